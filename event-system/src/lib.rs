@@ -1,0 +1,1 @@
+//! event-system (skeleton).
