@@ -1,0 +1,1 @@
+//! Helpers for the cross-crate integration tests.
