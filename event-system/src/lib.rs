@@ -1,1 +1,22 @@
-//! event-system (skeleton).
+//! The MPI side of the cluster device.
+//!
+//! * [`protocol`]: the events the head sends to workers and the replies, with size-limited,
+//!   validated decoding (messages from other ranks are never trusted blindly).
+//! * [`comm`]: non-blocking point-to-point transport over a communicator: tags, control
+//!   messages, fragmented data transfers, and waits that give up when the peer is dead.
+//! * [`heap`]: the symmetric device heap, reserved at the same address on every rank.
+//! * [`worker`]: the event loop that ranks 1..N-1 run instead of `main`.
+
+mod backoff;
+pub mod comm;
+pub mod heap;
+pub mod protocol;
+pub mod worker;
+
+pub use backoff::Backoff;
+pub use comm::{Comm, CommError, Liveness, NeverDead, TagAllocator};
+pub use heap::{ExtentAllocator, HeapError, SymmetricHeap};
+pub use protocol::{Event, GlobalDesc, ProtocolError, Region, Reply};
+
+/// Rank of the head process (the one that runs the user's `main`).
+pub const HEAD: i32 = 0;

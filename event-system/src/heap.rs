@@ -1,0 +1,279 @@
+//! The symmetric device heap.
+//!
+//! Every rank reserves the same range of virtual addresses (`PROT_NONE`, `MAP_NORESERVE`, so
+//! it costs no memory) at a base all ranks agreed on. The head hands out device buffers inside
+//! it with an [`ExtentAllocator`]; a rank backs with real pages only the buffers it holds. So a
+//! device address means the same buffer on every rank, and device pointers that libomptarget
+//! (or a kernel) stores inside device memory stay valid wherever the data moves.
+//!
+//! Buffers are page-aligned and page-sized, so two buffers never share a page and backing or
+//! releasing one never touches another.
+
+use std::collections::BTreeMap;
+use thiserror::Error;
+
+/// Page size used for buffer alignment.
+pub const PAGE: u64 = 4096;
+
+/// First candidate base address and the step between candidates (1 TiB).
+const FIRST_BASE: u64 = 0x1000_0000_0000;
+const BASE_STEP: u64 = 0x100_0000_0000;
+const CANDIDATES: u64 = 64;
+
+/// Heap failures.
+#[derive(Debug, Error)]
+pub enum HeapError {
+    /// No address range was free on every rank.
+    #[error("could not reserve a {size}-byte device heap at an address free on every rank")]
+    NoCommonBase {
+        /// Requested size.
+        size: u64,
+    },
+    /// A range is not inside the heap.
+    #[error("range {addr:#x}+{size} is outside the device heap")]
+    OutOfRange {
+        /// Start.
+        addr: u64,
+        /// Length.
+        size: u64,
+    },
+    /// mmap failed.
+    #[error("mmap of {size} bytes at {addr:#x} failed: {err}")]
+    Map {
+        /// Start.
+        addr: u64,
+        /// Length.
+        size: u64,
+        /// OS error.
+        err: std::io::Error,
+    },
+    /// The heap is full.
+    #[error("device heap exhausted: no free range of {0} bytes")]
+    Exhausted(u64),
+}
+
+/// Round `n` up to a whole number of pages.
+pub fn page_round(n: u64) -> u64 {
+    n.div_ceil(PAGE).max(1) * PAGE
+}
+
+/// The reserved range on this rank.
+#[derive(Debug)]
+pub struct SymmetricHeap {
+    base: u64,
+    size: u64,
+}
+
+impl SymmetricHeap {
+    /// Try to reserve `[base, base+size)` exactly. Returns `None` if the range is not free.
+    pub fn try_reserve_at(base: u64, size: u64) -> Option<Self> {
+        // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; the new mapping is
+        // PROT_NONE and unused until `back` maps pages over parts of it.
+        let p = unsafe {
+            libc::mmap(
+                base as *mut libc::c_void,
+                size as usize,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        if p as u64 != base {
+            // An old kernel that ignores MAP_FIXED_NOREPLACE put it elsewhere: give it back.
+            // SAFETY: `p` is the mapping we just made, of `size` bytes.
+            unsafe { libc::munmap(p, size as usize) };
+            return None;
+        }
+        Some(SymmetricHeap { base, size })
+    }
+
+    /// Reserve a heap of `size` bytes at a base that every rank accepted. `agree(ok)` must
+    /// return whether every rank's `ok` was true (an all-reduce); it is called once per
+    /// candidate by every rank, in the same order.
+    pub fn reserve_agreed(size: u64, mut agree: impl FnMut(bool) -> bool) -> Result<Self, HeapError> {
+        let size = page_round(size);
+        for i in 0..CANDIDATES {
+            let base = FIRST_BASE + i * BASE_STEP;
+            let mine = Self::try_reserve_at(base, size);
+            if agree(mine.is_some()) {
+                if let Some(heap) = mine {
+                    return Ok(heap);
+                }
+            }
+            // `mine` (if any) is dropped here and unmapped.
+        }
+        Err(HeapError::NoCommonBase { size })
+    }
+
+    /// First address.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// One past the last address.
+    pub fn end(&self) -> u64 {
+        self.base + self.size
+    }
+
+    /// Is `[addr, addr+size)` inside the heap?
+    pub fn contains(&self, addr: u64, size: u64) -> bool {
+        addr >= self.base && addr.checked_add(size).is_some_and(|e| e <= self.end())
+    }
+
+    fn check(&self, addr: u64, size: u64) -> Result<(), HeapError> {
+        if addr % PAGE == 0 && size % PAGE == 0 && self.contains(addr, size) {
+            Ok(())
+        } else {
+            Err(HeapError::OutOfRange { addr, size })
+        }
+    }
+
+    /// Back `[addr, addr+size)` (page-aligned) with fresh zero-filled read-write pages.
+    pub fn back(&self, addr: u64, size: u64) -> Result<(), HeapError> {
+        self.remap(addr, size, libc::PROT_READ | libc::PROT_WRITE, 0)
+    }
+
+    /// Give the pages of `[addr, addr+size)` back to the OS; the range stays reserved.
+    pub fn release(&self, addr: u64, size: u64) -> Result<(), HeapError> {
+        self.remap(addr, size, libc::PROT_NONE, libc::MAP_NORESERVE)
+    }
+
+    /// Drop the contents of backed pages (they read as zero afterwards) without unmapping them,
+    /// so a concurrent reader can never fault.
+    pub fn discard(&self, addr: u64, size: u64) -> Result<(), HeapError> {
+        self.check(addr, size)?;
+        // SAFETY: the range is inside our reservation; MADV_DONTNEED on private anonymous
+        // memory only zeroes it, which callers accept by calling this.
+        unsafe { libc::madvise(addr as *mut libc::c_void, size as usize, libc::MADV_DONTNEED) };
+        Ok(())
+    }
+
+    fn remap(&self, addr: u64, size: u64, prot: i32, extra: i32) -> Result<(), HeapError> {
+        self.check(addr, size)?;
+        // SAFETY: the range is page-aligned and inside our own reservation, so MAP_FIXED only
+        // replaces pages of the reservation, never a mapping owned by anyone else.
+        let p = unsafe {
+            libc::mmap(
+                addr as *mut libc::c_void,
+                size as usize,
+                prot,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | extra,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(HeapError::Map { addr, size, err: std::io::Error::last_os_error() });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SymmetricHeap {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the reservation this value owns.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.size as usize) };
+    }
+}
+
+/// First-fit allocator of page-aligned extents with coalescing of freed neighbours.
+#[derive(Debug)]
+pub struct ExtentAllocator {
+    free: BTreeMap<u64, u64>,
+    used: BTreeMap<u64, u64>,
+}
+
+impl ExtentAllocator {
+    /// Manage `[base, base+size)`.
+    pub fn new(base: u64, size: u64) -> Self {
+        let mut free = BTreeMap::new();
+        free.insert(base, size);
+        ExtentAllocator { free, used: BTreeMap::new() }
+    }
+
+    /// Allocate `size` bytes (rounded up to pages). Returns the start and the rounded size.
+    pub fn alloc(&mut self, size: u64) -> Result<(u64, u64), HeapError> {
+        let need = page_round(size);
+        let (&start, &len) =
+            self.free.iter().find(|(_, &len)| len >= need).ok_or(HeapError::Exhausted(need))?;
+        self.free.remove(&start);
+        if len > need {
+            self.free.insert(start + need, len - need);
+        }
+        self.used.insert(start, need);
+        Ok((start, need))
+    }
+
+    /// Free the extent starting at `addr`; returns its size, or `None` if not allocated.
+    pub fn free(&mut self, addr: u64) -> Option<u64> {
+        let len = self.used.remove(&addr)?;
+        let (mut start, mut size) = (addr, len);
+        if let Some((&ps, &pl)) = self.free.range(..addr).next_back() {
+            if ps + pl == addr {
+                self.free.remove(&ps);
+                start = ps;
+                size += pl;
+            }
+        }
+        if let Some(&nl) = self.free.get(&(addr + len)) {
+            self.free.remove(&(addr + len));
+            size += nl;
+        }
+        self.free.insert(start, size);
+        Some(len)
+    }
+
+    /// Number of free extents (fragmentation measure).
+    pub fn free_extents(&self) -> usize {
+        self.free.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extents_coalesce_back_to_one() {
+        let mut a = ExtentAllocator::new(0x10000, 64 * PAGE);
+        let x = a.alloc(1).unwrap();
+        let y = a.alloc(PAGE + 1).unwrap();
+        let z = a.alloc(3 * PAGE).unwrap();
+        assert_eq!(x, (0x10000, PAGE));
+        assert_eq!(y, (0x10000 + PAGE, 2 * PAGE));
+        assert_eq!(z.0, 0x10000 + 3 * PAGE);
+        assert_eq!(a.free(y.0), Some(2 * PAGE));
+        assert_eq!(a.free(y.0), None);
+        a.free(x.0);
+        a.free(z.0);
+        assert_eq!(a.free_extents(), 1);
+        assert!(a.alloc(65 * PAGE).is_err());
+        assert_eq!(a.alloc(64 * PAGE).unwrap().0, 0x10000);
+    }
+
+    #[test]
+    fn reserve_back_release() {
+        let heap = SymmetricHeap::reserve_agreed(1 << 30, |ok| ok).unwrap();
+        let a = heap.base() + 16 * PAGE;
+        heap.back(a, 2 * PAGE).unwrap();
+        // SAFETY: the two pages at `a` were just backed read-write.
+        unsafe {
+            let p = a as *mut u8;
+            assert_eq!(*p, 0);
+            *p.add(5000) = 7;
+            assert_eq!(*p.add(5000), 7);
+        }
+        heap.discard(a, 2 * PAGE).unwrap();
+        // SAFETY: still mapped; MADV_DONTNEED zeroed it.
+        unsafe { assert_eq!(*(a as *const u8).add(5000), 0) };
+        heap.release(a, 2 * PAGE).unwrap();
+        assert!(heap.back(a + 1, PAGE).is_err());
+        assert!(heap.back(heap.end(), PAGE).is_err());
+        // A second reservation at the same base is refused: the range is taken.
+        assert!(SymmetricHeap::try_reserve_at(heap.base(), PAGE).is_none());
+    }
+}

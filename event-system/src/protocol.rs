@@ -1,0 +1,266 @@
+//! Wire protocol: events (head -> worker) and replies (worker -> head).
+//!
+//! Every event travels on the control tag as one `Envelope`; the envelope names a per-request
+//! tag on which the reply and any bulk data of that request travel. Bulk data (image bytes,
+//! buffer contents) is never serialised: it is sent raw, in fragments, on the request tag.
+//!
+//! Decoding is bounded ([`MAX_CONTROL_BYTES`]) and [`Event::validate`] checks every address
+//! and size against the symmetric heap before a worker touches memory.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// Largest control message accepted (kernel argument lists and image descriptions).
+pub const MAX_CONTROL_BYTES: u64 = 16 << 20;
+
+/// Largest number of kernel arguments or regions accepted in one EXECUTE.
+pub const MAX_LIST: usize = 1 << 16;
+
+/// A contiguous range of device (symmetric heap) addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Region {
+    /// First byte.
+    pub addr: u64,
+    /// Length in bytes.
+    pub size: u64,
+}
+
+impl Region {
+    /// One past the last byte, or `None` on overflow.
+    pub fn end(&self) -> Option<u64> {
+        self.addr.checked_add(self.size)
+    }
+}
+
+/// A `declare target` global of a device image: its name in the image and the alias address
+/// the head gave it in the symmetric heap.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GlobalDesc {
+    /// Symbol name.
+    pub name: String,
+    /// Alias address (in the symmetric heap) under which the head refers to it.
+    pub alias: u64,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// An event sent by the head to a worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Event {
+    /// Load a device image: its `size` bytes follow on the request tag.
+    LoadBinary {
+        /// Image number chosen by the head (dense, from 0).
+        image: u32,
+        /// Image size in bytes.
+        size: u64,
+        /// Kernel symbols, in the order EXECUTE refers to them.
+        kernels: Vec<String>,
+        /// Global variables and their alias addresses.
+        globals: Vec<GlobalDesc>,
+    },
+    /// Back a buffer's pages (zero-filled). No reply.
+    Alloc(Region),
+    /// Release a buffer's pages. No reply.
+    Delete(Region),
+    /// Receive bytes from the head into a region.
+    Submit(Region),
+    /// Send a region's bytes to the head.
+    Retrieve(Region),
+    /// Send a region's bytes to another worker (which gets a matching `ExchangeRecv`).
+    ExchangeSend {
+        /// What to send.
+        region: Region,
+        /// Receiving worker.
+        peer: i32,
+    },
+    /// Receive a region's bytes from another worker.
+    ExchangeRecv {
+        /// Where to receive.
+        region: Region,
+        /// Sending worker.
+        peer: i32,
+    },
+    /// Copy bytes between two device regions held by this worker.
+    Copy {
+        /// Source address.
+        src: u64,
+        /// Destination address.
+        dst: u64,
+        /// Bytes.
+        size: u64,
+    },
+    /// Run a kernel. `regions` are the buffers it can reach: the worker hashes them before and
+    /// after the call and reports which changed, and the device pointers found in those.
+    Execute {
+        /// Image number.
+        image: u32,
+        /// Kernel index in the image's kernel list.
+        kernel: u32,
+        /// Argument values (device addresses or by-value literals), pointer-sized.
+        args: Vec<u64>,
+        /// Buffers the kernel can reach.
+        regions: Vec<Region>,
+    },
+    /// Reply once every earlier event of this worker has been handled.
+    Sync,
+    /// Finish: reply, then leave the event loop.
+    Exit,
+}
+
+/// Header of every control message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// Tag of the reply and of the bulk data of this request.
+    pub tag: i32,
+    /// The event.
+    pub event: Event,
+}
+
+/// Pointers into the symmetric heap found in a region a kernel wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FoundPointers {
+    /// These device addresses (deduplicated).
+    Some(Vec<u64>),
+    /// Too many to list: treat the region as able to reach every buffer.
+    Many,
+}
+
+/// A worker's reply to one event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Reply {
+    /// Done.
+    Ok,
+    /// A kernel ran.
+    Executed {
+        /// For each region of the EXECUTE, in order: did its contents change?
+        changed: Vec<bool>,
+        /// For each changed region (in order of `changed`): device pointers found in it.
+        pointers: Vec<FoundPointers>,
+        /// Time spent in the kernel, seconds.
+        seconds: f64,
+    },
+    /// The event failed; the text says why.
+    Error(String),
+}
+
+/// Decoding or validation failure of a message from another rank.
+#[derive(Debug, Error)]
+pub enum ProtocolError {
+    /// The bytes are not a valid message.
+    #[error("malformed message: {0}")]
+    Malformed(String),
+    /// A field is out of range.
+    #[error("invalid message: {0}")]
+    Invalid(String),
+}
+
+fn options() -> impl bincode::Options {
+    use bincode::Options;
+    bincode::DefaultOptions::new().with_limit(MAX_CONTROL_BYTES).with_fixint_encoding()
+}
+
+/// Serialise a message.
+pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, ProtocolError> {
+    use bincode::Options;
+    options().serialize(msg).map_err(|e| ProtocolError::Malformed(e.to_string()))
+}
+
+/// Deserialise a message, bounded by [`MAX_CONTROL_BYTES`]; trailing bytes are an error.
+pub fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, ProtocolError> {
+    use bincode::Options;
+    options()
+        .reject_trailing_bytes()
+        .deserialize(bytes)
+        .map_err(|e| ProtocolError::Malformed(e.to_string()))
+}
+
+impl Event {
+    /// Check sizes and list lengths, and that every region lies inside `[heap_lo, heap_hi)`.
+    pub fn validate(&self, heap_lo: u64, heap_hi: u64) -> Result<(), ProtocolError> {
+        let in_heap = |r: &Region| -> Result<(), ProtocolError> {
+            match r.end() {
+                Some(end) if r.addr >= heap_lo && end <= heap_hi => Ok(()),
+                _ => Err(ProtocolError::Invalid(format!(
+                    "region {:#x}+{} outside the device heap",
+                    r.addr, r.size
+                ))),
+            }
+        };
+        match self {
+            Event::LoadBinary { size, kernels, globals, .. } => {
+                if *size == 0 || *size > (4 << 30) {
+                    return Err(ProtocolError::Invalid(format!("image size {size}")));
+                }
+                if kernels.len() > MAX_LIST || globals.len() > MAX_LIST {
+                    return Err(ProtocolError::Invalid("too many entries".into()));
+                }
+                for g in globals {
+                    in_heap(&Region { addr: g.alias, size: g.size })?;
+                }
+                Ok(())
+            }
+            Event::Alloc(r)
+            | Event::Delete(r)
+            | Event::Submit(r)
+            | Event::Retrieve(r)
+            | Event::ExchangeSend { region: r, .. }
+            | Event::ExchangeRecv { region: r, .. } => in_heap(r),
+            Event::Copy { src, dst, size } => {
+                in_heap(&Region { addr: *src, size: *size })?;
+                in_heap(&Region { addr: *dst, size: *size })
+            }
+            Event::Execute { args, regions, .. } => {
+                if args.len() > MAX_LIST || regions.len() > MAX_LIST {
+                    return Err(ProtocolError::Invalid("too many kernel arguments".into()));
+                }
+                regions.iter().try_for_each(in_heap)
+            }
+            Event::Sync | Event::Exit => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_limits() {
+        let ev = Envelope {
+            tag: 77,
+            event: Event::Execute {
+                image: 1,
+                kernel: 2,
+                args: vec![1, 2, 3],
+                regions: vec![Region { addr: 4096, size: 8 }],
+            },
+        };
+        let bytes = encode(&ev).unwrap();
+        let back: Envelope = decode(&bytes).unwrap();
+        assert_eq!(back, ev);
+        // Truncated and padded messages are rejected.
+        assert!(decode::<Envelope>(&bytes[..bytes.len() - 1]).is_err());
+        let mut padded = bytes.clone();
+        padded.push(0);
+        assert!(decode::<Envelope>(&padded).is_err());
+        // A length prefix claiming a huge vector is rejected without allocating it.
+        let mut evil = encode(&Envelope { tag: 1, event: Event::Sync }).unwrap();
+        evil.truncate(4);
+        evil.extend_from_slice(&9u32.to_le_bytes()); // variant Execute
+        evil.extend_from_slice(&[0; 8]);
+        evil.extend_from_slice(&u64::MAX.to_le_bytes());
+        assert!(decode::<Envelope>(&evil).is_err());
+    }
+
+    #[test]
+    fn validation_checks_the_heap_bounds() {
+        let ok = Event::Submit(Region { addr: 0x1000, size: 0x1000 });
+        assert!(ok.validate(0x1000, 0x3000).is_ok());
+        let outside = Event::Submit(Region { addr: 0x2800, size: 0x1000 });
+        assert!(outside.validate(0x1000, 0x3000).is_err());
+        let overflow = Event::Retrieve(Region { addr: u64::MAX - 1, size: 16 });
+        assert!(overflow.validate(0, u64::MAX).is_err());
+        let copy = Event::Copy { src: 0x1000, dst: 0x5000, size: 8 };
+        assert!(copy.validate(0x1000, 0x3000).is_err());
+    }
+}

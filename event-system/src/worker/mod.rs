@@ -1,0 +1,290 @@
+//! The worker's event loop: what ranks 1..N-1 run instead of the user's `main`.
+//!
+//! See `README.md` beside this file for the threading design.
+
+mod exec;
+mod images;
+mod memory;
+
+use crate::backoff::Backoff;
+use crate::comm::{Comm, CommError, Liveness, CONTROL_TAG};
+use crate::heap::SymmetricHeap;
+use crate::protocol::{self, Envelope, Event, FoundPointers, Reply};
+use crate::HEAD;
+use images::Image;
+use memory::Memory;
+use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Most threads a worker runs (kernels in flight plus the poller).
+const MAX_THREADS: usize = 512;
+
+/// Shared state of a worker's threads.
+struct Worker {
+    comm: Arc<Comm>,
+    heap: SymmetricHeap,
+    live: Arc<dyn Liveness>,
+    memory: RwLock<Memory>,
+    images: RwLock<Vec<Option<Image>>>,
+    scratch: tempfile::TempDir,
+    /// Held by the one thread that polls for control messages.
+    poll: Mutex<()>,
+    exit: AtomicBool,
+    /// Threads not busy with an event (polling or waiting to poll).
+    idle: AtomicUsize,
+    threads: AtomicUsize,
+    /// Events being handled off the poll lock.
+    busy: AtomicUsize,
+}
+
+/// Serve events from the head until EXIT (`Ok`) or until the head is unreachable (`Err`).
+pub fn run(comm: Arc<Comm>, heap: SymmetricHeap, live: Arc<dyn Liveness>) -> Result<(), CommError> {
+    let scratch = tempfile::Builder::new()
+        .prefix("ompcluster-worker-")
+        .tempdir()
+        .map_err(|e| CommError::Protocol { rank: comm.rank(), source: protocol::ProtocolError::Invalid(format!("cannot create scratch dir: {e}")) })?;
+    let w = Arc::new(Worker {
+        comm,
+        heap,
+        live,
+        memory: RwLock::new(Memory::default()),
+        images: RwLock::new(Vec::new()),
+        scratch,
+        poll: Mutex::new(()),
+        exit: AtomicBool::new(false),
+        idle: AtomicUsize::new(1),
+        threads: AtomicUsize::new(1),
+        busy: AtomicUsize::new(0),
+    });
+    let result = serve(&w);
+    // Wait (bounded) for the other threads to notice EXIT.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while w.threads.load(Ordering::Acquire) > 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    result
+}
+
+fn spawn_helper(w: &Arc<Worker>) {
+    if w.threads.load(Ordering::Acquire) >= MAX_THREADS {
+        return;
+    }
+    w.threads.fetch_add(1, Ordering::AcqRel);
+    w.idle.fetch_add(1, Ordering::AcqRel);
+    let w2 = Arc::clone(w);
+    let spawned = std::thread::Builder::new().name("ompc-worker".into()).spawn(move || {
+        if let Err(e) = serve(&w2) {
+            eprintln!("ompcluster worker {}: {e}", w2.comm.rank());
+            std::process::exit(3);
+        }
+        w2.threads.fetch_sub(1, Ordering::AcqRel);
+    });
+    if spawned.is_err() {
+        w.threads.fetch_sub(1, Ordering::AcqRel);
+        w.idle.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// One thread's loop: take the poll lock, wait for an event, hand the lock on, handle it.
+fn serve(w: &Arc<Worker>) -> Result<(), CommError> {
+    loop {
+        let (env, inline_done) = {
+            let _guard = w.poll.lock();
+            let mut backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(1));
+            let bytes = loop {
+                if w.exit.load(Ordering::Acquire) {
+                    return Ok(());
+                }
+                if let Some((_, bytes)) = w.comm.try_recv_raw(Some(HEAD), CONTROL_TAG)? {
+                    break bytes;
+                }
+                if w.live.is_dead(HEAD) {
+                    return Err(CommError::PeerDead(HEAD));
+                }
+                backoff.snooze();
+            };
+            let env: Envelope = protocol::decode(&bytes).map_err(|source| CommError::Protocol { rank: HEAD, source })?;
+            if let Err(e) = env.event.validate(w.heap.base(), w.heap.end()) {
+                eprintln!("ompcluster worker {}: rejected event: {e}", w.comm.rank());
+                w.comm.send_msg(HEAD, env.tag, &Reply::Error(e.to_string()), w.live.as_ref())?;
+                continue;
+            }
+            // Memory-map changes are applied in arrival order, under the poll lock, so that a
+            // DELETE and a later ALLOC of the same range can never be reordered.
+            let inline_done = match &env.event {
+                Event::Alloc(r) => {
+                    if let Err(e) = w.memory.write().back(&w.heap, r.addr, r.size) {
+                        eprintln!("ompcluster worker {}: {e}", w.comm.rank());
+                    }
+                    true
+                }
+                Event::Delete(r) => {
+                    if let Err(e) = w.memory.write().release(&w.heap, r.addr) {
+                        eprintln!("ompcluster worker {}: {e}", w.comm.rank());
+                    }
+                    true
+                }
+                Event::Exit => {
+                    w.exit.store(true, Ordering::Release);
+                    true
+                }
+                _ => false,
+            };
+            if !inline_done {
+                w.busy.fetch_add(1, Ordering::AcqRel);
+                if w.idle.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    // Nobody is left to poll while this thread is busy: add a thread.
+                    spawn_helper(w);
+                }
+            }
+            (env, inline_done)
+        };
+        if inline_done {
+            if matches!(env.event, Event::Exit) {
+                wait_idle(w, 0);
+                w.comm.send_msg(HEAD, env.tag, &Reply::Ok, w.live.as_ref())?;
+                return Ok(());
+            }
+            continue;
+        }
+        let reply = handle(w, &env);
+        w.busy.fetch_sub(1, Ordering::AcqRel);
+        w.idle.fetch_add(1, Ordering::AcqRel);
+        match reply {
+            Ok(Some(r)) => w.comm.send_msg(HEAD, env.tag, &r, w.live.as_ref())?,
+            Ok(None) => {}
+            Err(e @ CommError::PeerDead(_)) => {
+                // A peer of an exchange died: tell the head, which decides what to do.
+                w.comm.send_msg(HEAD, env.tag, &Reply::Error(e.to_string()), w.live.as_ref())?
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Wait until at most `others` events are being handled off the poll lock.
+fn wait_idle(w: &Worker, others: usize) {
+    let mut backoff = Backoff::for_wait();
+    while w.busy.load(Ordering::Acquire) > others {
+        backoff.snooze();
+    }
+}
+
+/// Handle one event off the poll lock. `Ok(None)` means the reply was already sent.
+fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
+    let live = w.live.as_ref();
+    let resolve = |addr: u64, size: u64| w.memory.read().resolve(addr, size);
+    Ok(Some(match &env.event {
+        Event::LoadBinary { image, size, kernels, globals } => {
+            let mut bytes = vec![0u8; *size as usize];
+            // SAFETY: `bytes` is a private buffer of exactly `size` bytes.
+            unsafe { w.comm.recv_bytes(HEAD, env.tag, bytes.as_mut_ptr(), bytes.len(), live)? };
+            let names: Vec<String> = globals.iter().map(|g| g.name.clone()).collect();
+            match Image::load(w.scratch.path(), &bytes, kernels, &names) {
+                Ok((img, locals)) => {
+                    w.memory.write().add_aliases(globals, &locals);
+                    let mut images = w.images.write();
+                    let idx = *image as usize;
+                    if images.len() <= idx {
+                        images.resize_with(idx + 1, || None);
+                    }
+                    images[idx] = Some(img);
+                    Reply::Ok
+                }
+                Err(e) => Reply::Error(e),
+            }
+        }
+        Event::Submit(r) => match resolve(r.addr, r.size) {
+            // SAFETY: `p` points to `r.size` bytes this worker holds; the head does not run a
+            // kernel on a buffer while it is being submitted.
+            Ok(p) => {
+                unsafe { w.comm.recv_bytes(HEAD, env.tag, p, r.size as usize, live)? };
+                Reply::Ok
+            }
+            Err(e) => {
+                // Drain the data so the tag is clean, then report.
+                let mut sink = vec![0u8; r.size as usize];
+                // SAFETY: private buffer of the right size.
+                unsafe { w.comm.recv_bytes(HEAD, env.tag, sink.as_mut_ptr(), sink.len(), live)? };
+                Reply::Error(e)
+            }
+        },
+        Event::Retrieve(r) => match resolve(r.addr, r.size) {
+            Ok(p) => {
+                w.comm.send_msg(HEAD, env.tag, &Reply::Ok, live)?;
+                // SAFETY: `p` points to `r.size` held bytes, valid for the life of the buffer.
+                unsafe { w.comm.send_bytes(HEAD, env.tag, p, r.size as usize, live)? };
+                return Ok(None);
+            }
+            Err(e) => Reply::Error(e),
+        },
+        Event::ExchangeSend { region: r, peer } => match resolve(r.addr, r.size) {
+            Ok(p) => {
+                // SAFETY: as for Retrieve.
+                unsafe { w.comm.send_bytes(*peer, env.tag, p, r.size as usize, live)? };
+                Reply::Ok
+            }
+            Err(e) => Reply::Error(e),
+        },
+        Event::ExchangeRecv { region: r, peer } => match resolve(r.addr, r.size) {
+            Ok(p) => {
+                // SAFETY: as for Submit.
+                unsafe { w.comm.recv_bytes(*peer, env.tag, p, r.size as usize, live)? };
+                Reply::Ok
+            }
+            Err(e) => Reply::Error(e),
+        },
+        Event::Copy { src, dst, size } => match (resolve(*src, *size), resolve(*dst, *size)) {
+            (Ok(s), Ok(d)) => {
+                // SAFETY: both ranges are held; `copy` allows overlap.
+                unsafe { std::ptr::copy(s, d, *size as usize) };
+                Reply::Ok
+            }
+            (Err(e), _) | (_, Err(e)) => Reply::Error(e),
+        },
+        Event::Execute { image, kernel, args, regions } => execute(w, *image, *kernel, args, regions),
+        Event::Sync => {
+            wait_idle(w, 1);
+            Reply::Ok
+        }
+        Event::Alloc(_) | Event::Delete(_) | Event::Exit => unreachable!("handled inline"),
+    }))
+}
+
+fn execute(w: &Worker, image: u32, kernel: u32, args: &[u64], regions: &[protocol::Region]) -> Reply {
+    let entry = {
+        let images = w.images.read();
+        match images.get(image as usize).and_then(|i| i.as_ref()).and_then(|i| i.kernels.get(kernel as usize)) {
+            Some(&e) => e,
+            None => return Reply::Error(format!("no kernel {kernel} in image {image}")),
+        }
+    };
+    let ptrs = {
+        let mem = w.memory.read();
+        match regions.iter().map(|r| mem.resolve(r.addr, r.size)).collect::<Result<Vec<_>, _>>() {
+            Ok(p) => p,
+            Err(e) => return Reply::Error(e),
+        }
+    };
+    // SAFETY (all three blocks below): every pointer was resolved to a held range of the
+    // stated size, and the head keeps these buffers allocated while the kernel runs.
+    let before: Vec<u64> = regions.iter().zip(&ptrs).map(|(r, &p)| unsafe { exec::hash(p, r.size as usize) }).collect();
+    let start = Instant::now();
+    // SAFETY: `entry` was resolved by name from a loaded image; libomptarget generated the
+    // argument list for exactly this kernel.
+    unsafe { exec::call_kernel(entry, args) };
+    let seconds = start.elapsed().as_secs_f64();
+    let mut changed = Vec::with_capacity(regions.len());
+    let mut pointers = Vec::new();
+    for ((r, &p), h) in regions.iter().zip(&ptrs).zip(before) {
+        let c = unsafe { exec::hash(p, r.size as usize) } != h;
+        if c {
+            pointers.push(unsafe { exec::scan_pointers(p, r.size as usize, w.heap.base(), w.heap.end()) });
+        }
+        changed.push(c);
+    }
+    let _: &[FoundPointers] = &pointers;
+    Reply::Executed { changed, pointers, seconds }
+}
