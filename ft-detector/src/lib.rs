@@ -100,3 +100,10 @@ impl BcastAlgo {
         }
     }
 }
+
+/// The ring order (ranks by ring position) that every rank of an `n`-rank job computes,
+/// with or without shuffle. Position `p` watches position `p-1` and beats to `p+1`.
+pub fn ring_order(n: usize, shuffle: bool) -> Vec<i32> {
+    let ring = core::Ring::new(n, shuffle);
+    (0..n).map(|p| ring.rank_at(p) as i32).collect()
+}
