@@ -58,10 +58,14 @@ pub(crate) struct Bcast {
 /// Messages exchanged by detectors.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Msg {
-    /// Heartbeat from an emitter to its observer, with a digest of the sender's view.
-    Beat { digest: u64 },
-    /// "I am your new observer": sent by an observer to its new emitter after a failure.
-    NewObserver,
+    /// Heartbeat from an emitter to its observer, with a digest of the sender's view and
+    /// the status updates it learnt recently (gossip along the ring: a broadcast that lost
+    /// a relay still reaches everyone within a few periods).
+    Beat { digest: u64, recent: Vec<(u32, u32)> },
+    /// "I am your new observer": sent by an observer to its new emitter after a failure,
+    /// with the versions of the ranks between them (the dead ones), so the emitter agrees
+    /// at once on who its observer is.
+    NewObserver { between: Vec<(u32, u32)> },
     /// View repair: the sender's non-zero versions. `reply` asks the receiver to answer
     /// with its own view if it knew something the sender did not.
     View { versions: Vec<(u32, u32)>, reply: bool },
@@ -190,8 +194,13 @@ pub(crate) struct Core {
     seen: HashSet<u64>,
     seq: u32,
     relay_log: Vec<RelayEntry>,
+    /// Status updates applied recently: (when, subject, version), newest last.
+    recent: std::collections::VecDeque<(Time, u32, u32)>,
     pub(crate) stats: Stats,
 }
+
+/// How many recent updates a beat carries at most.
+const RECENT_MAX: usize = 16;
 
 impl Core {
     /// A fresh state machine for rank `me` at time `now`.
@@ -211,6 +220,7 @@ impl Core {
             seen: HashSet::new(),
             seq: 0,
             relay_log: Vec::new(),
+            recent: std::collections::VecDeque::new(),
             stats: Stats::default(),
         };
         c.recompute_neighbours(now);
@@ -301,6 +311,10 @@ impl Core {
         }
         self.digest = self.digest.wrapping_add(entry_hash(subject, version));
         self.ver.insert(subject, version);
+        self.recent.push_back((now, subject, version));
+        if self.recent.len() > RECENT_MAX {
+            self.recent.pop_front();
+        }
         if version % 2 == 1 {
             if subject == self.me {
                 // I was declared dead but I am running: announce my re-admission.
@@ -470,7 +484,12 @@ impl Core {
         if now >= self.next_beat {
             if let Some(o) = self.observer {
                 self.stats.beats += 1;
-                net.send(o, Msg::Beat { digest: self.digest });
+                let keep = self.cfg.timeout;
+                while self.recent.front().is_some_and(|e| now.saturating_sub(e.0) > keep) {
+                    self.recent.pop_front();
+                }
+                let recent = self.recent.iter().map(|&(_, r, v)| (r, v)).collect();
+                net.send(o, Msg::Beat { digest: self.digest, recent });
             }
             self.next_beat = now + self.cfg.period;
         }
@@ -481,7 +500,15 @@ impl Core {
                 self.declare_dead(e, now, net);
                 if let Some(new_em) = self.emitter {
                     if new_em != self.me {
-                        net.send(new_em, Msg::NewObserver);
+                        let n = self.n();
+                        let em_pos = self.ring.pos_of(new_em);
+                        let my_pos = self.ring.pos_of(self.me);
+                        let gap = (my_pos + n - em_pos) % n;
+                        let between: Vec<(u32, u32)> = (1..gap)
+                            .map(|o| self.ring.rank_at(em_pos + o))
+                            .map(|r| (r, self.version(r)))
+                            .collect();
+                        net.send(new_em, Msg::NewObserver { between });
                     }
                 }
             }
@@ -494,7 +521,10 @@ impl Core {
             return;
         }
         match msg {
-            Msg::Beat { digest } => {
+            Msg::Beat { digest, recent } => {
+                for (r, v) in recent {
+                    self.apply_status(r, v, now, net);
+                }
                 if self.is_dead(from) {
                     // A rank we consider dead is beating: it was only stalled. Re-admit it.
                     let v = self.version(from) + 1;
@@ -507,7 +537,7 @@ impl Core {
                 if digest == self.digest {
                     self.mismatch_since = None;
                 } else {
-                    let grace = (2 * self.cfg.period).max(self.cfg.timeout / 2);
+                    let grace = (2 * self.cfg.period).max(self.cfg.timeout / 4);
                     match self.mismatch_since {
                         None => self.mismatch_since = Some(now),
                         Some(t) if now.saturating_sub(t) >= grace => {
@@ -518,7 +548,10 @@ impl Core {
                     }
                 }
             }
-            Msg::NewObserver => {
+            Msg::NewObserver { between } => {
+                for (r, v) in between {
+                    self.apply_status(r, v, now, net);
+                }
                 if self.is_dead(from) {
                     let v = self.version(from) + 1;
                     self.apply_status(from, v, now, net);
@@ -585,11 +618,23 @@ pub(crate) mod wire {
     pub(crate) fn encode(m: &Msg) -> Vec<u8> {
         let mut b = Vec::with_capacity(24);
         match m {
-            Msg::Beat { digest } => {
+            Msg::Beat { digest, recent } => {
                 b.push(1);
                 b.extend_from_slice(&digest.to_le_bytes());
+                put32(&mut b, recent.len() as u32);
+                for &(r, v) in recent {
+                    put32(&mut b, r);
+                    put32(&mut b, v);
+                }
             }
-            Msg::NewObserver => b.push(2),
+            Msg::NewObserver { between } => {
+                b.push(2);
+                put32(&mut b, between.len() as u32);
+                for &(r, v) in between {
+                    put32(&mut b, r);
+                    put32(&mut b, v);
+                }
+            }
             Msg::View { versions, reply } => {
                 b.push(3);
                 b.push(*reply as u8);
@@ -622,8 +667,24 @@ pub(crate) mod wire {
     pub(crate) fn decode(b: &[u8]) -> Option<Msg> {
         let mut at = 1;
         match *b.first()? {
-            1 => Some(Msg::Beat { digest: u64::from_le_bytes(b.get(1..9)?.try_into().ok()?) }),
-            2 => Some(Msg::NewObserver),
+            1 => {
+                let digest = u64::from_le_bytes(b.get(1..9)?.try_into().ok()?);
+                at = 9;
+                let len = get32(b, &mut at)? as usize;
+                let mut recent = Vec::with_capacity(len.min(1 << 20));
+                for _ in 0..len {
+                    recent.push((get32(b, &mut at)?, get32(b, &mut at)?));
+                }
+                Some(Msg::Beat { digest, recent })
+            }
+            2 => {
+                let len = get32(b, &mut at)? as usize;
+                let mut between = Vec::with_capacity(len.min(1 << 20));
+                for _ in 0..len {
+                    between.push((get32(b, &mut at)?, get32(b, &mut at)?));
+                }
+                Some(Msg::NewObserver { between })
+            }
             3 => {
                 let reply = *b.get(1)? != 0;
                 at = 2;
@@ -678,8 +739,8 @@ mod tests {
     #[test]
     fn wire_roundtrip() {
         let msgs = vec![
-            Msg::Beat { digest: 0xdead_beef_1234 },
-            Msg::NewObserver,
+            Msg::Beat { digest: 0xdead_beef_1234, recent: vec![(4, 1)] },
+            Msg::NewObserver { between: vec![(1, 1)] },
             Msg::View { versions: vec![(3, 1), (7, 2)], reply: true },
             Msg::Bcast(Bcast { origin: 5, seq: 9, route: 3, payload: Payload::Status { subject: 2, version: 1 } }),
             Msg::Bcast(Bcast { origin: 5, seq: 10, route: 0, payload: Payload::CheckpointDone }),
