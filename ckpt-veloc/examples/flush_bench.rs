@@ -2,7 +2,7 @@
 //! of the same bytes to the same directory, in the same run.
 //!
 //! ```text
-//! cargo run --release -p ckpt-veloc --example flush_bench -- [--mib 512] [--regions 16] [--reps 3] [--dir DIR]
+//! cargo run --release -p ckpt-veloc --example flush_bench -- [--mib 512] [--regions 16] [--reps 3] [--dir DIR] [--scratch DIR]
 //! ```
 //!
 //! Both sides end with the data durable (the plain write ends with
@@ -26,6 +26,20 @@ fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
+/// Plain sequential write of all regions to one new file, then fsync.
+fn plain_write(p: &std::path::Path, data: &[Vec<u8>]) -> Duration {
+    let t = Instant::now();
+    let mut f = File::create(p).expect("create");
+    for d in data {
+        f.write_all(d).expect("write");
+    }
+    f.sync_all().expect("fsync");
+    let e = t.elapsed();
+    drop(f);
+    std::fs::remove_file(p).expect("remove");
+    e
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -38,6 +52,8 @@ fn main() {
     let reps: usize = arg(&args, "--reps", 3).max(1);
     let base: PathBuf = arg(&args, "--dir", std::env::current_dir().expect("cwd"));
     let work = tempfile::Builder::new().prefix("flush-bench-").tempdir_in(&base).expect("work dir");
+    // Scratch base: same disk by default; `--scratch /dev/shm` for a tmpfs scratch.
+    let scratch_base: PathBuf = arg(&args, "--scratch", work.path().join("scratch"));
 
     let total = mib << 20;
     let region_size = total / regions;
@@ -48,23 +64,17 @@ fn main() {
     let bytes = (region_size * regions) as f64;
 
     let mut cfg = StoreConfig::new(1, work.path().join("persistent"));
-    cfg.scratch = ckpt_veloc::ScratchBase::Dir(work.path().join("scratch"));
+    cfg.scratch = ckpt_veloc::ScratchBase::Dir(scratch_base.clone());
     let store = EmbeddedStore::open(&cfg).expect("open store");
 
     let (mut plain, mut flush, mut save) = (Vec::new(), Vec::new(), Vec::new());
     for rep in 0..reps {
-        // Plain sequential write + fsync.
-        let p = work.path().join(format!("plain-{rep}.bin"));
-        let t = Instant::now();
-        let mut f = File::create(&p).expect("create");
-        for d in &data {
-            f.write_all(d).expect("write");
+        // Alternate which side goes first, so that neither always runs
+        // right after the other has filled the disk's caches.
+        let flush_first = rep % 2 == 1;
+        if !flush_first {
+            plain.push(plain_write(&work.path().join(format!("plain-{rep}.bin")), &data));
         }
-        f.sync_all().expect("fsync");
-        plain.push(t.elapsed());
-        drop(f);
-        std::fs::remove_file(&p).expect("remove");
-
         // Checkpoint: save (the pause), then flush (background) until durable.
         let ckpt = rep as u64 + 1;
         let t = Instant::now();
@@ -77,10 +87,24 @@ fn main() {
         flush.push(t.elapsed());
         assert_eq!(out.bytes as f64, bytes);
         std::fs::remove_dir_all(work.path().join(format!("persistent/ckpt-{ckpt}"))).expect("cleanup");
+        if flush_first {
+            plain.push(plain_write(&work.path().join(format!("plain-{rep}.bin")), &data));
+        }
     }
     let mbps = |d: Duration| bytes / 1e6 / d.as_secs_f64();
+    for (i, (p, f)) in plain.iter().zip(&flush).enumerate() {
+        let first = if i % 2 == 1 { "flush" } else { "plain" };
+        println!("rep {i} ({first} first): plain {:.1} MB/s, flush {:.1} MB/s", mbps(*p), mbps(*f));
+    }
     let (p, f, s) = (median(plain), median(flush), median(save));
-    println!("bytes: {} ({} regions of {} bytes), reps: {reps}, dir: {}", bytes, regions, region_size, base.display());
+    println!(
+        "bytes: {} ({} regions of {} bytes), reps: {reps}, dir: {}, scratch: {}",
+        bytes,
+        regions,
+        region_size,
+        base.display(),
+        scratch_base.display()
+    );
     println!("plain_write_MBps: {:.1}", mbps(p));
     println!("flush_MBps: {:.1}", mbps(f));
     println!("ratio_flush_over_plain: {:.3}", mbps(f) / mbps(p));

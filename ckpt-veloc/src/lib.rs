@@ -43,6 +43,7 @@ mod fsutil;
 pub mod interval;
 mod layout;
 mod manifest;
+mod mmap;
 mod record;
 mod store;
 mod verify;
