@@ -31,7 +31,24 @@ pub(crate) struct CoreConfig {
     pub(crate) timeout: Time,
     /// A gap between two ticks longer than this means this process itself was stalled.
     pub(crate) stall_guard: Time,
+    /// Timeout for an emitter adopted because the previous one died, until its first beat:
+    /// it was told (NewObserver) or learnt by broadcast to beat to us at once, so waiting a
+    /// full timeout for each of several dead ranks in a row (the thesis's limit) is not needed.
+    pub(crate) adopt_timeout: Time,
     pub(crate) bcast: BcastAlgo,
+}
+
+impl CoreConfig {
+    /// Derived parameters from the user's period, timeout and timestep (microseconds).
+    pub(crate) fn new(period: Time, timeout: Time, timestep: Time, bcast: BcastAlgo) -> CoreConfig {
+        CoreConfig {
+            period,
+            timeout,
+            stall_guard: (timeout / 2).max(period + 2 * timestep),
+            adopt_timeout: (timeout / 3).max(3 * period + 2 * timestep).min(timeout),
+            bcast,
+        }
+    }
 }
 
 /// What a broadcast carries.
@@ -186,6 +203,8 @@ pub(crate) struct Core {
     ver: HashMap<u32, u32>,
     digest: u64,
     emitter: Option<u32>,
+    /// The emitter was adopted after a failure and has not beaten yet.
+    emitter_fresh: bool,
     observer: Option<u32>,
     last_heard: Time,
     next_beat: Time,
@@ -212,6 +231,7 @@ impl Core {
             ver: HashMap::new(),
             digest: 0,
             emitter: None,
+            emitter_fresh: false,
             observer: None,
             last_heard: now,
             next_beat: now,
@@ -255,8 +275,16 @@ impl Core {
     /// The latest time at which the driver must call [`Core::on_tick`].
     pub(crate) fn next_wakeup(&self) -> Time {
         match self.emitter {
-            Some(_) => self.next_beat.min(self.last_heard + self.cfg.timeout + 1),
+            Some(_) => self.next_beat.min(self.last_heard + self.current_timeout() + 1),
             None => self.next_beat,
+        }
+    }
+
+    fn current_timeout(&self) -> Time {
+        if self.emitter_fresh {
+            self.cfg.adopt_timeout
+        } else {
+            self.cfg.timeout
         }
     }
 
@@ -279,6 +307,7 @@ impl Core {
             .map(|o| self.ring.rank_at(my_pos + n - o))
             .find(|&r| self.alive_for_ring(r));
         if em != self.emitter {
+            self.emitter_fresh = self.emitter.is_some_and(|old| self.is_dead(old));
             self.emitter = em;
             self.last_heard = now;
         }
@@ -496,7 +525,7 @@ impl Core {
         // Detect; several emitters may be dead in a row, but each needs its own timeout
         // since a new emitter gets a fresh one.
         if let Some(e) = self.emitter {
-            if now.saturating_sub(self.last_heard) > self.cfg.timeout {
+            if now.saturating_sub(self.last_heard) > self.current_timeout() {
                 self.declare_dead(e, now, net);
                 if let Some(new_em) = self.emitter {
                     if new_em != self.me {
@@ -533,6 +562,7 @@ impl Core {
                 }
                 if Some(from) == self.emitter {
                     self.last_heard = now;
+                    self.emitter_fresh = false;
                 }
                 if digest == self.digest {
                     self.mismatch_since = None;

@@ -427,12 +427,8 @@ fn heartbeat_thread(comm: RawComm, shared: Arc<Shared>, cfg: Config) {
     let start = Instant::now();
     let now_us = || start.elapsed().as_micros() as Time;
     let ts = cfg.timestep;
-    let core_cfg = CoreConfig {
-        period: cfg.period.as_micros() as Time,
-        timeout: cfg.timeout.as_micros() as Time,
-        stall_guard: (cfg.timeout.as_micros() as Time / 2).max((cfg.period + 2 * ts).as_micros() as Time),
-        bcast: cfg.bcast,
-    };
+    let core_cfg =
+        CoreConfig::new(cfg.period.as_micros() as Time, cfg.timeout.as_micros() as Time, ts.as_micros() as Time, cfg.bcast);
     let ring = Arc::new(Ring::new(shared.size, cfg.shuffle));
     let mut core = Core::new(shared.rank as u32, ring, core_cfg, now_us());
     let mut pending: Vec<PendingSend> = Vec::new();

@@ -151,12 +151,7 @@ pub fn run(cfg: &SimConfig) -> SimReport {
     let n = cfg.ranks;
     let us = |ms: f64| (ms * 1000.0).round() as Time;
     let ts = us(cfg.timestep_ms).max(1);
-    let core_cfg = CoreConfig {
-        period: us(cfg.period_ms),
-        timeout: us(cfg.timeout_ms),
-        stall_guard: (us(cfg.timeout_ms) / 2).max(us(cfg.period_ms) + 2 * ts),
-        bcast: cfg.bcast,
-    };
+    let core_cfg = CoreConfig::new(us(cfg.period_ms), us(cfg.timeout_ms), ts, cfg.bcast);
     let ring = Arc::new(Ring::new(n, cfg.shuffle));
     let mut rng = cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let phase: Vec<Time> = (0..n).map(|_| lcg(&mut rng) % ts).collect();

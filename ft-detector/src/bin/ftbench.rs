@@ -83,6 +83,9 @@ struct Args {
     /// Survivors shrink to a new communicator at the end and check it with an allreduce.
     #[arg(long)]
     shrink: bool,
+    /// The controller broadcasts CHECKPOINT at `--after-ms`/2 and CHECKPOINT_DONE 100 ms later.
+    #[arg(long)]
+    checkpoint: bool,
     /// Burn CPU in the main thread during the run (ms of busy work per 10 ms), to load the machine.
     #[arg(long, default_value_t = 0)]
     busy: u64,
@@ -101,6 +104,8 @@ fn exit_now(code: i32) -> ! {
 
 fn fail(msg: &str) -> ! {
     eprintln!("ompcluster-ftbench: {msg}");
+    // also on stdout, so that scripts reading the last line see the error
+    println!("{}", json!({ "error": msg }));
     exit_now(2)
 }
 
@@ -256,9 +261,20 @@ fn real(args: &Args) {
         let stall = args.stall;
         let (after, dur) = (args.after_ms as f64, args.for_ms);
         let pids = pids.clone();
+        let ckpt = args.checkpoint;
+        let det2 = det.clone();
         let kt = kill_times.clone();
         let sr = stall_rec.clone();
         std::thread::spawn(move || {
+            if ckpt {
+                let wait = start + after / 2.0 - realtime_ms();
+                if wait > 0.0 {
+                    std::thread::sleep(Duration::from_secs_f64(wait / 1000.0));
+                }
+                det2.broadcast(Notice::Checkpoint).expect("broadcast checkpoint");
+                std::thread::sleep(Duration::from_millis(100));
+                det2.broadcast(Notice::CheckpointDone).expect("broadcast checkpoint done");
+            }
             let wait = start + after - realtime_ms();
             if wait > 0.0 {
                 std::thread::sleep(Duration::from_secs_f64(wait / 1000.0));
@@ -442,6 +458,14 @@ fn assemble(args: &Args, cfg: &Config, size: i32, key_dir: &str, all: &[RankRepo
         .map(|f| f["consistent_ms"].as_f64().unwrap_or(f64::INFINITY))
         .fold(0.0, f64::max);
     let ring = ft_detector::ring_order(size as usize, cfg.shuffle);
+    let checkpoints: serde_json::Map<String, serde_json::Value> = all
+        .iter()
+        .map(|r| {
+            let c = r.notices.iter().filter(|n| n.0 == "checkpoint").count();
+            let d = r.notices.iter().filter(|n| n.0 == "checkpoint_done").count();
+            (r.rank.to_string(), json!([c, d]))
+        })
+        .collect();
     let shrink: Vec<serde_json::Value> = all.iter().map(|r| json!([r.rank, r.shrink_size, r.shrink_ms])).collect();
     let _ = t_end;
     json!({
@@ -460,6 +484,7 @@ fn assemble(args: &Args, cfg: &Config, size: i32, key_dir: &str, all: &[RankRepo
         "relay_repairs": repairs,
         "view_messages": views,
         "consistent_ms": if consistent_ms.is_finite() { json!(consistent_ms) } else { json!(null) },
+        "checkpoint_notices": checkpoints,
         "shrink": if args.shrink { json!(shrink) } else { json!(null) },
     })
     .to_string()
