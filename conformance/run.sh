@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Conformance runner: LLVM 16's libomptarget tests under the stock x86_64 plugin
+# and under ours. All options go to run.py (see --help and docs/conformance.md).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+py="$(command -v python3.11 || command -v python3)"
+exec "$py" "$here/run.py" "$@"
