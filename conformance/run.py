@@ -468,6 +468,10 @@ def test_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+# Process groups of the tests running now (killed on Ctrl-C).
+LIVE: set = set()
+
+
 def kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -539,6 +543,7 @@ def run_one(test: Test, mode: str, ctx: dict) -> dict:
         proc = subprocess.Popen(["bash", script_path], cwd=exec_dir, env=ctx["env"],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
+        LIVE.add(proc)
         try:
             rc = proc.wait(timeout=ctx["timeout"])
             timed_out = False
@@ -551,6 +556,7 @@ def run_one(test: Test, mode: str, ctx: dict) -> dict:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        LIVE.discard(proc)
     res["seconds"] = round(time.monotonic() - t0, 2)
     with open(out_path, "rb") as fh:
         data = fh.read()
@@ -592,14 +598,19 @@ def probe_ours(tools: dict[str, str], prefix: str, build: str, env: dict[str, st
         info["output"] = r.stderr[-2000:]
         return info
     e = dict(env, LD_DEBUG="files")
-    try:
-        p = subprocess.run(shlex.split(prefix) + [exe], capture_output=True, text=True, env=e,
-                           timeout=timeout, start_new_session=True)
-        text = p.stdout + p.stderr
-        info["exit"] = p.returncode
-    except subprocess.TimeoutExpired as ex:
-        text = (ex.stdout or b"").decode(errors="replace") if isinstance(ex.stdout, bytes) else (ex.stdout or "")
-        info["exit"] = "timeout"
+    out_path = os.path.join(d, "probe.out")
+    with open(out_path, "wb") as out:
+        p = subprocess.Popen(shlex.split(prefix) + [exe], stdin=subprocess.DEVNULL, stdout=out,
+                             stderr=subprocess.STDOUT, env=e, cwd=d, start_new_session=True)
+        LIVE.add(p)
+        try:
+            info["exit"] = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(p)
+            info["exit"] = "timeout"
+        finally:
+            LIVE.discard(p)
+    text = open(out_path, "rb").read().decode("utf-8", errors="replace")
     plugins = sorted(set(re.findall(r"calling init: (\S*libomptarget\.rtl\.[^\s]*|\S*ompcluster[^\s]*\.so[^\s]*)", text)))
     info["plugins"] = plugins
     info["output"] = "\n".join(l for l in text.splitlines() if "probe x=" in l)[:2000]
@@ -766,9 +777,17 @@ def main() -> int:
             secs = sum(results[t.rel][m]["seconds"] for m in modes)
             log(f"[{done[0]:3}/{len(tests)}] {t.rel}: {cells} ({secs:.1f}s)")
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
+    ex = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs))
+    try:
         for f in concurrent.futures.as_completed([ex.submit(work, t) for t in tests]):
             f.result()
+    except KeyboardInterrupt:
+        log("conformance: interrupted; killing the running tests")
+        ex.shutdown(wait=False, cancel_futures=True)
+        for p in list(LIVE):
+            kill_group(p)
+        os._exit(130)
+    ex.shutdown()
     elapsed = time.monotonic() - t_start
 
     table, md, regressions = render(results, modes, stamp)
