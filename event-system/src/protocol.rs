@@ -220,6 +220,30 @@ impl Event {
     }
 }
 
+/// Most pointers reported per region before reporting [`FoundPointers::Many`].
+pub const MAX_POINTERS: usize = 4096;
+
+/// Find the 8-byte words of a region whose values lie in `[lo, hi)` (device addresses), at
+/// most [`MAX_POINTERS`] of them.
+///
+/// # Safety
+/// `ptr..ptr+len` must be readable.
+pub unsafe fn scan_pointers(ptr: *const u8, len: usize, lo: u64, hi: u64) -> FoundPointers {
+    // SAFETY: the caller guarantees readability.
+    let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
+    let mut found = std::collections::BTreeSet::new();
+    for w in bytes.chunks_exact(8) {
+        let v = u64::from_ne_bytes(w.try_into().expect("chunk of 8"));
+        if v >= lo && v < hi {
+            found.insert(v);
+            if found.len() > MAX_POINTERS {
+                return FoundPointers::Many;
+            }
+        }
+    }
+    FoundPointers::Some(found.into_iter().collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

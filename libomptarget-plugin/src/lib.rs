@@ -1,1 +1,15 @@
-//! plugin (skeleton).
+//! The cluster device: a libomptarget 16 plugin that turns an MPI job into one OpenMP device.
+//!
+//! Rank 0 runs the program; its target regions and data mappings become events for ranks
+//! 1..N-1, which become workers from plugin initialisation and never reach `main`.
+//!
+//! Layers: [`abi`] holds the exported `__tgt_rtl_*` shims (the only `extern "C"` code), each a
+//! thin call behind a panic boundary into [`cluster`] (the head's safe core), which uses the
+//! `event-system`, `scheduler` and `task-graph` crates.
+
+pub mod abi;
+pub mod cluster;
+pub mod config;
+mod data;
+pub mod report;
+mod runtime;

@@ -5,12 +5,10 @@
 //! changed (the kernel's write set), and scans changed regions for device pointers (so the head
 //! can track buffers reachable through pointers a kernel stored).
 
-use crate::protocol::FoundPointers;
+#[cfg(test)]
+use crate::protocol::{scan_pointers, FoundPointers};
 use libffi::middle::{Arg, Cif, CodePtr, Type};
 use xxhash_rust::xxh3::xxh3_64;
-
-/// Most pointers reported per region before giving up and reporting `Many`.
-const MAX_POINTERS: usize = 4096;
 
 /// Call `entry` with `args`.
 ///
@@ -32,26 +30,6 @@ pub(crate) unsafe fn call_kernel(entry: usize, args: &[u64]) {
 pub(crate) unsafe fn hash(ptr: *const u8, len: usize) -> u64 {
     // SAFETY: the caller guarantees readability.
     xxh3_64(unsafe { std::slice::from_raw_parts(ptr, len) })
-}
-
-/// Find 8-byte words inside `[lo, hi)` in a region.
-///
-/// # Safety
-/// `ptr..ptr+len` must be readable.
-pub(crate) unsafe fn scan_pointers(ptr: *const u8, len: usize, lo: u64, hi: u64) -> FoundPointers {
-    // SAFETY: the caller guarantees readability.
-    let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
-    let mut found = std::collections::BTreeSet::new();
-    for w in bytes.chunks_exact(8) {
-        let v = u64::from_ne_bytes(w.try_into().expect("chunk of 8"));
-        if v >= lo && v < hi {
-            found.insert(v);
-            if found.len() > MAX_POINTERS {
-                return FoundPointers::Many;
-            }
-        }
-    }
-    FoundPointers::Some(found.into_iter().collect())
 }
 
 #[cfg(test)]

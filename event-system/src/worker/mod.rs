@@ -281,7 +281,7 @@ fn execute(w: &Worker, image: u32, kernel: u32, args: &[u64], regions: &[protoco
     for ((r, &p), h) in regions.iter().zip(&ptrs).zip(before) {
         let c = unsafe { exec::hash(p, r.size as usize) } != h;
         if c {
-            pointers.push(unsafe { exec::scan_pointers(p, r.size as usize, w.heap.base(), w.heap.end()) });
+            pointers.push(unsafe { protocol::scan_pointers(p, r.size as usize, w.heap.base(), w.heap.end()) });
         }
         changed.push(c);
     }

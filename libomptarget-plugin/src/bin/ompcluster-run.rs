@@ -1,0 +1,205 @@
+//! `ompcluster-run -np N [options] [--] ./app args...`: start an OpenMP offloading program as an
+//! MPI job whose rank 0 runs the program and ranks 1..N-1 are its cluster device.
+//!
+//! It checks what it can before starting (N, mpirun, the plugin, the program), puts the plugin
+//! where libomptarget 16 looks for it (`libomptarget.rtl.ppc64.so` on `LD_LIBRARY_PATH`),
+//! passes the `OMPCLUSTER_*`, `OMP_*`, `LIBOMP*` and `LIBOMPTARGET_*` variables to every rank,
+//! and exits with the program's exit code.
+
+use clap::Parser;
+use object::{Object, ObjectSection};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+/// File name libomptarget 16 loads first (its ppc64 slot, empty on x86-64).
+const PLUGIN_SLOT: &str = "libomptarget.rtl.ppc64.so";
+/// File name cargo gives the plugin.
+const PLUGIN_FILE: &str = "libompcluster_plugin.so";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ompcluster-run",
+    version,
+    about = "Run an OpenMP offloading program on an MPI job: rank 0 runs it, ranks 1..N-1 are its device",
+    after_help = "Example: ompcluster-run -np 4 ./matmul 1024\nSettings are read from OMPCLUSTER_* environment variables (see the README)."
+)]
+struct Args {
+    /// Number of processes: 1 head + N-1 workers (at least 2). `-np N` works too.
+    #[arg(short = 'n', long = "np", value_name = "N")]
+    np: u32,
+    /// A hostfile for mpirun (multi-node runs).
+    #[arg(long, value_name = "FILE")]
+    hostfile: Option<PathBuf>,
+    /// Extra argument for mpirun (repeatable).
+    #[arg(long = "mpirun-arg", value_name = "ARG", allow_hyphen_values = true)]
+    mpirun_args: Vec<String>,
+    /// Print the mpirun command instead of running it.
+    #[arg(long)]
+    dry_run: bool,
+    /// The program and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM [ARGS]")]
+    command: Vec<OsString>,
+}
+
+fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("ompcluster-run: {msg}");
+    ExitCode::from(2)
+}
+
+fn find_in_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+}
+
+/// What kind of program this is.
+enum ProgramKind {
+    /// Carries device code in `.llvm.offloading`.
+    Offloading,
+    /// A plain MPI program (links libmpi): allowed, e.g. `ompcluster-ftbench`.
+    PlainMpi,
+}
+
+fn program_kind(path: &Path) -> Result<ProgramKind, String> {
+    let data = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let file = object::File::parse(&*data).map_err(|_| format!("{} is not an ELF executable", path.display()))?;
+    if file.section_by_name(".llvm.offloading").is_some() {
+        return Ok(ProgramKind::Offloading);
+    }
+    let links_mpi = file
+        .imports()
+        .map(|imps| imps.iter().any(|i| i.name().starts_with(b"MPI_") || i.name().starts_with(b"PMPI_")))
+        .unwrap_or(false);
+    if links_mpi {
+        return Ok(ProgramKind::PlainMpi);
+    }
+    Err(format!(
+        "{} was not compiled for offloading (it has no .llvm.offloading section): compile it with clang-16 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu",
+        path.display()
+    ))
+}
+
+/// A directory holding the plugin under the name libomptarget loads. Next to the plugin when
+/// that directory is writable (so that every node of a shared file system sees it), else a
+/// private temporary directory that lives as long as the returned guard.
+fn plugin_dir(plugin: &Path) -> Result<(PathBuf, Option<tempfile::TempDir>), String> {
+    let parent = plugin.parent().unwrap_or(Path::new("."));
+    let beside = parent.join("ompcluster-plugin");
+    let link = beside.join(PLUGIN_SLOT);
+    let points_to_plugin = std::fs::canonicalize(&link).ok() == std::fs::canonicalize(plugin).ok();
+    if points_to_plugin {
+        return Ok((beside, None));
+    }
+    let make_beside = || -> std::io::Result<()> {
+        std::fs::create_dir_all(&beside)?;
+        // Atomic replace: a uniquely named link, renamed over the slot name.
+        let tmp = tempfile::Builder::new().prefix(".slot-").tempfile_in(&beside)?.into_temp_path();
+        let tmp_path = tmp.to_path_buf();
+        tmp.close()?;
+        std::os::unix::fs::symlink(std::fs::canonicalize(plugin)?, &tmp_path)?;
+        std::fs::rename(&tmp_path, &link)
+    };
+    if make_beside().is_ok() {
+        return Ok((beside, None));
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("ompcluster-run-")
+        .tempdir()
+        .map_err(|e| format!("cannot create a private directory for the plugin: {e}"))?;
+    std::os::unix::fs::symlink(plugin, dir.path().join(PLUGIN_SLOT)).map_err(|e| format!("cannot link the plugin: {e}"))?;
+    Ok((dir.path().to_path_buf(), Some(dir)))
+}
+
+fn main() -> ExitCode {
+    // mpirun spells it `-np N`; clap wants `--np N`.
+    let argv: Vec<OsString> = std::env::args_os()
+        .enumerate()
+        .map(|(i, a)| if i > 0 && a == "-np" { "--np".into() } else { a })
+        .collect();
+    let args = Args::parse_from(argv);
+    if args.np < 2 {
+        return fail(format!("-np must be at least 2 (1 head + at least 1 worker), got {}", args.np));
+    }
+    let mpirun = match std::env::var_os("OMPCLUSTER_MPIRUN").map(PathBuf::from).or_else(|| find_in_path("mpirun")) {
+        Some(m) => m,
+        None => return fail("mpirun not found: install Open MPI (apt-get install openmpi-bin) or set OMPCLUSTER_MPIRUN"),
+    };
+    let plugin = match std::env::var_os("OMPCLUSTER_PLUGIN").map(PathBuf::from) {
+        Some(p) => p,
+        None => match std::env::current_exe() {
+            Ok(exe) => exe.with_file_name(PLUGIN_FILE),
+            Err(e) => return fail(format!("cannot locate myself: {e}")),
+        },
+    };
+    if !plugin.is_file() {
+        return fail(format!(
+            "the plugin library {} is not built: run `cargo build --release` (or set OMPCLUSTER_PLUGIN)",
+            plugin.display()
+        ));
+    }
+    let program = PathBuf::from(&args.command[0]);
+    let program = if program.components().count() > 1 || program.exists() {
+        program
+    } else {
+        match find_in_path(&program.to_string_lossy()) {
+            Some(p) => p,
+            None => return fail(format!("program {} not found", program.display())),
+        }
+    };
+    if !is_executable(&program) {
+        return fail(format!("{} is not an executable file", program.display()));
+    }
+    if let Err(e) = program_kind(&program) {
+        return fail(e);
+    }
+    let (dir, _guard) = match plugin_dir(&plugin) {
+        Ok(d) => d,
+        Err(e) => return fail(e),
+    };
+    let mut ld = OsString::from(dir.as_os_str());
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
+        ld.push(":");
+        ld.push(old);
+    }
+
+    let mut cmd = Command::new(&mpirun);
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.arg("--allow-run-as-root");
+    }
+    // ob1 over shared memory/TCP is the path on which survivors outlive a dead rank (UCX
+    // hangs; see shared/FINDINGS.md). Ranks may outnumber cores; don't pin them to one.
+    cmd.args(["--oversubscribe", "--bind-to", "none", "--mca", "pml", "ob1", "--mca", "btl", "self,vader,tcp"]);
+    if let Some(h) = &args.hostfile {
+        cmd.arg("--hostfile").arg(h);
+    }
+    cmd.arg("-x").arg("LD_LIBRARY_PATH");
+    let prefixes = ["OMPCLUSTER_", "OMP_", "LIBOMP", "KMP_"];
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().into_owned();
+        if prefixes.iter().any(|p| k.starts_with(p)) {
+            cmd.arg("-x").arg(&k);
+        }
+    }
+    cmd.args(&args.mpirun_args);
+    cmd.arg("-np").arg(args.np.to_string());
+    cmd.arg(&program).args(&args.command[1..]);
+    cmd.env("LD_LIBRARY_PATH", &ld);
+    if args.dry_run {
+        println!("LD_LIBRARY_PATH={} {:?}", ld.to_string_lossy(), cmd);
+        return ExitCode::SUCCESS;
+    }
+    match cmd.status() {
+        Ok(status) => {
+            use std::os::unix::process::ExitStatusExt;
+            let code = status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1);
+            ExitCode::from(code.clamp(0, 255) as u8)
+        }
+        Err(e) => fail(format!("cannot start {}: {e}", mpirun.display())),
+    }
+}

@@ -1,0 +1,613 @@
+//! The cluster device, as the head sees it: every libomptarget request becomes events to the
+//! workers. Data moves lazily: a host submit is staged in the head's own copy of the buffer
+//! (at the same device address), and a buffer travels to a worker only when a kernel placed
+//! there needs it, from the head or straight from the worker holding the latest version.
+//!
+//! Concurrency (design note): libomptarget calls in from many threads at once (the `nowait`
+//! tasks run on hidden helper threads). The bookkeeping (`Buffers`) is behind one mutex that
+//! is held only for decisions and small control sends, never across a bulk transfer or a
+//! kernel. Two guarantees need care:
+//! * An ALLOC for a worker is sent while holding the mutex, before any thread can see the
+//!   buffer as backed there, so the worker always gets ALLOC before data for that range. A
+//!   range is given back to the allocator only after the DELETEs for it were sent, so the
+//!   worker always sees DELETE before the next ALLOC of the same range.
+//! * Two threads needing the same buffer on the same worker do not both send it: the first
+//!   marks it `incoming`, the second waits on `moved` until the copy arrived.
+//! Conflicting concurrent accesses to one buffer are data races in the user's program
+//! (libomptarget orders dependent regions), so versions are updated without further locking.
+
+use crate::config::Config;
+use crate::data::{Buffers, PointsTo, HEAD};
+use crate::report::{Report, Stats};
+use event_system::comm::{CommError, CONTROL_TAG};
+use event_system::protocol::{Envelope, Event, FoundPointers, GlobalDesc, Region, Reply};
+use event_system::{Comm, Liveness, SymmetricHeap, TagAllocator};
+use parking_lot::{Condvar, Mutex, RwLock};
+use scheduler::{Candidate, Scheduler};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use task_graph::{Access, TaskGraph, TaskRecord};
+use thiserror::Error;
+
+/// Why a request failed. Each becomes OFFLOAD_FAIL plus one line on stderr.
+#[derive(Debug, Error)]
+pub enum ClusterError {
+    /// Transport failure.
+    #[error(transparent)]
+    Comm(#[from] CommError),
+    /// A worker refused an event.
+    #[error("worker {rank}: {msg}")]
+    Worker {
+        /// Worker.
+        rank: i32,
+        /// Its message.
+        msg: String,
+    },
+    /// A device address libomptarget gave us is not a live buffer.
+    #[error("{0:#x} is not a device address of a live buffer (or the range runs past it)")]
+    UnknownAddress(u64),
+    /// Device heap error.
+    #[error(transparent)]
+    Heap(#[from] event_system::HeapError),
+    /// No worker left.
+    #[error("no live worker to run on")]
+    NoWorker,
+    /// The entry point is not one we handed out.
+    #[error("unknown kernel entry {0:#x}")]
+    UnknownKernel(usize),
+    /// The device image is malformed.
+    #[error("bad device image: {0}")]
+    BadImage(String),
+    /// The runtime already shut down.
+    #[error("the cluster device has shut down")]
+    Stopped,
+}
+
+type Result<T> = std::result::Result<T, ClusterError>;
+
+/// A kernel handed to libomptarget: which image, which index.
+#[derive(Debug, Clone)]
+struct Kernel {
+    image: u32,
+    index: u32,
+    name: String,
+}
+
+/// Tables given to libomptarget must stay alive (and unmoved) while the program runs.
+pub(crate) struct ImageTables {
+    _entries: Box<[crate::abi::OffloadEntry]>,
+    pub(crate) table: Box<crate::abi::TargetTable>,
+    _tokens: Box<[u8]>,
+}
+
+// SAFETY: the raw pointers inside point to the boxed arrays owned by the same value (and to
+// name strings in the program's read-only data); nothing mutates them after creation.
+unsafe impl Send for ImageTables {}
+
+/// The head's state.
+pub struct Cluster {
+    comm: Arc<Comm>,
+    heap: SymmetricHeap,
+    live: Arc<dyn Liveness>,
+    tags: TagAllocator,
+    cfg: Config,
+    buffers: Mutex<Buffers>,
+    moved: Condvar,
+    kernels: RwLock<HashMap<usize, Kernel>>,
+    images: Mutex<Vec<ImageTables>>,
+    sched: Scheduler,
+    in_flight: Vec<AtomicU32>,
+    graph: Mutex<TaskGraph>,
+    stats: Stats,
+    start: Instant,
+    stopped: AtomicBool,
+}
+
+impl Cluster {
+    /// The head's cluster device over `comm` (rank 0), with the agreed heap.
+    pub fn new(comm: Arc<Comm>, heap: SymmetricHeap, live: Arc<dyn Liveness>, cfg: Config) -> Self {
+        let n = comm.size() as usize;
+        Cluster {
+            tags: TagAllocator::new(comm.tag_ub()),
+            buffers: Mutex::new(Buffers::new(heap.base(), heap.end() - heap.base())),
+            moved: Condvar::new(),
+            kernels: RwLock::new(HashMap::new()),
+            images: Mutex::new(Vec::new()),
+            sched: Scheduler::new(cfg.policy),
+            in_flight: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            graph: Mutex::new(TaskGraph::new()),
+            stats: Stats::new(n),
+            start: Instant::now(),
+            stopped: AtomicBool::new(false),
+            comm,
+            heap,
+            live,
+            cfg,
+        }
+    }
+
+    fn workers(&self) -> impl Iterator<Item = i32> + '_ {
+        (1..self.comm.size()).filter(|&r| !self.live.is_dead(r))
+    }
+
+    fn check_running(&self) -> Result<()> {
+        if self.stopped.load(Ordering::Acquire) {
+            Err(ClusterError::Stopped)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Send `event` to `rank` under a fresh tag; returns the tag.
+    fn post(&self, rank: i32, event: Event) -> Result<i32> {
+        let tag = self.tags.next();
+        self.comm.send_msg(rank, CONTROL_TAG, &Envelope { tag, event }, self.live.as_ref())?;
+        Ok(tag)
+    }
+
+    fn expect_ok(&self, rank: i32, tag: i32) -> Result<()> {
+        match self.comm.recv_msg::<Reply>(rank, tag, self.live.as_ref())? {
+            Reply::Ok => Ok(()),
+            Reply::Error(msg) => Err(ClusterError::Worker { rank, msg }),
+            other => Err(ClusterError::Worker { rank, msg: format!("unexpected reply {other:?}") }),
+        }
+    }
+
+    fn log(&self, what: std::fmt::Arguments<'_>) {
+        if self.cfg.verbose {
+            eprintln!("[ompcluster {:>9.3} ms] {what}", self.start.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+
+    // ----- images -----
+
+    /// Send a device image to every worker and build libomptarget's entry table.
+    ///
+    /// `entries` are the image's offload entries (names valid for the program's lifetime).
+    pub(crate) fn load_binary(&self, image: &[u8], entries: &[crate::abi::OffloadEntry]) -> Result<*mut crate::abi::TargetTable> {
+        self.check_running()?;
+        let mut images = self.images.lock();
+        let idx = images.len() as u32;
+        let tokens: Box<[u8]> = vec![0u8; entries.len().max(1)].into_boxed_slice();
+        let mut table_entries: Box<[crate::abi::OffloadEntry]> = entries.to_vec().into_boxed_slice();
+        let mut kernels = Vec::new();
+        let mut globals = Vec::new();
+        let mut new_kernels = Vec::new();
+        for (i, e) in table_entries.iter_mut().enumerate() {
+            let name = e.name_str().ok_or_else(|| ClusterError::BadImage("entry without a name".into()))?;
+            if e.size == 0 {
+                let token = tokens.as_ptr() as usize + i;
+                new_kernels.push((token, Kernel { image: idx, index: kernels.len() as u32, name: name.clone() }));
+                kernels.push(name);
+                e.addr = token as *mut libc::c_void;
+            } else {
+                let mut bufs = self.buffers.lock();
+                let b = bufs.create(e.size as u64, Some(idx))?;
+                // The image on every worker starts with the global's initial value.
+                b.version = 1;
+                let all: BTreeSet<i32> = (1..self.comm.size()).collect();
+                b.holders = all.clone();
+                b.backed = all;
+                globals.push(GlobalDesc { name, alias: b.addr, size: e.size as u64 });
+                e.addr = b.addr as *mut libc::c_void;
+            }
+        }
+        let workers: Vec<i32> = self.workers().collect();
+        let mut tags = Vec::new();
+        for &w in &workers {
+            let tag = self.post(
+                w,
+                Event::LoadBinary { image: idx, size: image.len() as u64, kernels: kernels.clone(), globals: globals.clone() },
+            )?;
+            // SAFETY: `image` is the device image libomptarget keeps alive for the program.
+            unsafe { self.comm.send_bytes(w, tag, image.as_ptr(), image.len(), self.live.as_ref())? };
+            tags.push((w, tag));
+        }
+        for (w, tag) in tags {
+            self.expect_ok(w, tag)?;
+        }
+        self.log(format_args!("LOAD_BINARY image {idx}: {} bytes, {} kernels, {} globals", image.len(), kernels.len(), globals.len()));
+        self.kernels.write().extend(new_kernels);
+        let begin = table_entries.as_mut_ptr();
+        // SAFETY: one past the end of the same boxed slice.
+        let end = unsafe { begin.add(table_entries.len()) };
+        let table = Box::new(crate::abi::TargetTable { entries_begin: begin, entries_end: end });
+        images.push(ImageTables { _entries: table_entries, table, _tokens: tokens });
+        let t = images.last_mut().expect("just pushed");
+        Ok(&mut *t.table as *mut _)
+    }
+
+    // ----- memory -----
+
+    /// Allocate a device buffer.
+    pub(crate) fn alloc(&self, size: u64) -> Result<u64> {
+        self.check_running()?;
+        let addr = self.buffers.lock().create(size, None)?.addr;
+        self.log(format_args!("ALLOC {addr:#x} {size} bytes"));
+        Ok(addr)
+    }
+
+    /// Free a device buffer.
+    pub(crate) fn delete(&self, addr: u64) -> Result<()> {
+        if self.stopped.load(Ordering::Acquire) {
+            return Ok(()); // the workers are gone; the range dies with the process
+        }
+        let b = self.buffers.lock().remove(addr).ok_or(ClusterError::UnknownAddress(addr))?;
+        let region = Region { addr: b.addr, size: b.span };
+        for &r in &b.backed {
+            if r == HEAD {
+                self.heap.release(b.addr, b.span)?;
+            } else if !self.live.is_dead(r) {
+                self.post(r, Event::Delete(region))?;
+            }
+        }
+        self.buffers.lock().free_range(addr);
+        self.log(format_args!("DELETE {addr:#x}"));
+        Ok(())
+    }
+
+    fn stage_on_head(&self, bufs: &mut Buffers, addr: u64) -> Result<()> {
+        let b = bufs.get_mut(addr).expect("caller holds a live buffer");
+        if !b.backed.contains(&HEAD) {
+            self.heap.back(b.addr, b.span)?;
+            b.backed.insert(HEAD);
+        }
+        Ok(())
+    }
+
+    /// Copy `len` host bytes at `host` to device address `tgt`.
+    ///
+    /// # Safety
+    /// `host..host+len` must be readable.
+    pub(crate) unsafe fn submit(&self, tgt: u64, host: *const u8, len: u64) -> Result<()> {
+        self.check_running()?;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: the caller guarantees readability.
+        let found = match unsafe { event_system::protocol::scan_pointers(host, len as usize, self.heap.base(), self.heap.end()) } {
+            FoundPointers::Many => PointsTo::All,
+            FoundPointers::Some(v) => PointsTo::Some(v.into_iter().collect()),
+        };
+        let (addr, targets, whole) = {
+            let mut bufs = self.buffers.lock();
+            let b = bufs.containing_range(tgt, len).ok_or(ClusterError::UnknownAddress(tgt))?;
+            let addr = b.addr;
+            let whole = tgt == b.addr && len >= b.size;
+            let targets: Vec<i32> = if whole || b.version == 0 || b.holders.is_empty() {
+                vec![HEAD]
+            } else {
+                b.holders.iter().copied().collect()
+            };
+            if targets.contains(&HEAD) {
+                self.stage_on_head(&mut bufs, addr)?;
+            }
+            (addr, targets, whole)
+        };
+        for &r in &targets {
+            if r == HEAD {
+                // SAFETY: `tgt..tgt+len` lies in a buffer the head has backed (staged above);
+                // the host range is readable (caller).
+                unsafe { std::ptr::copy_nonoverlapping(host, tgt as *mut u8, len as usize) };
+            } else {
+                let tag = self.post(r, Event::Submit(Region { addr: tgt, size: len }))?;
+                // SAFETY: host range readable (caller) and unchanged until we return.
+                unsafe { self.comm.send_bytes(r, tag, host, len as usize, self.live.as_ref())? };
+                self.expect_ok(r, tag)?;
+                self.stats.add_submitted(len);
+            }
+        }
+        let mut bufs = self.buffers.lock();
+        if let Some(b) = bufs.get_mut(addr) {
+            b.version += 1;
+            b.holders = targets.into_iter().collect();
+            if whole {
+                b.points_to = found;
+            } else {
+                b.points_to.add(found);
+            }
+        }
+        self.log(format_args!("SUBMIT {tgt:#x} {len} bytes (buffer {addr:#x})"));
+        Ok(())
+    }
+
+    /// Copy `len` bytes at device address `tgt` to host memory at `host`.
+    ///
+    /// # Safety
+    /// `host..host+len` must be writable and not accessed by others meanwhile.
+    pub(crate) unsafe fn retrieve(&self, host: *mut u8, tgt: u64, len: u64) -> Result<()> {
+        self.check_running()?;
+        if len == 0 {
+            return Ok(());
+        }
+        let src = {
+            let bufs = self.buffers.lock();
+            let b = bufs.containing_range(tgt, len).ok_or(ClusterError::UnknownAddress(tgt))?;
+            if b.version == 0 {
+                None
+            } else if b.holders.contains(&HEAD) {
+                Some(HEAD)
+            } else {
+                Some(self.least_busy(&b.holders).ok_or(ClusterError::NoWorker)?)
+            }
+        };
+        match src {
+            // SAFETY: the caller guarantees the host range is writable.
+            None => unsafe { std::ptr::write_bytes(host, 0, len as usize) },
+            // SAFETY: the head holds the current version in its staged copy at `tgt`.
+            Some(HEAD) => unsafe { std::ptr::copy_nonoverlapping(tgt as *const u8, host, len as usize) },
+            Some(w) => {
+                let tag = self.post(w, Event::Retrieve(Region { addr: tgt, size: len }))?;
+                self.expect_ok(w, tag)?;
+                // SAFETY: the caller guarantees the host range is writable and exclusive.
+                unsafe { self.comm.recv_bytes(w, tag, host, len as usize, self.live.as_ref())? };
+                self.stats.add_retrieved(len);
+            }
+        }
+        self.log(format_args!("RETRIEVE {tgt:#x} {len} bytes from {src:?}"));
+        Ok(())
+    }
+
+    fn least_busy(&self, ranks: &BTreeSet<i32>) -> Option<i32> {
+        ranks
+            .iter()
+            .copied()
+            .filter(|&r| r != HEAD && !self.live.is_dead(r))
+            .min_by_key(|&r| self.in_flight[r as usize].load(Ordering::Relaxed))
+    }
+
+    /// Make the current version of the buffer at `addr` present on worker `w`. Returns the
+    /// bytes moved.
+    fn ensure_present(&self, addr: u64, w: i32) -> Result<u64> {
+        let mut bufs = self.buffers.lock();
+        let (src, version, size) = loop {
+            let b = bufs.get_mut(addr).ok_or(ClusterError::UnknownAddress(addr))?;
+            if b.held_by(w) {
+                if !b.backed.contains(&w) {
+                    // Version 0: zero pages are the contents.
+                    self.comm.send_msg(w, CONTROL_TAG, &Envelope { tag: 0, event: Event::Alloc(Region { addr: b.addr, size: b.span }) }, self.live.as_ref())?;
+                    b.backed.insert(w);
+                }
+                return Ok(0);
+            }
+            if b.incoming.contains(&w) {
+                self.moved.wait(&mut bufs);
+                continue;
+            }
+            let src = if b.holders.contains(&HEAD) {
+                HEAD
+            } else {
+                let holders = b.holders.clone();
+                self.least_busy(&holders).ok_or(ClusterError::NoWorker)?
+            };
+            let b = bufs.get_mut(addr).expect("still there");
+            if !b.backed.contains(&w) {
+                self.comm.send_msg(w, CONTROL_TAG, &Envelope { tag: 0, event: Event::Alloc(Region { addr: b.addr, size: b.span }) }, self.live.as_ref())?;
+                b.backed.insert(w);
+            }
+            b.incoming.insert(w);
+            break (src, b.version, b.size);
+        };
+        drop(bufs);
+        let t0 = Instant::now();
+        let region = Region { addr, size };
+        let moved = if src == HEAD {
+            self.post(w, Event::Submit(region)).and_then(|tag| {
+                // SAFETY: the head's staged copy of this buffer is backed and holds the current
+                // version; pages are only discarded (never unmapped) while the buffer lives.
+                unsafe { self.comm.send_bytes(w, tag, addr as *const u8, size as usize, self.live.as_ref())? };
+                self.expect_ok(w, tag)?;
+                self.stats.add_submitted(size);
+                Ok(())
+            })
+        } else {
+            let tag = self.tags.next();
+            let send = |rank: i32, event: Event| {
+                self.comm.send_msg(rank, CONTROL_TAG, &Envelope { tag, event }, self.live.as_ref())
+            };
+            send(src, Event::ExchangeSend { region, peer: w })
+                .and_then(|_| send(w, Event::ExchangeRecv { region, peer: src }))
+                .map_err(ClusterError::from)
+                .and_then(|_| {
+                    self.expect_ok(src, tag)?;
+                    self.expect_ok(w, tag)?;
+                    self.stats.add_exchanged(size);
+                    Ok(())
+                })
+        };
+        self.sched.transfer_finished(size, t0.elapsed().as_secs_f64());
+        let mut bufs = self.buffers.lock();
+        if let Some(b) = bufs.get_mut(addr) {
+            b.incoming.remove(&w);
+            if moved.is_ok() && b.version == version {
+                b.holders.insert(w);
+            }
+        }
+        self.moved.notify_all();
+        drop(bufs);
+        moved?;
+        self.log(format_args!("MOVE {addr:#x} {size} bytes {src} -> {w}"));
+        Ok(size)
+    }
+
+    /// Device-to-device copy inside the cluster device (`omp_target_memcpy`).
+    pub(crate) fn copy(&self, src: u64, dst: u64, len: u64) -> Result<()> {
+        self.check_running()?;
+        if len == 0 {
+            return Ok(());
+        }
+        let (src_buf, dst_buf, at, whole) = {
+            let bufs = self.buffers.lock();
+            let s = bufs.containing_range(src, len).ok_or(ClusterError::UnknownAddress(src))?;
+            let d = bufs.containing_range(dst, len).ok_or(ClusterError::UnknownAddress(dst))?;
+            let at = if s.version == 0 || s.holders.contains(&HEAD) {
+                HEAD
+            } else {
+                self.least_busy(&s.holders).ok_or(ClusterError::NoWorker)?
+            };
+            (s.addr, d.addr, at, dst == d.addr && len >= d.size)
+        };
+        if at == HEAD {
+            // Do it on the head: the source's current version is staged there (or is zeros).
+            let mut tmp = vec![0u8; len as usize];
+            // SAFETY: `tmp` has `len` writable bytes.
+            unsafe { self.retrieve(tmp.as_mut_ptr(), src, len)? };
+            // SAFETY: `tmp` has `len` readable bytes.
+            return unsafe { self.submit(dst, tmp.as_ptr(), len) };
+        }
+        self.ensure_present(src_buf, at)?;
+        if !whole {
+            self.ensure_present(dst_buf, at)?;
+        } else {
+            let mut bufs = self.buffers.lock();
+            let b = bufs.get_mut(dst_buf).ok_or(ClusterError::UnknownAddress(dst))?;
+            if !b.backed.contains(&at) {
+                self.comm.send_msg(at, CONTROL_TAG, &Envelope { tag: 0, event: Event::Alloc(Region { addr: b.addr, size: b.span }) }, self.live.as_ref())?;
+                b.backed.insert(at);
+            }
+        }
+        let tag = self.post(at, Event::Copy { src, dst, size: len })?;
+        self.expect_ok(at, tag)?;
+        let mut bufs = self.buffers.lock();
+        let from = bufs.get(src_buf).map(|b| b.points_to.clone()).unwrap_or(PointsTo::All);
+        if let Some(b) = bufs.get_mut(dst_buf) {
+            b.version += 1;
+            b.holders = [at].into();
+            b.points_to.add(from);
+        }
+        self.log(format_args!("COPY {src:#x} -> {dst:#x} {len} bytes on {at}"));
+        Ok(())
+    }
+
+    // ----- kernels -----
+
+    /// Run the kernel `entry` (a token from `load_binary`) with `args[i] + offsets[i]`.
+    pub(crate) fn launch(&self, entry: usize, args: Vec<u64>) -> Result<()> {
+        self.check_running()?;
+        let t0 = self.start.elapsed().as_secs_f64();
+        let kernel = self.kernels.read().get(&entry).cloned().ok_or(ClusterError::UnknownKernel(entry))?;
+        // What can it reach, and where is it?
+        let (reach, candidates) = {
+            let bufs = self.buffers.lock();
+            let reach: Vec<(u64, u64, u64, u64)> = bufs
+                .reachable(&args, kernel.image)
+                .into_iter()
+                .map(|a| {
+                    let b = bufs.get(a).expect("reachable buffers exist");
+                    (b.addr, b.size, b.id, b.version)
+                })
+                .collect();
+            let candidates: Vec<Candidate> = self
+                .workers()
+                .map(|w| Candidate {
+                    rank: w,
+                    missing_bytes: reach
+                        .iter()
+                        .filter(|(a, ..)| !bufs.get(*a).is_some_and(|b| b.held_by(w) || b.version == 0))
+                        .map(|(_, s, ..)| *s)
+                        .sum(),
+                    in_flight: self.in_flight[w as usize].load(Ordering::Relaxed),
+                })
+                .collect();
+            (reach, candidates)
+        };
+        let w = self.sched.choose(&candidates).ok_or(ClusterError::NoWorker)?;
+        self.in_flight[w as usize].fetch_add(1, Ordering::Relaxed);
+        let result = self.run_on(w, &kernel, &args, &reach);
+        self.in_flight[w as usize].fetch_sub(1, Ordering::Relaxed);
+        let (changed, pointers, kernel_s) = result?;
+        // Record the new versions.
+        let mut reads = Vec::with_capacity(reach.len());
+        let mut writes = Vec::new();
+        {
+            let mut bufs = self.buffers.lock();
+            let mut found = pointers.into_iter();
+            for ((addr, _, id, version), c) in reach.iter().zip(changed) {
+                reads.push(Access { buffer: *id, version: *version });
+                if !c {
+                    continue;
+                }
+                let f = found.next().unwrap_or(FoundPointers::Many);
+                if let Some(b) = bufs.get_mut(*addr) {
+                    b.version += 1;
+                    b.holders = [w].into();
+                    b.points_to = match f {
+                        FoundPointers::Many => PointsTo::All,
+                        FoundPointers::Some(v) => PointsTo::Some(v.into_iter().collect()),
+                    };
+                    if b.backed.contains(&HEAD) {
+                        // The staged copy is stale: give its memory back (it stays mapped).
+                        let _ = self.heap.discard(b.addr, b.span);
+                    }
+                    writes.push(Access { buffer: b.id, version: b.version });
+                }
+            }
+        }
+        self.sched.task_finished(kernel_s);
+        self.stats.add_task(w);
+        let t1 = self.start.elapsed().as_secs_f64();
+        self.graph.lock().record(TaskRecord {
+            id: 0,
+            kernel: kernel.name.clone(),
+            args,
+            worker: w,
+            reads,
+            writes,
+            start_s: t0,
+            end_s: t1,
+            kernel_s,
+        });
+        self.log(format_args!("EXECUTE {} on {w}: {:.3} ms in kernel, {:.3} ms total", kernel.name, kernel_s * 1e3, (t1 - t0) * 1e3));
+        Ok(())
+    }
+
+    fn run_on(&self, w: i32, kernel: &Kernel, args: &[u64], reach: &[(u64, u64, u64, u64)]) -> Result<(Vec<bool>, Vec<FoundPointers>, f64)> {
+        for (addr, ..) in reach {
+            self.ensure_present(*addr, w)?;
+        }
+        let regions: Vec<Region> = reach.iter().map(|&(addr, size, ..)| Region { addr, size }).collect();
+        let n = regions.len();
+        let tag = self.post(w, Event::Execute { image: kernel.image, kernel: kernel.index, args: args.to_vec(), regions })?;
+        match self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref())? {
+            Reply::Executed { changed, pointers, seconds } if changed.len() == n => Ok((changed, pointers, seconds)),
+            Reply::Error(msg) => Err(ClusterError::Worker { rank: w, msg }),
+            other => Err(ClusterError::Worker { rank: w, msg: format!("bad reply to EXECUTE: {other:?}") }),
+        }
+    }
+
+    // ----- shutdown -----
+
+    /// Stop the workers and write the report and the graph. Idempotent.
+    pub(crate) fn shutdown(&self) {
+        if self.stopped.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let workers: Vec<i32> = self.workers().collect();
+        let mut tags = Vec::new();
+        for &w in &workers {
+            match self.post(w, Event::Exit) {
+                Ok(tag) => tags.push((w, tag)),
+                Err(e) => eprintln!("ompcluster: could not stop worker {w}: {e}"),
+            }
+        }
+        for (w, tag) in tags {
+            if let Err(e) = self.expect_ok(w, tag) {
+                eprintln!("ompcluster: worker {w} did not stop cleanly: {e}");
+            }
+        }
+        let wall = self.start.elapsed().as_secs_f64();
+        if let Some(path) = &self.cfg.report {
+            let report = Report::from_stats(&self.stats, workers.len(), wall);
+            if let Err(e) = report.write(path) {
+                eprintln!("ompcluster: cannot write report {}: {e}", path.display());
+            }
+        }
+        if let Some(path) = &self.cfg.graph {
+            if let Err(e) = std::fs::write(path, self.graph.lock().to_dot()) {
+                eprintln!("ompcluster: cannot write task graph {}: {e}", path.display());
+            }
+        }
+    }
+}

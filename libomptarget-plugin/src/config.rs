@@ -1,0 +1,109 @@
+//! `OMPCLUSTER_*` settings of the plugin, read once at start-up. A bad value is an error that
+//! names the variable; the job stops before `main` rather than run with a setting it ignored.
+
+use scheduler::Policy;
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// A bad setting.
+#[derive(Debug, Error)]
+#[error("{var}={value:?}: {why}")]
+pub struct ConfigError {
+    var: &'static str,
+    value: String,
+    why: String,
+}
+
+/// Plugin settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Largest piece of a bulk transfer (`OMPCLUSTER_FRAGMENT_SIZE`, default 16M).
+    pub fragment: usize,
+    /// Size of the reserved device address range (`OMPCLUSTER_HEAP_SIZE`, default 256G).
+    pub heap_size: u64,
+    /// Placement policy (`OMPCLUSTER_SCHEDULER`: `locality` (default) or `roundrobin`).
+    pub policy: Policy,
+    /// Where to write the run report as JSON at exit (`OMPCLUSTER_REPORT`).
+    pub report: Option<PathBuf>,
+    /// Where to write the task graph as DOT at exit (`OMPCLUSTER_GRAPH`).
+    pub graph: Option<PathBuf>,
+    /// Print one line per offloading event on stderr (`OMPCLUSTER_VERBOSE=1`).
+    pub verbose: bool,
+}
+
+/// Parse a byte count with an optional K/M/G suffix (powers of 1024).
+pub fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 1u64 << 10),
+        (i, 'm' | 'M') => (&s[..i], 1 << 20),
+        (i, 'g' | 'G') => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    num.trim().parse::<u64>().ok()?.checked_mul(mult)
+}
+
+fn var(name: &'static str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn bad(var: &'static str, value: &str, why: impl Into<String>) -> ConfigError {
+    ConfigError { var, value: value.into(), why: why.into() }
+}
+
+fn flag(name: &'static str) -> Result<bool, ConfigError> {
+    match var(name).as_deref().map(str::trim) {
+        None | Some("0") | Some("false") | Some("off") | Some("no") => Ok(false),
+        Some("1") | Some("true") | Some("on") | Some("yes") => Ok(true),
+        Some(v) => Err(bad(name, v, "expected 0 or 1")),
+    }
+}
+
+impl Config {
+    /// Read the settings from the environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let bytes = |name: &'static str, default: u64, min: u64| -> Result<u64, ConfigError> {
+            match var(name) {
+                None => Ok(default),
+                Some(v) => match parse_bytes(&v) {
+                    Some(n) if n >= min => Ok(n),
+                    Some(_) => Err(bad(name, &v, format!("must be at least {min} bytes"))),
+                    None => Err(bad(name, &v, "expected a byte count such as 4096, 64K, 16M or 2G")),
+                },
+            }
+        };
+        let fragment = bytes("OMPCLUSTER_FRAGMENT_SIZE", 16 << 20, 1024)?;
+        if fragment > (1 << 30) {
+            return Err(bad("OMPCLUSTER_FRAGMENT_SIZE", &fragment.to_string(), "must be at most 1G"));
+        }
+        let heap_size = bytes("OMPCLUSTER_HEAP_SIZE", 256 << 30, 1 << 20)?;
+        let policy = match var("OMPCLUSTER_SCHEDULER") {
+            None => Policy::Locality,
+            Some(v) => v.parse().map_err(|e: scheduler::UnknownPolicy| bad("OMPCLUSTER_SCHEDULER", &v, e.to_string()))?,
+        };
+        Ok(Config {
+            fragment: fragment as usize,
+            heap_size,
+            policy,
+            report: var("OMPCLUSTER_REPORT").map(PathBuf::from),
+            graph: var("OMPCLUSTER_GRAPH").map(PathBuf::from),
+            verbose: flag("OMPCLUSTER_VERBOSE")?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_counts() {
+        assert_eq!(parse_bytes("4096"), Some(4096));
+        assert_eq!(parse_bytes("64K"), Some(65536));
+        assert_eq!(parse_bytes(" 2g "), Some(2 << 30));
+        assert_eq!(parse_bytes("1.5M"), None);
+        assert_eq!(parse_bytes("-1"), None);
+        assert_eq!(parse_bytes(""), None);
+        assert_eq!(parse_bytes("99999999999999G"), None);
+    }
+}

@@ -1,0 +1,90 @@
+//! Counters of a run and the JSON report written at exit (`OMPCLUSTER_REPORT`).
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counters updated by the cluster device (lock-free; read once at exit).
+#[derive(Debug)]
+pub(crate) struct Stats {
+    per_worker: Vec<AtomicU64>,
+    submitted: AtomicU64,
+    retrieved: AtomicU64,
+    exchanged: AtomicU64,
+}
+
+impl Stats {
+    pub(crate) fn new(ranks: usize) -> Self {
+        Stats {
+            per_worker: (0..ranks).map(|_| AtomicU64::new(0)).collect(),
+            submitted: AtomicU64::new(0),
+            retrieved: AtomicU64::new(0),
+            exchanged: AtomicU64::new(0),
+        }
+    }
+    pub(crate) fn add_task(&self, worker: i32) {
+        self.per_worker[worker as usize].fetch_add(1, Ordering::Relaxed);
+    }
+    pub(crate) fn add_submitted(&self, n: u64) {
+        self.submitted.fetch_add(n, Ordering::Relaxed);
+    }
+    pub(crate) fn add_retrieved(&self, n: u64) {
+        self.retrieved.fetch_add(n, Ordering::Relaxed);
+    }
+    pub(crate) fn add_exchanged(&self, n: u64) {
+        self.exchanged.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// The run report.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// Workers at the end of the run.
+    pub workers: usize,
+    /// Target regions executed.
+    pub tasks_executed: u64,
+    /// Worker rank (as a string) -> regions it executed.
+    pub tasks_per_worker: BTreeMap<String, u64>,
+    /// Bytes sent from the head to workers.
+    pub bytes_submitted: u64,
+    /// Bytes sent from workers to the head.
+    pub bytes_retrieved: u64,
+    /// Bytes sent from worker to worker.
+    pub bytes_exchanged: u64,
+    /// Time from plugin start-up to shutdown.
+    pub wall_seconds: f64,
+}
+
+impl Report {
+    pub(crate) fn from_stats(s: &Stats, workers: usize, wall_seconds: f64) -> Self {
+        let tasks_per_worker: BTreeMap<String, u64> = s
+            .per_worker
+            .iter()
+            .enumerate()
+            .skip(1)
+            .map(|(r, n)| (r.to_string(), n.load(Ordering::Relaxed)))
+            .collect();
+        Report {
+            workers,
+            tasks_executed: tasks_per_worker.values().sum(),
+            tasks_per_worker,
+            bytes_submitted: s.submitted.load(Ordering::Relaxed),
+            bytes_retrieved: s.retrieved.load(Ordering::Relaxed),
+            bytes_exchanged: s.exchanged.load(Ordering::Relaxed),
+            wall_seconds,
+        }
+    }
+
+    /// Write as JSON, atomically (a temporary file in the same directory, then rename).
+    pub fn write(&self, path: &Path) -> std::io::Result<()> {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+        serde_json::to_writer_pretty(&mut tmp, self)?;
+        tmp.write_all(b"\n")?;
+        tmp.as_file().sync_all()?;
+        tmp.persist(path).map_err(|e| e.error)?;
+        Ok(())
+    }
+}
