@@ -51,7 +51,10 @@ fn main() {
     let regions: usize = arg(&args, "--regions", 16).max(1);
     let reps: usize = arg(&args, "--reps", 3).max(1);
     let base: PathBuf = arg(&args, "--dir", std::env::current_dir().expect("cwd"));
-    let work = tempfile::Builder::new().prefix("flush-bench-").tempdir_in(&base).expect("work dir");
+    let work = tempfile::Builder::new()
+        .prefix("flush-bench-")
+        .tempdir_in(&base)
+        .expect("work dir");
     // Scratch base: same disk by default; `--scratch /dev/shm` for a tmpfs scratch.
     let scratch_base: PathBuf = arg(&args, "--scratch", work.path().join("scratch"));
 
@@ -59,7 +62,11 @@ fn main() {
     let region_size = total / regions;
     // Non-trivial content, so no layer can take shortcuts on zero pages.
     let data: Vec<Vec<u8>> = (0..regions)
-        .map(|r| (0..region_size).map(|i| (i as u64).wrapping_mul(2654435761).wrapping_add(r as u64) as u8).collect())
+        .map(|r| {
+            (0..region_size)
+                .map(|i| (i as u64).wrapping_mul(2654435761).wrapping_add(r as u64) as u8)
+                .collect()
+        })
         .collect();
     let bytes = (region_size * regions) as f64;
 
@@ -73,7 +80,10 @@ fn main() {
         // right after the other has filled the disk's caches.
         let flush_first = rep % 2 == 1;
         if !flush_first {
-            plain.push(plain_write(&work.path().join(format!("plain-{rep}.bin")), &data));
+            plain.push(plain_write(
+                &work.path().join(format!("plain-{rep}.bin")),
+                &data,
+            ));
         }
         // Checkpoint: save (the pause), then flush (background) until durable.
         let ckpt = rep as u64 + 1;
@@ -83,18 +93,30 @@ fn main() {
         }
         save.push(t.elapsed());
         let t = Instant::now();
-        let out = store.flush(ckpt).expect("flush").wait().expect("flush result");
+        let out = store
+            .flush(ckpt)
+            .expect("flush")
+            .wait()
+            .expect("flush result");
         flush.push(t.elapsed());
         assert_eq!(out.bytes as f64, bytes);
-        std::fs::remove_dir_all(work.path().join(format!("persistent/ckpt-{ckpt}"))).expect("cleanup");
+        std::fs::remove_dir_all(work.path().join(format!("persistent/ckpt-{ckpt}")))
+            .expect("cleanup");
         if flush_first {
-            plain.push(plain_write(&work.path().join(format!("plain-{rep}.bin")), &data));
+            plain.push(plain_write(
+                &work.path().join(format!("plain-{rep}.bin")),
+                &data,
+            ));
         }
     }
     let mbps = |d: Duration| bytes / 1e6 / d.as_secs_f64();
     for (i, (p, f)) in plain.iter().zip(&flush).enumerate() {
         let first = if i % 2 == 1 { "flush" } else { "plain" };
-        println!("rep {i} ({first} first): plain {:.1} MB/s, flush {:.1} MB/s", mbps(*p), mbps(*f));
+        println!(
+            "rep {i} ({first} first): plain {:.1} MB/s, flush {:.1} MB/s",
+            mbps(*p),
+            mbps(*f)
+        );
     }
     let (p, f, s) = (median(plain), median(flush), median(save));
     println!(

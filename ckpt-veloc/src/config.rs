@@ -121,7 +121,10 @@ impl StoreConfig {
         StoreConfig {
             rank,
             enabled: true,
-            interval: IntervalPolicy::Young { wspeed_mb_s: DEFAULT_WSPEED_MB_S, mtbf_s: DEFAULT_MTBF_S },
+            interval: IntervalPolicy::Young {
+                wspeed_mb_s: DEFAULT_WSPEED_MB_S,
+                mtbf_s: DEFAULT_MTBF_S,
+            },
             scratch: ScratchBase::Default,
             persistent: absolute(persistent.into()),
             keep: NonZeroUsize::new(DEFAULT_KEEP).expect("DEFAULT_KEEP > 0"),
@@ -136,29 +139,57 @@ impl StoreConfig {
 
     /// Reads the configuration through `lookup` (the environment in
     /// [`from_env`](Self::from_env); a map in tests).
-    pub fn from_lookup(rank: Rank, lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let get = |name: &'static str| lookup(name).filter(|v| !v.trim().is_empty()).map(|v| (name, v));
+    pub fn from_lookup(
+        rank: Rank,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let get = |name: &'static str| {
+            lookup(name)
+                .filter(|v| !v.trim().is_empty())
+                .map(|v| (name, v))
+        };
 
-        let enable = get(vars::ENABLE).map(|(n, v)| parse_bool(n, &v)).transpose()?;
-        let interval = get(vars::INTERVAL).map(|(n, v)| parse_positive(n, &v)).transpose()?;
-        let wspeed = get(vars::WSPEED).map(|(n, v)| parse_positive(n, &v)).transpose()?;
-        let mtbf = get(vars::MTBF).map(|(n, v)| parse_positive(n, &v)).transpose()?;
-        let daly = get(vars::DALY).map(|(n, v)| parse_bool(n, &v)).transpose()?;
-        let keep = get(vars::KEEP).map(|(n, v)| parse_keep(n, &v)).transpose()?;
-        let use_veloc = get(vars::USEVELOC).map(|(n, v)| parse_bool(n, &v)).transpose()?;
+        let enable = get(vars::ENABLE)
+            .map(|(n, v)| parse_bool(n, &v))
+            .transpose()?;
+        let interval = get(vars::INTERVAL)
+            .map(|(n, v)| parse_positive(n, &v))
+            .transpose()?;
+        let wspeed = get(vars::WSPEED)
+            .map(|(n, v)| parse_positive(n, &v))
+            .transpose()?;
+        let mtbf = get(vars::MTBF)
+            .map(|(n, v)| parse_positive(n, &v))
+            .transpose()?;
+        let daly = get(vars::DALY)
+            .map(|(n, v)| parse_bool(n, &v))
+            .transpose()?;
+        let keep = get(vars::KEEP)
+            .map(|(n, v)| parse_keep(n, &v))
+            .transpose()?;
+        let use_veloc = get(vars::USEVELOC)
+            .map(|(n, v)| parse_bool(n, &v))
+            .transpose()?;
         let execcfg = get(vars::EXECCFG).map(|(_, v)| absolute(PathBuf::from(v)));
         let scratch = get(vars::SCRATCH).map(|(_, v)| absolute(PathBuf::from(v)));
         let persistent = get(vars::PERSISTENT).map(|(_, v)| absolute(PathBuf::from(v)));
 
-        let any_interval_var = interval.is_some() || wspeed.is_some() || mtbf.is_some() || daly.is_some();
+        let any_interval_var =
+            interval.is_some() || wspeed.is_some() || mtbf.is_some() || daly.is_some();
         let enabled = enable.unwrap_or(any_interval_var);
 
         let wspeed_mb_s = wspeed.unwrap_or(DEFAULT_WSPEED_MB_S);
         let mtbf_s = mtbf.unwrap_or(DEFAULT_MTBF_S);
         let interval = match (interval, daly.unwrap_or(false)) {
             (Some(s), _) => IntervalPolicy::Fixed(Duration::from_secs_f64(s)),
-            (None, true) => IntervalPolicy::Daly { wspeed_mb_s, mtbf_s },
-            (None, false) => IntervalPolicy::Young { wspeed_mb_s, mtbf_s },
+            (None, true) => IntervalPolicy::Daly {
+                wspeed_mb_s,
+                mtbf_s,
+            },
+            (None, false) => IntervalPolicy::Young {
+                wspeed_mb_s,
+                mtbf_s,
+            },
         };
         let backend = if use_veloc.unwrap_or(false) {
             let config_file = execcfg.ok_or(ConfigError::Missing {
@@ -202,7 +233,11 @@ fn parse_bool(var: &'static str, v: &str) -> Result<bool, ConfigError> {
     match v.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Ok(true),
         "0" | "false" | "no" | "off" => Ok(false),
-        _ => Err(ConfigError::Invalid { var, value: v.to_string(), reason: "expected 1 or 0 (or true/false, yes/no, on/off)" }),
+        _ => Err(ConfigError::Invalid {
+            var,
+            value: v.to_string(),
+            reason: "expected 1 or 0 (or true/false, yes/no, on/off)",
+        }),
     }
 }
 
@@ -210,7 +245,11 @@ fn parse_positive(var: &'static str, v: &str) -> Result<f64, ConfigError> {
     match v.trim().parse::<f64>() {
         // Bounded so that Duration::from_secs_f64 cannot panic.
         Ok(x) if x.is_finite() && x > 0.0 && x < 1e15 => Ok(x),
-        _ => Err(ConfigError::Invalid { var, value: v.to_string(), reason: "expected a positive number" }),
+        _ => Err(ConfigError::Invalid {
+            var,
+            value: v.to_string(),
+            reason: "expected a positive number",
+        }),
     }
 }
 
@@ -219,7 +258,11 @@ fn parse_keep(var: &'static str, v: &str) -> Result<NonZeroUsize, ConfigError> {
         .parse::<usize>()
         .ok()
         .and_then(NonZeroUsize::new)
-        .ok_or(ConfigError::Invalid { var, value: v.to_string(), reason: "expected an integer >= 1" })
+        .ok_or(ConfigError::Invalid {
+            var,
+            value: v.to_string(),
+            reason: "expected an integer >= 1",
+        })
 }
 
 #[cfg(test)]
@@ -228,7 +271,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn cfg(pairs: &[(&str, &str)]) -> Result<StoreConfig, ConfigError> {
-        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         StoreConfig::from_lookup(3, |k| m.get(k).cloned())
     }
 
@@ -252,18 +298,52 @@ mod tests {
         assert!(cfg(&[("OMPCLUSTER_CP_WSPEED", "100")]).unwrap().enabled);
         assert!(cfg(&[("OMPCLUSTER_CP_MTBF", "3600")]).unwrap().enabled);
         assert!(cfg(&[("OMPCLUSTER_CP_DALY", "1")]).unwrap().enabled);
-        assert!(!cfg(&[("OMPCLUSTER_CP_ENABLE", "0"), ("OMPCLUSTER_CP_INTERVAL", "30")]).unwrap().enabled);
+        assert!(
+            !cfg(&[
+                ("OMPCLUSTER_CP_ENABLE", "0"),
+                ("OMPCLUSTER_CP_INTERVAL", "30")
+            ])
+            .unwrap()
+            .enabled
+        );
         assert!(!cfg(&[("OMPCLUSTER_CP_INTERVAL", "")]).unwrap().enabled);
     }
 
     #[test]
     fn interval_policies() {
-        let c = cfg(&[("OMPCLUSTER_CP_INTERVAL", "2.5"), ("OMPCLUSTER_CP_DALY", "1")]).unwrap();
-        assert_eq!(c.interval, IntervalPolicy::Fixed(Duration::from_millis(2500)));
-        let c = cfg(&[("OMPCLUSTER_CP_DALY", "yes"), ("OMPCLUSTER_CP_WSPEED", "20")]).unwrap();
-        assert_eq!(c.interval, IntervalPolicy::Daly { wspeed_mb_s: 20.0, mtbf_s: DEFAULT_MTBF_S });
-        let c = cfg(&[("OMPCLUSTER_CP_ENABLE", "true"), ("OMPCLUSTER_CP_MTBF", "3600")]).unwrap();
-        assert_eq!(c.interval, IntervalPolicy::Young { wspeed_mb_s: DEFAULT_WSPEED_MB_S, mtbf_s: 3600.0 });
+        let c = cfg(&[
+            ("OMPCLUSTER_CP_INTERVAL", "2.5"),
+            ("OMPCLUSTER_CP_DALY", "1"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.interval,
+            IntervalPolicy::Fixed(Duration::from_millis(2500))
+        );
+        let c = cfg(&[
+            ("OMPCLUSTER_CP_DALY", "yes"),
+            ("OMPCLUSTER_CP_WSPEED", "20"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.interval,
+            IntervalPolicy::Daly {
+                wspeed_mb_s: 20.0,
+                mtbf_s: DEFAULT_MTBF_S
+            }
+        );
+        let c = cfg(&[
+            ("OMPCLUSTER_CP_ENABLE", "true"),
+            ("OMPCLUSTER_CP_MTBF", "3600"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.interval,
+            IntervalPolicy::Young {
+                wspeed_mb_s: DEFAULT_WSPEED_MB_S,
+                mtbf_s: 3600.0
+            }
+        );
         // 10 MB at 10 MB/s = 1 s; sqrt(2 * 1 * 3600) = 84.85 s.
         let d = c.interval_for(10_000_000).unwrap();
         assert!((d.as_secs_f64() - 84.852_813_742).abs() < 1e-6, "{d:?}");
@@ -294,14 +374,27 @@ mod tests {
     fn veloc_needs_execcfg() {
         let e = cfg(&[("OMPCLUSTER_CP_USEVELOC", "1")]).unwrap_err();
         assert!(e.to_string().contains("OMPCLUSTER_CP_EXECCFG"), "{e}");
-        let c = cfg(&[("OMPCLUSTER_CP_USEVELOC", "1"), ("OMPCLUSTER_CP_EXECCFG", "/etc/veloc.cfg")]).unwrap();
-        assert_eq!(c.backend, Backend::Veloc { config_file: PathBuf::from("/etc/veloc.cfg") });
+        let c = cfg(&[
+            ("OMPCLUSTER_CP_USEVELOC", "1"),
+            ("OMPCLUSTER_CP_EXECCFG", "/etc/veloc.cfg"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.backend,
+            Backend::Veloc {
+                config_file: PathBuf::from("/etc/veloc.cfg")
+            }
+        );
     }
 
     #[test]
     fn directories() {
-        let c = cfg(&[("OMPCLUSTER_CP_SCRATCH", "/local/s"), ("OMPCLUSTER_CP_PERSISTENT", "rel/p"), ("OMPCLUSTER_CP_KEEP", "5")])
-            .unwrap();
+        let c = cfg(&[
+            ("OMPCLUSTER_CP_SCRATCH", "/local/s"),
+            ("OMPCLUSTER_CP_PERSISTENT", "rel/p"),
+            ("OMPCLUSTER_CP_KEEP", "5"),
+        ])
+        .unwrap();
         assert_eq!(c.scratch, ScratchBase::Dir(PathBuf::from("/local/s")));
         assert!(c.persistent.is_absolute() && c.persistent.ends_with("rel/p"));
         assert_eq!(c.keep.get(), 5);

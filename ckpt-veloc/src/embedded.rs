@@ -151,7 +151,12 @@ impl EmbeddedStore {
             .prefix(&format!("ompcluster-ckpt-rank{rank}-"))
             .permissions(fs::Permissions::from_mode(0o700))
             .tempdir_in(&base)
-            .map_err(|source| OpenError::NotWritable { role: "scratch", var: scratch_var, path: base.clone(), source })?;
+            .map_err(|source| OpenError::NotWritable {
+                role: "scratch",
+                var: scratch_var,
+                path: base.clone(),
+                source,
+            })?;
         fsutil::probe_writable(scratch.path()).map_err(|source| OpenError::NotWritable {
             role: "scratch",
             var: scratch_var,
@@ -164,14 +169,23 @@ impl EmbeddedStore {
         let flusher = std::thread::Builder::new()
             .name(format!("ckpt-flush-r{rank}"))
             .spawn(move || flusher_loop(rank, dir, rx))
-            .map_err(|e| OpenError::NotWritable { role: "scratch", var: scratch_var, path: base, source: e })?;
+            .map_err(|e| OpenError::NotWritable {
+                role: "scratch",
+                var: scratch_var,
+                path: base,
+                source: e,
+            })?;
 
         tracing::debug!(rank, persistent = %persistent.display(), scratch = %scratch.path().display(), "embedded checkpoint store opened");
         Ok(EmbeddedStore {
             rank,
             persistent,
             scratch,
-            state: Mutex::new(State { collecting: BTreeMap::new(), last_flushed: None, flushes: Vec::new() }),
+            state: Mutex::new(State {
+                collecting: BTreeMap::new(),
+                last_flushed: None,
+                flushes: Vec::new(),
+            }),
             jobs: Mutex::new(Some(tx)),
             flusher: Mutex::new(Some(flusher)),
         })
@@ -212,16 +226,36 @@ impl CheckpointStore for EmbeddedStore {
                     .write(true)
                     .create_new(true)
                     .open(&path)
-                    .map_err(|source| SaveError::Io { path: path.clone(), source })?;
-                v.insert(Collecting { file, path, len: 0, regions: Vec::new(), seen: HashSet::new() })
+                    .map_err(|source| SaveError::Io {
+                        path: path.clone(),
+                        source,
+                    })?;
+                v.insert(Collecting {
+                    file,
+                    path,
+                    len: 0,
+                    regions: Vec::new(),
+                    seen: HashSet::new(),
+                })
             }
         };
         if c.seen.contains(&region) {
             return Err(SaveError::Duplicate { ckpt, region });
         }
-        c.file.write_all_at(bytes, c.len).map_err(|source| SaveError::Io { path: c.path.clone(), source })?;
+        c.file
+            .write_all_at(bytes, c.len)
+            .map_err(|source| SaveError::Io {
+                path: c.path.clone(),
+                source,
+            })?;
         c.seen.insert(region);
-        c.regions.push(Pending { region, offset: c.len, size: bytes.len() as u64, checksum, saved_unix_ms: now_unix_ms() });
+        c.regions.push(Pending {
+            region,
+            offset: c.len,
+            size: bytes.len() as u64,
+            checksum,
+            saved_unix_ms: now_unix_ms(),
+        });
         c.len += bytes.len() as u64;
         Ok(())
     }
@@ -236,7 +270,11 @@ impl CheckpointStore for EmbeddedStore {
         let stale: Vec<CkptId> = st.collecting.range(..ckpt).map(|(k, _)| *k).collect();
         for k in stale {
             if let Some(c) = st.collecting.remove(&k) {
-                tracing::warn!(rank = self.rank, ckpt = k, "discarding unflushed checkpoint older than {ckpt}");
+                tracing::warn!(
+                    rank = self.rank,
+                    ckpt = k,
+                    "discarding unflushed checkpoint older than {ckpt}"
+                );
                 let _ = fs::remove_file(&c.path);
             }
         }
@@ -248,7 +286,11 @@ impl CheckpointStore for EmbeddedStore {
         if let Some(tx) = self.jobs.lock().as_ref() {
             // On a send error the job (and its completer) is dropped, which
             // fails the flush with FlusherGone.
-            let _ = tx.send(Job { ckpt, data, completer });
+            let _ = tx.send(Job {
+                ckpt,
+                data,
+                completer,
+            });
         }
         Ok(handle)
     }
@@ -279,7 +321,11 @@ impl Drop for EmbeddedStore {
 
 fn flusher_loop(rank: Rank, persistent: PathBuf, rx: Receiver<Job>) {
     for job in rx {
-        let Job { ckpt, data, completer } = job;
+        let Job {
+            ckpt,
+            data,
+            completer,
+        } = job;
         let r = run_flush(rank, &persistent, ckpt, data.as_ref());
         if let Some(c) = data {
             let _ = fs::remove_file(&c.path);
@@ -300,7 +346,12 @@ fn run_flush(
     let start = Instant::now();
     let io = |op: &'static str, path: &Path| {
         let path = path.to_path_buf();
-        move |source| FlushError::Io { ckpt, op, path, source }
+        move |source| FlushError::Io {
+            ckpt,
+            op,
+            path,
+            source,
+        }
     };
     let dir = persistent.join(layout::ckpt_dir(ckpt));
     fsutil::create_private_dir_all(&dir).map_err(io("create directory", &dir))?;
@@ -364,8 +415,19 @@ fn run_flush(
     };
     let json = serde_json::to_vec_pretty(&index).expect("index serialises");
     let index_path = persistent.join(layout::index_file(ckpt, rank));
-    fsutil::atomic_write(&index_path, &json).map_err(|(path, source)| FlushError::Io { ckpt, op: "publish", path, source })?;
-    Ok(FlushOutcome { ckpt, rank, records, bytes, duration: start.elapsed() })
+    fsutil::atomic_write(&index_path, &json).map_err(|(path, source)| FlushError::Io {
+        ckpt,
+        op: "publish",
+        path,
+        source,
+    })?;
+    Ok(FlushOutcome {
+        ckpt,
+        rank,
+        records,
+        bytes,
+        duration: start.elapsed(),
+    })
 }
 
 /// Asks the kernel to start writing `len` bytes at `offset` of `f` back to
@@ -379,7 +441,12 @@ fn start_writeback(f: &File, offset: u64, len: u64) {
         // descriptor is valid for the duration of the call because `f` is
         // borrowed. A failure only loses the hint: fsync still follows.
         let _ = unsafe {
-            libc::sync_file_range(f.as_raw_fd(), offset as libc::off64_t, len as libc::off64_t, libc::SYNC_FILE_RANGE_WRITE)
+            libc::sync_file_range(
+                f.as_raw_fd(),
+                offset as libc::off64_t,
+                len as libc::off64_t,
+                libc::SYNC_FILE_RANGE_WRITE,
+            )
         };
     }
     #[cfg(not(target_os = "linux"))]
@@ -403,7 +470,13 @@ mod tests {
         let s = open(t.path(), 2);
         s.save_region(1, 10, b"hello").unwrap();
         s.save_region(1, 11, &[7u8; 100_000]).unwrap();
-        assert!(matches!(s.save_region(1, 10, b"again"), Err(SaveError::Duplicate { ckpt: 1, region: 10 })));
+        assert!(matches!(
+            s.save_region(1, 10, b"again"),
+            Err(SaveError::Duplicate {
+                ckpt: 1,
+                region: 10
+            })
+        ));
         let out = s.flush(1).unwrap().wait().unwrap();
         assert_eq!(out.rank, 2);
         assert_eq!(out.bytes, 100_005);
@@ -413,11 +486,20 @@ mod tests {
         assert_eq!(out.records[1].checksum, Checksum::of(&[7u8; 100_000]));
         let data = fs::read(t.path().join("persistent/ckpt-1/rank-2.data")).unwrap();
         assert_eq!(&data[..5], b"hello");
-        assert!(t.path().join("persistent/ckpt-1/rank-2.index.json").exists());
+        assert!(t
+            .path()
+            .join("persistent/ckpt-1/rank-2.index.json")
+            .exists());
         // The scratch file is gone after the flush; ids must increase.
         assert_eq!(fs::read_dir(s.scratch_dir()).unwrap().count(), 0);
-        assert!(matches!(s.save_region(1, 12, b"x"), Err(SaveError::Closed { ckpt: 1 })));
-        assert!(matches!(s.flush(1), Err(FlushError::AlreadyFlushed { ckpt: 1 })));
+        assert!(matches!(
+            s.save_region(1, 12, b"x"),
+            Err(SaveError::Closed { ckpt: 1 })
+        ));
+        assert!(matches!(
+            s.flush(1),
+            Err(FlushError::AlreadyFlushed { ckpt: 1 })
+        ));
     }
 
     #[test]
@@ -426,7 +508,10 @@ mod tests {
         let s = open(t.path(), 0);
         let out = s.flush(3).unwrap().wait().unwrap();
         assert!(out.records.is_empty());
-        assert!(t.path().join("persistent/ckpt-3/rank-0.index.json").exists());
+        assert!(t
+            .path()
+            .join("persistent/ckpt-3/rank-0.index.json")
+            .exists());
         assert!(!t.path().join("persistent/ckpt-3/rank-0.data").exists());
     }
 
@@ -440,7 +525,10 @@ mod tests {
         bytes[100] ^= 0x40;
         fs::write(&scratch_file, &bytes).unwrap();
         let e = s.flush(5).unwrap().wait().unwrap_err();
-        assert!(matches!(e, FlushError::ScratchCorrupt { region: 1, .. }), "{e}");
+        assert!(
+            matches!(e, FlushError::ScratchCorrupt { region: 1, .. }),
+            "{e}"
+        );
         assert!(e.to_string().contains("ckpt-5.pack"), "{e}");
         // Nothing was published.
         assert!(!t.path().join("persistent/ckpt-5/rank-1.data").exists());

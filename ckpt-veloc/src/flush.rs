@@ -94,7 +94,11 @@ impl FlushSlot {
         match std::mem::replace(&mut *st, SlotState::InProgress) {
             SlotState::InProgress => None,
             SlotState::Done(r) => {
-                let s = if r.is_ok() { FlushStatus::Complete } else { FlushStatus::Failed };
+                let s = if r.is_ok() {
+                    FlushStatus::Complete
+                } else {
+                    FlushStatus::Failed
+                };
                 *st = SlotState::Taken(s);
                 Some(r)
             }
@@ -111,8 +115,21 @@ impl FlushSlot {
 /// Creates a new in-progress flush: the handle for the caller, the
 /// completer for the worker, and the slot for the store's bookkeeping.
 pub(crate) fn new_flush(ckpt: CkptId) -> (FlushHandle, FlushCompleter, Arc<FlushSlot>) {
-    let slot = Arc::new(FlushSlot { state: Mutex::new(SlotState::InProgress), cv: Condvar::new() });
-    (FlushHandle { ckpt, slot: slot.clone() }, FlushCompleter { ckpt, slot: Some(slot.clone()) }, slot)
+    let slot = Arc::new(FlushSlot {
+        state: Mutex::new(SlotState::InProgress),
+        cv: Condvar::new(),
+    });
+    (
+        FlushHandle {
+            ckpt,
+            slot: slot.clone(),
+        },
+        FlushCompleter {
+            ckpt,
+            slot: Some(slot.clone()),
+        },
+        slot,
+    )
 }
 
 /// The worker's side of a flush: completes it exactly once.
@@ -153,7 +170,10 @@ pub struct FlushHandle {
 
 impl std::fmt::Debug for FlushHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FlushHandle").field("ckpt", &self.ckpt).field("status", &self.status()).finish()
+        f.debug_struct("FlushHandle")
+            .field("ckpt", &self.ckpt)
+            .field("status", &self.status())
+            .finish()
     }
 }
 
@@ -171,7 +191,9 @@ impl FlushHandle {
     /// Blocks until the flush is durably complete or has failed.
     pub fn wait(self) -> Result<FlushOutcome, FlushError> {
         self.slot.wait_done(None);
-        self.slot.take().unwrap_or(Err(FlushError::FlusherGone { ckpt: self.ckpt }))
+        self.slot
+            .take()
+            .unwrap_or(Err(FlushError::FlusherGone { ckpt: self.ckpt }))
     }
 
     /// Non-blocking: the result if the flush is finished, else the handle back.
@@ -180,7 +202,10 @@ impl FlushHandle {
     }
 
     /// Waits at most `timeout`: the result if the flush finished, else the handle back.
-    pub fn wait_timeout(self, timeout: Duration) -> Result<Result<FlushOutcome, FlushError>, FlushHandle> {
+    pub fn wait_timeout(
+        self,
+        timeout: Duration,
+    ) -> Result<Result<FlushOutcome, FlushError>, FlushHandle> {
         if self.slot.wait_done(Some(Instant::now() + timeout)) {
             if let Some(r) = self.slot.take() {
                 return Ok(r);
@@ -195,7 +220,13 @@ mod tests {
     use super::*;
 
     fn outcome(ckpt: CkptId) -> FlushOutcome {
-        FlushOutcome { ckpt, rank: 1, records: vec![], bytes: 0, duration: Duration::ZERO }
+        FlushOutcome {
+            ckpt,
+            rank: 1,
+            records: vec![],
+            bytes: 0,
+            duration: Duration::ZERO,
+        }
     }
 
     #[test]

@@ -10,13 +10,18 @@ use std::path::{Path, PathBuf};
 /// Creates `dir` and its missing parents with mode 0700. An existing
 /// directory is left as it is.
 pub(crate) fn create_private_dir_all(dir: &Path) -> io::Result<()> {
-    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
 }
 
 /// Checks that a file can be created and written in `dir` (with a random
 /// name, removed again).
 pub(crate) fn probe_writable(dir: &Path) -> io::Result<()> {
-    let mut f = tempfile::Builder::new().prefix(".ompcluster-probe.").tempfile_in(dir)?;
+    let mut f = tempfile::Builder::new()
+        .prefix(".ompcluster-probe.")
+        .tempfile_in(dir)?;
     f.write_all(b"probe")?;
     f.as_file().sync_all()?;
     f.close()
@@ -32,7 +37,10 @@ pub(crate) fn fsync_dir(dir: &Path) -> io::Result<()> {
 pub(crate) fn temp_beside(dest: &Path) -> io::Result<tempfile::NamedTempFile> {
     let dir = dest.parent().unwrap_or(Path::new("."));
     let name = dest.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    tempfile::Builder::new().prefix(&format!(".{name}.")).suffix(".tmp").tempfile_in(dir)
+    tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .tempfile_in(dir)
 }
 
 /// fsyncs `tmp`, renames it to `dest` and fsyncs the directory.
@@ -61,8 +69,18 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let d = t.path().join("a/b");
         create_private_dir_all(&d).unwrap();
-        assert_eq!(fs::metadata(&d).unwrap().permissions().mode() & 0o777, 0o700);
-        assert_eq!(fs::metadata(t.path().join("a")).unwrap().permissions().mode() & 0o777, 0o700);
+        assert_eq!(
+            fs::metadata(&d).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
+        assert_eq!(
+            fs::metadata(t.path().join("a"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o700
+        );
         probe_writable(&d).unwrap();
         let f = d.join("x.json");
         atomic_write(&f, b"one").unwrap();

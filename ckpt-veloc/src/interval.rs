@@ -66,12 +66,14 @@ impl IntervalPolicy {
     pub fn interval(&self, bytes: u64) -> Duration {
         let secs = match *self {
             IntervalPolicy::Fixed(d) => return d,
-            IntervalPolicy::Young { wspeed_mb_s, mtbf_s } => {
-                young_seconds(checkpoint_cost_seconds(bytes, wspeed_mb_s), mtbf_s)
-            }
-            IntervalPolicy::Daly { wspeed_mb_s, mtbf_s } => {
-                daly_seconds(checkpoint_cost_seconds(bytes, wspeed_mb_s), mtbf_s)
-            }
+            IntervalPolicy::Young {
+                wspeed_mb_s,
+                mtbf_s,
+            } => young_seconds(checkpoint_cost_seconds(bytes, wspeed_mb_s), mtbf_s),
+            IntervalPolicy::Daly {
+                wspeed_mb_s,
+                mtbf_s,
+            } => daly_seconds(checkpoint_cost_seconds(bytes, wspeed_mb_s), mtbf_s),
         };
         if secs.is_finite() {
             Duration::from_secs_f64(secs.max(0.0)).max(MIN_INTERVAL)
@@ -100,10 +102,15 @@ mod tests {
     #[test]
     fn daly_matches_hand_computation() {
         let (c, m) = (100.0_f64, 86_400.0_f64);
-        let expect = (2.0 * c * m).sqrt() * (1.0 + (c / (2.0 * m)).sqrt() / 3.0 + c / (18.0 * m)) - c;
+        let expect =
+            (2.0 * c * m).sqrt() * (1.0 + (c / (2.0 * m)).sqrt() / 3.0 + c / (18.0 * m)) - c;
         assert!(close(daly_seconds(c, m), expect));
         // Numerically: 4156.92 * (1 + 0.0080187 + 0.0000643) - 100 = 4090.5...
-        assert!((daly_seconds(c, m) - 4090.5).abs() < 0.5, "{}", daly_seconds(c, m));
+        assert!(
+            (daly_seconds(c, m) - 4090.5).abs() < 0.5,
+            "{}",
+            daly_seconds(c, m)
+        );
         // C >= 2M: the interval is M.
         assert_eq!(daly_seconds(200.0, 100.0), 100.0);
         assert_eq!(daly_seconds(500.0, 100.0), 100.0);
@@ -113,13 +120,19 @@ mod tests {
 
     #[test]
     fn policy_interval() {
-        let y = IntervalPolicy::Young { wspeed_mb_s: 10.0, mtbf_s: 86_400.0 };
+        let y = IntervalPolicy::Young {
+            wspeed_mb_s: 10.0,
+            mtbf_s: 86_400.0,
+        };
         let d = y.interval(1_000_000_000);
         assert!((d.as_secs_f64() - 4156.921938165305).abs() < 1e-6);
         assert_eq!(y.interval(0), MIN_INTERVAL);
         let f = IntervalPolicy::Fixed(Duration::from_secs(7));
         assert_eq!(f.interval(123), Duration::from_secs(7));
-        let dl = IntervalPolicy::Daly { wspeed_mb_s: 10.0, mtbf_s: 86_400.0 };
+        let dl = IntervalPolicy::Daly {
+            wspeed_mb_s: 10.0,
+            mtbf_s: 86_400.0,
+        };
         assert!(dl.interval(1_000_000_000) < d);
     }
 }

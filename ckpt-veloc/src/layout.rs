@@ -62,7 +62,10 @@ pub(crate) fn veloc_file(ckpt: CkptId, rank: Rank) -> PathBuf {
 
 /// `ompcluster-<r>-<k>.dat` -> k.
 pub(crate) fn parse_veloc_file(name: &str) -> Option<CkptId> {
-    let rest = name.strip_prefix(VELOC_NAME)?.strip_prefix('-')?.strip_suffix(".dat")?;
+    let rest = name
+        .strip_prefix(VELOC_NAME)?
+        .strip_prefix('-')?
+        .strip_suffix(".dat")?;
     let (r, k) = rest.split_once('-')?;
     parse_u64(r)?;
     parse_u64(k)
@@ -87,7 +90,10 @@ mod tests {
         assert_eq!(parse_ckpt_dir("ckpt-7"), Some(7));
         assert_eq!(parse_ckpt_dir("ckpt-"), None);
         assert_eq!(data_file(7, 3), PathBuf::from("ckpt-7/rank-3.data"));
-        assert_eq!(data_name_of_index("rank-3.index.json").as_deref(), Some("rank-3.data"));
+        assert_eq!(
+            data_name_of_index("rank-3.index.json").as_deref(),
+            Some("rank-3.data")
+        );
         assert_eq!(data_name_of_index("rank-x.index.json"), None);
         assert_eq!(parse_veloc_file("ompcluster-3-12.dat"), Some(12));
         assert_eq!(veloc_file(12, 3), PathBuf::from("ompcluster-3-12.dat"));

@@ -46,22 +46,24 @@ mod manifest;
 mod mmap;
 mod record;
 mod store;
-mod verify;
 #[cfg(feature = "veloc")]
 mod veloc;
+mod veloc_cfg;
 #[cfg(feature = "veloc")]
 mod veloc_sys;
+mod verify;
 
 pub use config::{
-    vars, Backend, ScratchBase, StoreConfig, DEFAULT_KEEP, DEFAULT_MTBF_S, DEFAULT_PERSISTENT, DEFAULT_WSPEED_MB_S,
+    vars, Backend, ScratchBase, StoreConfig, DEFAULT_KEEP, DEFAULT_MTBF_S, DEFAULT_PERSISTENT,
+    DEFAULT_WSPEED_MB_S,
 };
 pub use embedded::EmbeddedStore;
 pub use error::{ConfigError, FlushError, LoadError, ManifestError, OpenError, SaveError};
 pub use flush::{FlushHandle, FlushOutcome, FlushStatus};
 pub use interval::IntervalPolicy;
 pub use manifest::{
-    flushed_records, latest_version, list_versions, load_record, load_record_into, load_region, manifest_path, prune,
-    CheckpointMap, Manifest, PruneReport, Published, MANIFEST_FORMAT,
+    flushed_records, latest_version, list_versions, load_record, load_record_into, load_region,
+    manifest_path, prune, CheckpointMap, Manifest, PruneReport, Published, MANIFEST_FORMAT,
 };
 pub use record::{format_unix_ms, Checksum, CkptId, Rank, RegionId, RegionRecord};
 pub use store::{open, CheckpointStore, StoreKind};

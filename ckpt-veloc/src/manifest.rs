@@ -49,15 +49,26 @@ impl Manifest {
     pub fn read(dir: &Path, version: CkptId) -> Result<Self, ManifestError> {
         let path = dir.join(layout::manifest_file(version));
         if !path.exists() {
-            return Err(ManifestError::NoSuchVersion { version, dir: dir.to_path_buf(), path });
+            return Err(ManifestError::NoSuchVersion {
+                version,
+                dir: dir.to_path_buf(),
+                path,
+            });
         }
         Self::read_file(&path)
     }
 
     /// Reads and checks one manifest file.
     pub fn read_file(path: &Path) -> Result<Self, ManifestError> {
-        let bytes = fs::read(path).map_err(|source| ManifestError::Io { op: "read", path: path.to_path_buf(), source })?;
-        let damaged = |reason: String| ManifestError::Damaged { path: path.to_path_buf(), reason };
+        let bytes = fs::read(path).map_err(|source| ManifestError::Io {
+            op: "read",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let damaged = |reason: String| ManifestError::Damaged {
+            path: path.to_path_buf(),
+            reason,
+        };
         let m: Manifest = serde_json::from_slice(&bytes).map_err(|e| damaged(e.to_string()))?;
         m.check().map_err(damaged)?;
         Ok(m)
@@ -71,16 +82,28 @@ impl Manifest {
         let mut prev = None;
         for r in &self.regions {
             if prev.is_some_and(|p| p >= r.region) {
-                return Err(format!("regions not sorted or region {} listed twice", r.region));
+                return Err(format!(
+                    "regions not sorted or region {} listed twice",
+                    r.region
+                ));
             }
             prev = Some(r.region);
             if r.ckpt > self.version {
-                return Err(format!("region {} refers to checkpoint {} > version {}", r.region, r.ckpt, self.version));
+                return Err(format!(
+                    "region {} refers to checkpoint {} > version {}",
+                    r.region, r.ckpt, self.version
+                ));
             }
             if r.file.is_absolute()
-                || r.file.components().any(|c| !matches!(c, std::path::Component::Normal(_)))
+                || r.file
+                    .components()
+                    .any(|c| !matches!(c, std::path::Component::Normal(_)))
             {
-                return Err(format!("region {} has a file outside the directory: {}", r.region, r.file.display()));
+                return Err(format!(
+                    "region {} has a file outside the directory: {}",
+                    r.region,
+                    r.file.display()
+                ));
             }
         }
         Ok(())
@@ -88,7 +111,10 @@ impl Manifest {
 
     /// The record of `region`, if it is part of this version.
     pub fn region(&self, region: RegionId) -> Option<&RegionRecord> {
-        self.regions.binary_search_by_key(&region, |r| r.region).ok().map(|i| &self.regions[i])
+        self.regions
+            .binary_search_by_key(&region, |r| r.region)
+            .ok()
+            .map(|i| &self.regions[i])
     }
 
     /// Total bytes of the program state in this version.
@@ -103,7 +129,10 @@ impl Manifest {
 
     /// Loads and verifies `region` of this version from `dir`.
     pub fn load_region(&self, dir: &Path, region: RegionId) -> Result<Vec<u8>, LoadError> {
-        let rec = self.region(region).ok_or(LoadError::NoSuchRegion { version: self.version, region })?;
+        let rec = self.region(region).ok_or(LoadError::NoSuchRegion {
+            version: self.version,
+            region,
+        })?;
         load_record(dir, rec)
     }
 }
@@ -122,13 +151,27 @@ pub fn list_versions(dir: &Path) -> Result<Vec<CkptId>, ManifestError> {
             if dir.is_dir() {
                 return Ok(Vec::new());
             }
-            return Err(ManifestError::Io { op: "read directory", path: dir.to_path_buf(), source: e });
+            return Err(ManifestError::Io {
+                op: "read directory",
+                path: dir.to_path_buf(),
+                source: e,
+            });
         }
-        Err(source) => return Err(ManifestError::Io { op: "read directory", path: mdir, source }),
+        Err(source) => {
+            return Err(ManifestError::Io {
+                op: "read directory",
+                path: mdir,
+                source,
+            })
+        }
     };
     let mut v = Vec::new();
     for e in rd {
-        let e = e.map_err(|source| ManifestError::Io { op: "read directory", path: mdir.clone(), source })?;
+        let e = e.map_err(|source| ManifestError::Io {
+            op: "read directory",
+            path: mdir.clone(),
+            source,
+        })?;
         if let Some(k) = e.file_name().to_str().and_then(layout::parse_manifest_name) {
             v.push(k);
         }
@@ -158,21 +201,41 @@ pub fn load_record(dir: &Path, rec: &RegionRecord) -> Result<Vec<u8>, LoadError>
 /// length must be the region's size. On error `buf` may hold partial data.
 pub fn load_record_into(dir: &Path, rec: &RegionRecord, buf: &mut [u8]) -> Result<(), LoadError> {
     if buf.len() as u64 != rec.size {
-        return Err(LoadError::SizeMismatch { region: rec.region, size: rec.size, buf_len: buf.len() });
+        return Err(LoadError::SizeMismatch {
+            region: rec.region,
+            size: rec.size,
+            buf_len: buf.len(),
+        });
     }
     let path = rec.path_in(dir);
-    let io_err =
-        |source: io::Error| LoadError::Io { region: rec.region, rank: rec.rank, ckpt: rec.ckpt, path: path.clone(), source };
+    let io_err = |source: io::Error| LoadError::Io {
+        region: rec.region,
+        rank: rec.rank,
+        ckpt: rec.ckpt,
+        path: path.clone(),
+        source,
+    };
     let f = File::open(&path).map_err(io_err)?;
     let file_len = f.metadata().map_err(io_err)?.len();
     let end = rec.offset.saturating_add(rec.size);
     if end > file_len {
-        return Err(LoadError::Truncated { region: rec.region, path, file_len, offset: rec.offset, end });
+        return Err(LoadError::Truncated {
+            region: rec.region,
+            path,
+            file_len,
+            offset: rec.offset,
+            end,
+        });
     }
     f.read_exact_at(buf, rec.offset).map_err(io_err)?;
     let found = Checksum::of(buf);
     if found != rec.checksum {
-        return Err(LoadError::Corrupt { region: rec.region, path, found, expected: rec.checksum });
+        return Err(LoadError::Corrupt {
+            region: rec.region,
+            path,
+            found,
+            expected: rec.checksum,
+        });
     }
     Ok(())
 }
@@ -181,17 +244,32 @@ pub fn load_record_into(dir: &Path, rec: &RegionRecord, buf: &mut [u8]) -> Resul
 /// `rank-<r>.index.json`), or `None` if it never completed. Lets the head
 /// collect records from the shared directory, e.g. of a rank that died after
 /// flushing but before reporting.
-pub fn flushed_records(dir: &Path, ckpt: CkptId, rank: Rank) -> Result<Option<Vec<RegionRecord>>, ManifestError> {
+pub fn flushed_records(
+    dir: &Path,
+    ckpt: CkptId,
+    rank: Rank,
+) -> Result<Option<Vec<RegionRecord>>, ManifestError> {
     let path = dir.join(layout::index_file(ckpt, rank));
     let bytes = match fs::read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(ManifestError::Io { op: "read", path, source }),
+        Err(source) => {
+            return Err(ManifestError::Io {
+                op: "read",
+                path,
+                source,
+            })
+        }
     };
-    let idx: FlushIndex =
-        serde_json::from_slice(&bytes).map_err(|e| ManifestError::Damaged { path: path.clone(), reason: e.to_string() })?;
+    let idx: FlushIndex = serde_json::from_slice(&bytes).map_err(|e| ManifestError::Damaged {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
     if idx.format != INDEX_FORMAT || idx.ckpt != ckpt || idx.rank != rank {
-        return Err(ManifestError::Damaged { path, reason: "index does not match its name or format".into() });
+        return Err(ManifestError::Damaged {
+            path,
+            reason: "index does not match its name or format".into(),
+        });
     }
     Ok(Some(idx.records))
 }
@@ -224,7 +302,9 @@ impl CheckpointMap {
 
     /// The map as of a published version (e.g. after restarting the head).
     pub fn from_manifest(m: &Manifest) -> Self {
-        CheckpointMap { regions: m.regions.iter().map(|r| (r.region, r.clone())).collect() }
+        CheckpointMap {
+            regions: m.regions.iter().map(|r| (r.region, r.clone())).collect(),
+        }
     }
 
     /// Records new saves; a region's newer save replaces an older one.
@@ -269,9 +349,18 @@ impl CheckpointMap {
     /// file, fsync, rename, fsync directory), then keeps only the newest
     /// `keep` versions. Call only when every rank's flush of `version` is
     /// complete.
-    pub fn publish(&self, dir: &Path, version: CkptId, keep: NonZeroUsize) -> Result<Published, ManifestError> {
+    pub fn publish(
+        &self,
+        dir: &Path,
+        version: CkptId,
+        keep: NonZeroUsize,
+    ) -> Result<Published, ManifestError> {
         if let Some(r) = self.regions.values().find(|r| r.ckpt > version) {
-            return Err(ManifestError::FutureRecord { version, region: r.region, ckpt: r.ckpt });
+            return Err(ManifestError::FutureRecord {
+                version,
+                region: r.region,
+                ckpt: r.ckpt,
+            });
         }
         let manifest = Manifest {
             format: MANIFEST_FORMAT.to_string(),
@@ -280,14 +369,28 @@ impl CheckpointMap {
             regions: self.regions.values().cloned().collect(),
         };
         let mdir = dir.join(layout::MANIFEST_DIR);
-        fsutil::create_private_dir_all(&mdir)
-            .map_err(|source| ManifestError::Io { op: "create directory", path: mdir.clone(), source })?;
+        fsutil::create_private_dir_all(&mdir).map_err(|source| ManifestError::Io {
+            op: "create directory",
+            path: mdir.clone(),
+            source,
+        })?;
         let path = manifest_path(dir, version);
-        manifest.check().map_err(|reason| ManifestError::Damaged { path: path.clone(), reason })?;
+        manifest.check().map_err(|reason| ManifestError::Damaged {
+            path: path.clone(),
+            reason,
+        })?;
         let json = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
-        fsutil::atomic_write(&path, &json).map_err(|(path, source)| ManifestError::Io { op: "publish", path, source })?;
+        fsutil::atomic_write(&path, &json).map_err(|(path, source)| ManifestError::Io {
+            op: "publish",
+            path,
+            source,
+        })?;
         let pruned = prune(dir, keep)?;
-        Ok(Published { manifest, path, pruned })
+        Ok(Published {
+            manifest,
+            path,
+            pruned,
+        })
     }
 }
 
@@ -305,7 +408,9 @@ pub struct PruneReport {
 /// refers to. If a kept manifest cannot be read, nothing is deleted.
 pub fn prune(dir: &Path, keep: NonZeroUsize) -> Result<PruneReport, ManifestError> {
     let versions = list_versions(dir)?;
-    let Some(&newest) = versions.last() else { return Ok(PruneReport::default()) };
+    let Some(&newest) = versions.last() else {
+        return Ok(PruneReport::default());
+    };
     let split = versions.len().saturating_sub(keep.get());
     let (old, kept) = versions.split_at(split);
 
@@ -324,12 +429,24 @@ pub fn prune(dir: &Path, keep: NonZeroUsize) -> Result<PruneReport, ManifestErro
     }
     if !old.is_empty() {
         let mdir = dir.join(layout::MANIFEST_DIR);
-        fsutil::fsync_dir(&mdir).map_err(|source| ManifestError::Io { op: "fsync", path: mdir, source })?;
+        fsutil::fsync_dir(&mdir).map_err(|source| ManifestError::Io {
+            op: "fsync",
+            path: mdir,
+            source,
+        })?;
     }
 
-    let rd = fs::read_dir(dir).map_err(|source| ManifestError::Io { op: "read directory", path: dir.to_path_buf(), source })?;
+    let rd = fs::read_dir(dir).map_err(|source| ManifestError::Io {
+        op: "read directory",
+        path: dir.to_path_buf(),
+        source,
+    })?;
     for e in rd {
-        let e = e.map_err(|source| ManifestError::Io { op: "read directory", path: dir.to_path_buf(), source })?;
+        let e = e.map_err(|source| ManifestError::Io {
+            op: "read directory",
+            path: dir.to_path_buf(),
+            source,
+        })?;
         let name = e.file_name();
         let Some(name) = name.to_str() else { continue };
         if let Some(k) = layout::parse_ckpt_dir(name) {
@@ -354,10 +471,18 @@ fn prune_ckpt_dir(
     report: &mut PruneReport,
 ) -> Result<(), ManifestError> {
     let cdir = dir.join(name);
-    let rd = fs::read_dir(&cdir).map_err(|source| ManifestError::Io { op: "read directory", path: cdir.clone(), source })?;
+    let rd = fs::read_dir(&cdir).map_err(|source| ManifestError::Io {
+        op: "read directory",
+        path: cdir.clone(),
+        source,
+    })?;
     let mut left = 0usize;
     for e in rd {
-        let e = e.map_err(|source| ManifestError::Io { op: "read directory", path: cdir.clone(), source })?;
+        let e = e.map_err(|source| ManifestError::Io {
+            op: "read directory",
+            path: cdir.clone(),
+            source,
+        })?;
         let fname = e.file_name();
         let fname = fname.to_string_lossy();
         let data_name = layout::data_name_of_index(&fname).unwrap_or_else(|| fname.to_string());
@@ -379,7 +504,11 @@ fn remove_file(p: &Path) -> Result<(), ManifestError> {
     match fs::remove_file(p) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(ManifestError::Io { op: "remove", path: p.to_path_buf(), source }),
+        Err(source) => Err(ManifestError::Io {
+            op: "remove",
+            path: p.to_path_buf(),
+            source,
+        }),
     }
 }
 
@@ -435,8 +564,14 @@ mod tests {
         assert_eq!(load_region(d, 3, 2).unwrap(), b"two-v1");
         assert_eq!(load_region(d, 3, 1).unwrap(), b"one-v3");
         assert_eq!(load_region(d, 2, 1).unwrap(), b"one-v2");
-        assert!(matches!(load_region(d, 1, 1), Err(LoadError::Manifest(ManifestError::NoSuchVersion { .. }))));
-        assert!(matches!(load_region(d, 3, 99), Err(LoadError::NoSuchRegion { .. })));
+        assert!(matches!(
+            load_region(d, 1, 1),
+            Err(LoadError::Manifest(ManifestError::NoSuchVersion { .. }))
+        ));
+        assert!(matches!(
+            load_region(d, 3, 99),
+            Err(LoadError::NoSuchRegion { .. })
+        ));
 
         // A freed region disappears from later versions.
         map.forget(2);
@@ -469,8 +604,17 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let mut map = CheckpointMap::new();
         map.record([rec(1, 5, 1, b"a", t.path())]);
-        let e = map.publish(t.path(), 4, NonZeroUsize::new(1).unwrap()).unwrap_err();
-        assert!(matches!(e, ManifestError::FutureRecord { version: 4, region: 1, ckpt: 5 }));
+        let e = map
+            .publish(t.path(), 4, NonZeroUsize::new(1).unwrap())
+            .unwrap_err();
+        assert!(matches!(
+            e,
+            ManifestError::FutureRecord {
+                version: 4,
+                region: 1,
+                ckpt: 5
+            }
+        ));
     }
 
     #[test]
@@ -498,7 +642,7 @@ mod tests {
         assert!(matches!(e, LoadError::Corrupt { .. }), "{e}");
         assert!(e.to_string().contains(&f.display().to_string()), "{e}");
 
-        fs::write(&f, &[5u8; 999]).unwrap();
+        fs::write(&f, [5u8; 999]).unwrap();
         let e = load_region(d, 1, 1).unwrap_err();
         assert!(matches!(e, LoadError::Truncated { .. }), "{e}");
         assert!(e.to_string().contains(&f.display().to_string()), "{e}");
@@ -533,7 +677,9 @@ mod tests {
         let mut r = rec(1, 1, 1, b"a", d);
         r.file = PathBuf::from("../../etc/passwd");
         map.record([r]);
-        let e = map.publish(d, 1, NonZeroUsize::new(1).unwrap()).unwrap_err();
+        let e = map
+            .publish(d, 1, NonZeroUsize::new(1).unwrap())
+            .unwrap_err();
         assert!(matches!(e, ManifestError::Damaged { .. }), "{e}");
         assert!(!manifest_path(d, 1).exists());
     }

@@ -21,7 +21,8 @@ impl ReadMap {
     /// must not shrink while mapped: the store's private scratch files
     /// are only appended to, and never while they are being flushed).
     pub(crate) fn new(file: &File, len: u64) -> io::Result<Self> {
-        let len = usize::try_from(len).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "file too large to map"))?;
+        let len = usize::try_from(len)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "file too large to map"))?;
         let file_len = file.metadata()?.len();
         if (file_len as u128) < len as u128 {
             return Err(io::Error::new(
@@ -30,13 +31,23 @@ impl ReadMap {
             ));
         }
         if len == 0 {
-            return Ok(ReadMap { ptr: std::ptr::null_mut(), len: 0 });
+            return Ok(ReadMap {
+                ptr: std::ptr::null_mut(),
+                len: 0,
+            });
         }
         // SAFETY: a fresh mapping chosen by the kernel (addr = NULL), of a
         // valid open descriptor, read-only, pre-faulted (MAP_POPULATE: the
         // pages are normally still in the page cache); checked below.
         let ptr = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED | libc::MAP_POPULATE, file.as_raw_fd(), 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                file.as_raw_fd(),
+                0,
+            )
         };
         if ptr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());

@@ -46,11 +46,13 @@ impl Serialize for Checksum {
 impl<'de> Deserialize<'de> for Checksum {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        let hex = s
-            .strip_prefix("xxh3:")
-            .ok_or_else(|| serde::de::Error::custom(format!("checksum {s:?} lacks the xxh3: prefix")))?;
+        let hex = s.strip_prefix("xxh3:").ok_or_else(|| {
+            serde::de::Error::custom(format!("checksum {s:?} lacks the xxh3: prefix"))
+        })?;
         if hex.len() != 16 {
-            return Err(serde::de::Error::custom(format!("checksum {s:?} is not 16 hex digits")));
+            return Err(serde::de::Error::custom(format!(
+                "checksum {s:?} is not 16 hex digits"
+            )));
         }
         u64::from_str_radix(hex, 16)
             .map(Checksum)
@@ -144,6 +146,9 @@ mod tests {
         assert_eq!(format_unix_ms(0), "1970-01-01T00:00:00.000Z");
         // 2000-02-29T12:34:56.789Z
         assert_eq!(format_unix_ms(951_827_696_789), "2000-02-29T12:34:56.789Z");
-        assert_eq!(format_unix_ms(1_700_000_000_000), "2023-11-14T22:13:20.000Z");
+        assert_eq!(
+            format_unix_ms(1_700_000_000_000),
+            "2023-11-14T22:13:20.000Z"
+        );
     }
 }

@@ -67,7 +67,10 @@ pub fn open(config: &StoreConfig) -> Result<Box<dyn CheckpointStore>, OpenError>
     match &config.backend {
         Backend::Embedded => Ok(Box::new(crate::embedded::EmbeddedStore::open(config)?)),
         #[cfg(feature = "veloc")]
-        Backend::Veloc { config_file } => Ok(Box::new(crate::veloc::VelocStore::open(config, config_file)?)),
+        Backend::Veloc { config_file } => Ok(Box::new(crate::veloc::VelocStore::open(
+            config,
+            config_file,
+        )?)),
         #[cfg(not(feature = "veloc"))]
         Backend::Veloc { .. } => Err(OpenError::VelocNotBuilt),
     }

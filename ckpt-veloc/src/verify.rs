@@ -59,7 +59,12 @@ pub fn verify_dir(dir: &Path) -> Result<VerifyReport, ManifestError> {
     let mut cache: HashMap<(PathBuf, u64, u64, Checksum), Result<(), String>> = HashMap::new();
     let mut report = VerifyReport::default();
     for version in list_versions(dir)? {
-        let mut check = VersionCheck { version, regions: 0, bytes: 0, damage: Vec::new() };
+        let mut check = VersionCheck {
+            version,
+            regions: 0,
+            bytes: 0,
+            damage: Vec::new(),
+        };
         match Manifest::read(dir, version) {
             Err(e) => check.damage.push(Damage {
                 version,
@@ -72,9 +77,11 @@ pub fn verify_dir(dir: &Path) -> Result<VerifyReport, ManifestError> {
                 check.bytes = m.total_bytes();
                 for rec in &m.regions {
                     let key = (rec.file.clone(), rec.offset, rec.size, rec.checksum);
-                    let r = cache
-                        .entry(key)
-                        .or_insert_with(|| load_record(dir, rec).map(drop).map_err(|e: LoadError| e.to_string()));
+                    let r = cache.entry(key).or_insert_with(|| {
+                        load_record(dir, rec)
+                            .map(drop)
+                            .map_err(|e: LoadError| e.to_string())
+                    });
                     if let Err(reason) = r {
                         check.damage.push(Damage {
                             version,

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use ckpt_veloc::{
-    latest_version, list_versions, load_region, open, CheckpointMap, CheckpointStore, EmbeddedStore, LoadError,
-    Manifest, RegionRecord, ScratchBase, StoreConfig,
+    latest_version, list_versions, load_region, open, CheckpointMap, CheckpointStore,
+    EmbeddedStore, LoadError, Manifest, RegionRecord, ScratchBase, StoreConfig,
 };
 
 const CLI: &str = env!("CARGO_BIN_EXE_ompcluster-ckpt");
@@ -26,7 +26,8 @@ const RECORDS_TAG: &str = "CKPT-RECORDS:";
 
 /// Deterministic content of `region` as saved in checkpoint `ckpt`.
 fn content(region: u64, ckpt: u64, size: usize) -> Vec<u8> {
-    let mut x = region.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ckpt.wrapping_mul(0xD1B5_4A32_D192_ED03) | 1;
+    let mut x =
+        region.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ckpt.wrapping_mul(0xD1B5_4A32_D192_ED03) | 1;
     (0..size)
         .map(|_| {
             x ^= x << 13;
@@ -41,7 +42,9 @@ fn content(region: u64, ckpt: u64, size: usize) -> Vec<u8> {
 /// prints the records. Does nothing in a normal test run.
 #[test]
 fn child_process_entry() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
     // spec: "<rank>;<ckpt>;<region>:<size>,<region>:<size>,..."
     let mut parts = spec.split(';');
     let rank: u32 = parts.next().unwrap().parse().unwrap();
@@ -60,17 +63,33 @@ fn child_process_entry() {
     let config = StoreConfig::from_env(rank).unwrap_or_else(|e| panic!("config failed: {e}"));
     let store = open(&config).unwrap_or_else(|e| panic!("open failed: {e}"));
     for (region, size) in regions {
-        store.save_region(ckpt, region, &content(region, ckpt, size)).unwrap();
+        store
+            .save_region(ckpt, region, &content(region, ckpt, size))
+            .unwrap();
     }
     let out = store.flush(ckpt).unwrap().wait().unwrap();
-    println!("{RECORDS_TAG}{}", serde_json::to_string(&out.records).unwrap());
+    println!(
+        "{RECORDS_TAG}{}",
+        serde_json::to_string(&out.records).unwrap()
+    );
 }
 
 /// Starts one rank process that saves `regions` in `ckpt`.
-fn spawn_rank(persistent: &Path, scratch: &Path, rank: u32, ckpt: u64, regions: &[(u64, usize)]) -> std::process::Child {
+fn spawn_rank(
+    persistent: &Path,
+    scratch: &Path,
+    rank: u32,
+    ckpt: u64,
+    regions: &[(u64, usize)],
+) -> std::process::Child {
     let list: Vec<String> = regions.iter().map(|(r, n)| format!("{r}:{n}")).collect();
     Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_process_entry", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "child_process_entry",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, format!("{rank};{ckpt};{}", list.join(",")))
         .env("OMPCLUSTER_CP_ENABLE", "1")
         .env("OMPCLUSTER_CP_PERSISTENT", persistent)
@@ -84,9 +103,16 @@ fn spawn_rank(persistent: &Path, scratch: &Path, rank: u32, ckpt: u64, regions: 
 
 fn records_of(out: Output) -> Vec<RegionRecord> {
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "rank process failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "rank process failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // The test harness may print "test child_process_entry ... " before it.
-    let line = stdout.lines().find_map(|l| l.split_once(RECORDS_TAG).map(|(_, r)| r)).expect("records line");
+    let line = stdout
+        .lines()
+        .find_map(|l| l.split_once(RECORDS_TAG).map(|(_, r)| r))
+        .expect("records line");
     serde_json::from_str(line).unwrap()
 }
 
@@ -99,13 +125,17 @@ fn checkpoint(
     ckpt: u64,
     per_rank: &[(u32, &[(u64, usize)])],
 ) -> Vec<RegionRecord> {
-    let children: Vec<_> = per_rank.iter().map(|(rank, regs)| spawn_rank(dir, scratch, *rank, ckpt, regs)).collect();
+    let children: Vec<_> = per_rank
+        .iter()
+        .map(|(rank, regs)| spawn_rank(dir, scratch, *rank, ckpt, regs))
+        .collect();
     let mut all = Vec::new();
     for c in children {
         all.extend(records_of(c.wait_with_output().unwrap()));
     }
     map.record(all.clone());
-    map.publish(dir, ckpt, NonZeroUsize::new(2).unwrap()).unwrap();
+    map.publish(dir, ckpt, NonZeroUsize::new(2).unwrap())
+        .unwrap();
     all
 }
 
@@ -114,7 +144,11 @@ fn cli(args: &[&str]) -> Output {
 }
 
 fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 #[test]
@@ -127,25 +161,44 @@ fn ranks_in_separate_processes_write_incremental_versions() {
     let mut last: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
     let mut expected: BTreeMap<u64, BTreeMap<u64, (u64, usize)>> = BTreeMap::new();
 
-    let plan: Vec<(u64, Vec<(u32, Vec<(u64, usize)>)>)> = vec![
+    // (checkpoint, [(rank, [(region, size)])])
+    type Plan = Vec<(u64, Vec<(u32, Vec<(u64, usize)>)>)>;
+    let plan: Plan = vec![
         // v1: every region, on three ranks.
-        (1, vec![(0, vec![(1, 1000)]), (1, vec![(10, 70_000), (11, 5)]), (2, vec![(20, 300_000), (21, 0)])]),
+        (
+            1,
+            vec![
+                (0, vec![(1, 1000)]),
+                (1, vec![(10, 70_000), (11, 5)]),
+                (2, vec![(20, 300_000), (21, 0)]),
+            ],
+        ),
         // v2: only region 10 changed; ranks 0 and 2 flush nothing.
         (2, vec![(0, vec![]), (1, vec![(10, 70_000)]), (2, vec![])]),
         // v3: regions 10 and 21 changed.
-        (3, vec![(0, vec![]), (1, vec![(10, 70_000)]), (2, vec![(21, 4096)])]),
+        (
+            3,
+            vec![(0, vec![]), (1, vec![(10, 70_000)]), (2, vec![(21, 4096)])],
+        ),
         // v4: region 11 moved to rank 2 and changed; region 10 changed.
-        (4, vec![(0, vec![]), (1, vec![(10, 70_000)]), (2, vec![(11, 9)])]),
+        (
+            4,
+            vec![(0, vec![]), (1, vec![(10, 70_000)]), (2, vec![(11, 9)])],
+        ),
     ];
     for (ckpt, ranks) in &plan {
-        let per_rank: Vec<(u32, &[(u64, usize)])> = ranks.iter().map(|(r, v)| (*r, v.as_slice())).collect();
+        let per_rank: Vec<(u32, &[(u64, usize)])> =
+            ranks.iter().map(|(r, v)| (*r, v.as_slice())).collect();
         let recs = checkpoint(&dir, &scratch, &mut map, *ckpt, &per_rank);
         for (_, regs) in ranks {
             for (region, size) in regs {
                 last.insert(*region, (*ckpt, *size));
             }
         }
-        assert_eq!(recs.len(), ranks.iter().map(|(_, v)| v.len()).sum::<usize>());
+        assert_eq!(
+            recs.len(),
+            ranks.iter().map(|(_, v)| v.len()).sum::<usize>()
+        );
         expected.insert(*ckpt, last.clone());
     }
 
@@ -170,11 +223,18 @@ fn ranks_in_separate_processes_write_incremental_versions() {
     // rank processes that saved them have all exited.
     for v in [3u64, 4] {
         let m = Manifest::read(&dir, v).unwrap();
-        assert_eq!(m.regions.len(), 5, "every region of the state is listed in v{v}");
+        assert_eq!(
+            m.regions.len(),
+            5,
+            "every region of the state is listed in v{v}"
+        );
         for (region, (ckpt, size)) in &expected[&v] {
             let rec = m.region(*region).unwrap();
             assert_eq!(rec.ckpt, *ckpt, "region {region} in v{v}");
-            assert_eq!(load_region(&dir, v, *region).unwrap(), content(*region, *ckpt, *size));
+            assert_eq!(
+                load_region(&dir, v, *region).unwrap(),
+                content(*region, *ckpt, *size)
+            );
         }
     }
     let m4 = Manifest::read(&dir, 4).unwrap();
@@ -185,12 +245,25 @@ fn ranks_in_separate_processes_write_incremental_versions() {
     // The CLI agrees.
     let o = cli(&["verify", dir.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(text(&o).contains("version 3: ok (5 regions"), "{}", text(&o));
-    assert!(text(&o).contains("version 4: ok (5 regions"), "{}", text(&o));
+    assert!(
+        text(&o).contains("version 3: ok (5 regions"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        text(&o).contains("version 4: ok (5 regions"),
+        "{}",
+        text(&o)
+    );
     let o = cli(&["ls", dir.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
     let s = text(&o);
-    assert!(s.contains("version 4 ") && s.contains("ranks [0,1,2]") && s.contains("ckpt-1/rank-2.data@0"), "{s}");
+    assert!(
+        s.contains("version 4 ")
+            && s.contains("ranks [0,1,2]")
+            && s.contains("ckpt-1/rank-2.data@0"),
+        "{s}"
+    );
     assert!(!s.contains("version 2 "), "{s}");
 }
 
@@ -206,14 +279,22 @@ fn small_dir(root: &Path) -> PathBuf {
             EmbeddedStore::open(&c).unwrap()
         })
         .collect();
-    stores[0].save_region(1, 100, &content(100, 1, 10_000)).unwrap();
-    stores[0].save_region(1, 101, &content(101, 1, 20_000)).unwrap();
-    stores[1].save_region(1, 200, &content(200, 1, 30_000)).unwrap();
+    stores[0]
+        .save_region(1, 100, &content(100, 1, 10_000))
+        .unwrap();
+    stores[0]
+        .save_region(1, 101, &content(101, 1, 20_000))
+        .unwrap();
+    stores[1]
+        .save_region(1, 200, &content(200, 1, 30_000))
+        .unwrap();
     for s in &stores {
         map.record(s.flush(1).unwrap().wait().unwrap().records);
     }
     map.publish(&dir, 1, NonZeroUsize::new(3).unwrap()).unwrap();
-    stores[1].save_region(2, 200, &content(200, 2, 30_000)).unwrap();
+    stores[1]
+        .save_region(2, 200, &content(200, 2, 30_000))
+        .unwrap();
     for s in &stores {
         map.record(s.flush(2).unwrap().wait().unwrap().records);
     }
@@ -228,7 +309,10 @@ fn assert_damage_caught(dir: &Path, file: &Path, version: u64, region: u64) -> L
     let o = cli(&["verify", dir.to_str().unwrap()]);
     let out = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
-    assert!(out.contains(&format!("damaged: {}", file.display())), "{out}");
+    assert!(
+        out.contains(&format!("damaged: {}", file.display())),
+        "{out}"
+    );
     let e = load_region(dir, version, region).unwrap_err();
     assert!(e.to_string().contains(&file.display().to_string()), "{e}");
     e
@@ -248,7 +332,11 @@ fn bit_flip_is_caught_by_verify_and_load() {
     // reported for both versions that list region 101.
     assert_eq!(load_region(&dir, 2, 100).unwrap(), content(100, 1, 10_000));
     let out = text(&cli(&["verify", dir.to_str().unwrap()]));
-    assert!(out.contains("version 1: DAMAGED (1 of 3 regions)") && out.contains("version 2: DAMAGED (1 of 3 regions)"), "{out}");
+    assert!(
+        out.contains("version 1: DAMAGED (1 of 3 regions)")
+            && out.contains("version 2: DAMAGED (1 of 3 regions)"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -271,7 +359,18 @@ fn missing_file_is_caught_by_verify_and_load() {
     let f = dir.join("ckpt-1/rank-1.data");
     fs::remove_file(&f).unwrap();
     let e = assert_damage_caught(&dir, &f, 2, 100);
-    assert!(matches!(e, LoadError::Io { region: 100, rank: 1, ckpt: 1, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            LoadError::Io {
+                region: 100,
+                rank: 1,
+                ckpt: 1,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -283,7 +382,11 @@ fn damaged_manifest_is_caught_by_verify_and_load() {
     fs::write(&m, &s[..s.len() / 2]).unwrap();
     let o = cli(&["verify", dir.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(text(&o).contains(&format!("damaged: {} (manifest)", m.display())), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("damaged: {} (manifest)", m.display())),
+        "{}",
+        text(&o)
+    );
     let e = load_region(&dir, 2, 100).unwrap_err();
     assert!(e.to_string().contains(&m.display().to_string()), "{e}");
 }
@@ -293,25 +396,52 @@ fn verify_of_a_directory_without_versions_fails() {
     let t = tempfile::tempdir().unwrap();
     let o = cli(&["verify", t.path().to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(text(&o).contains("no published checkpoint versions"), "{}", text(&o));
+    assert!(
+        text(&o).contains("no published checkpoint versions"),
+        "{}",
+        text(&o)
+    );
     let o = cli(&["verify", t.path().join("nope").to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let o = cli(&["ls", t.path().to_str().unwrap()]);
-    assert!(o.status.success() && text(&o).contains("no published checkpoint versions"), "{}", text(&o));
+    assert!(
+        o.status.success() && text(&o).contains("no published checkpoint versions"),
+        "{}",
+        text(&o)
+    );
 }
 
 #[test]
 fn interval_prints_young_and_daly() {
-    let o = cli(&["interval", "--bytes", "1000000000", "--wspeed", "10", "--mtbf", "86400"]);
+    let o = cli(&[
+        "interval",
+        "--bytes",
+        "1000000000",
+        "--wspeed",
+        "10",
+        "--mtbf",
+        "86400",
+    ]);
     assert!(o.status.success(), "{}", text(&o));
     // C = 100 s: Young sqrt(2*100*86400) = 4156.922; Daly = 4090.523.
-    assert_eq!(String::from_utf8_lossy(&o.stdout), "young_seconds: 4156.922\ndaly_seconds: 4090.523\n");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "young_seconds: 4156.922\ndaly_seconds: 4090.523\n"
+    );
     // Defaults: 10 MB/s, one day.
     let o = cli(&["interval", "--bytes", "1000000000"]);
-    assert_eq!(String::from_utf8_lossy(&o.stdout), "young_seconds: 4156.922\ndaly_seconds: 4090.523\n");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "young_seconds: 4156.922\ndaly_seconds: 4090.523\n"
+    );
     // C >= 2 M: Daly gives M.
-    let o = cli(&["interval", "--bytes", "3000", "--wspeed", "0.000001", "--mtbf", "1000"]);
-    assert_eq!(String::from_utf8_lossy(&o.stdout), "young_seconds: 2449.490\ndaly_seconds: 1000.000\n");
+    let o = cli(&[
+        "interval", "--bytes", "3000", "--wspeed", "0.000001", "--mtbf", "1000",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "young_seconds: 2449.490\ndaly_seconds: 1000.000\n"
+    );
     for bad in [["--bytes", "-5"], ["--wspeed", "0"]] {
         let mut args = vec!["interval", "--bytes", "10"];
         args.extend_from_slice(&bad);
@@ -324,11 +454,16 @@ fn interval_prints_young_and_daly() {
 /// runtime does at start-up, and returns its output.
 fn open_in_child(envs: &[(&str, &Path)]) -> Output {
     let mut c = Command::new(std::env::current_exe().unwrap());
-    c.args(["--exact", "child_process_entry", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, "1;1;5:10")
-        .env("OMPCLUSTER_CP_ENABLE", "1")
-        .env_remove("OMPCLUSTER_CP_PERSISTENT")
-        .env_remove("OMPCLUSTER_CP_SCRATCH");
+    c.args([
+        "--exact",
+        "child_process_entry",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD_ENV, "1;1;5:10")
+    .env("OMPCLUSTER_CP_ENABLE", "1")
+    .env_remove("OMPCLUSTER_CP_PERSISTENT")
+    .env_remove("OMPCLUSTER_CP_SCRATCH");
     for (k, v) in envs {
         c.env(k, v);
     }
@@ -346,40 +481,87 @@ fn unusable_directories_fail_at_start_up() {
     fs::write(&file, b"x").unwrap();
     let good = t.path().join("good");
 
-    let o = open_in_child(&[("OMPCLUSTER_CP_PERSISTENT", &file.join("ckpt")), ("OMPCLUSTER_CP_SCRATCH", &good)]);
+    let o = open_in_child(&[
+        ("OMPCLUSTER_CP_PERSISTENT", &file.join("ckpt")),
+        ("OMPCLUSTER_CP_SCRATCH", &good),
+    ]);
     let s = text(&o);
     assert!(!o.status.success(), "{s}");
-    assert!(s.contains("open failed: cannot create the checkpoint persistent directory"), "{s}");
-    assert!(s.contains(&file.join("ckpt").display().to_string()) && s.contains("OMPCLUSTER_CP_PERSISTENT"), "{s}");
+    assert!(
+        s.contains("open failed: cannot create the checkpoint persistent directory"),
+        "{s}"
+    );
+    assert!(
+        s.contains(&file.join("ckpt").display().to_string())
+            && s.contains("OMPCLUSTER_CP_PERSISTENT"),
+        "{s}"
+    );
     assert!(!s.contains(RECORDS_TAG), "{s}");
 
-    let o = open_in_child(&[("OMPCLUSTER_CP_PERSISTENT", &good), ("OMPCLUSTER_CP_SCRATCH", &file.join("s"))]);
+    let o = open_in_child(&[
+        ("OMPCLUSTER_CP_PERSISTENT", &good),
+        ("OMPCLUSTER_CP_SCRATCH", &file.join("s")),
+    ]);
     let s = text(&o);
     assert!(!o.status.success(), "{s}");
-    assert!(s.contains("checkpoint scratch directory") && s.contains("OMPCLUSTER_CP_SCRATCH"), "{s}");
+    assert!(
+        s.contains("checkpoint scratch directory") && s.contains("OMPCLUSTER_CP_SCRATCH"),
+        "{s}"
+    );
 
-    let o = open_in_child(&[("OMPCLUSTER_CP_PERSISTENT", Path::new("/proc")), ("OMPCLUSTER_CP_SCRATCH", &good)]);
+    let o = open_in_child(&[
+        ("OMPCLUSTER_CP_PERSISTENT", Path::new("/proc")),
+        ("OMPCLUSTER_CP_SCRATCH", &good),
+    ]);
     let s = text(&o);
     assert!(!o.status.success(), "{s}");
-    assert!(s.contains("the checkpoint persistent directory /proc is not writable"), "{s}");
+    assert!(
+        s.contains("the checkpoint persistent directory /proc is not writable"),
+        "{s}"
+    );
 
     // The same configuration with usable directories works.
-    let o = open_in_child(&[("OMPCLUSTER_CP_PERSISTENT", &good), ("OMPCLUSTER_CP_SCRATCH", &good)]);
-    assert!(o.status.success() && text(&o).contains(RECORDS_TAG), "{}", text(&o));
+    let o = open_in_child(&[
+        ("OMPCLUSTER_CP_PERSISTENT", &good),
+        ("OMPCLUSTER_CP_SCRATCH", &good),
+    ]);
+    assert!(
+        o.status.success() && text(&o).contains(RECORDS_TAG),
+        "{}",
+        text(&o)
+    );
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(fs::metadata(&good).unwrap().permissions().mode() & 0o777, 0o700);
-    assert_eq!(fs::metadata(good.join("ckpt-1")).unwrap().permissions().mode() & 0o777, 0o700);
+    assert_eq!(
+        fs::metadata(&good).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    assert_eq!(
+        fs::metadata(good.join("ckpt-1"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o700
+    );
 }
 
 #[test]
 fn invalid_environment_names_the_variable() {
     let o = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_process_entry", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "child_process_entry",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, "1;1;")
         .env("OMPCLUSTER_CP_MTBF", "soon")
         .output()
         .unwrap();
     let s = text(&o);
     assert!(!o.status.success(), "{s}");
-    assert!(s.contains("invalid value \"soon\" for OMPCLUSTER_CP_MTBF"), "{s}");
+    assert!(
+        s.contains("invalid value \"soon\" for OMPCLUSTER_CP_MTBF"),
+        "{s}"
+    );
 }

@@ -11,11 +11,17 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use ckpt_veloc::interval::{checkpoint_cost_seconds, daly_seconds, young_seconds};
-use ckpt_veloc::{format_unix_ms, list_versions, verify_dir, Manifest, DEFAULT_MTBF_S, DEFAULT_WSPEED_MB_S};
+use ckpt_veloc::{
+    format_unix_ms, list_versions, verify_dir, Manifest, DEFAULT_MTBF_S, DEFAULT_WSPEED_MB_S,
+};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "ompcluster-ckpt", version, about = "Inspect and check OmpCluster checkpoints")]
+#[command(
+    name = "ompcluster-ckpt",
+    version,
+    about = "Inspect and check OmpCluster checkpoints"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -59,7 +65,11 @@ fn main() -> ExitCode {
     match cli.cmd {
         Cmd::Ls { dir } => ls(&dir),
         Cmd::Verify { dir } => verify(&dir),
-        Cmd::Interval { bytes, wspeed, mtbf } => {
+        Cmd::Interval {
+            bytes,
+            wspeed,
+            mtbf,
+        } => {
             let c = checkpoint_cost_seconds(bytes, wspeed);
             println!("young_seconds: {:.3}", young_seconds(c, mtbf));
             println!("daly_seconds: {:.3}", daly_seconds(c, mtbf));
@@ -97,7 +107,10 @@ fn ls(dir: &std::path::Path) -> ExitCode {
                     m.total_bytes(),
                     ranks.join(",")
                 );
-                println!("  {:>20} {:>14} {:>8} {:>6}  {:<24}  file", "region", "size", "ckpt", "rank", "saved");
+                println!(
+                    "  {:>20} {:>14} {:>8} {:>6}  {:<24}  file",
+                    "region", "size", "ckpt", "rank", "saved"
+                );
                 for r in &m.regions {
                     println!(
                         "  {:>20} {:>14} {:>8} {:>6}  {:<24}  {}@{}",
@@ -125,14 +138,25 @@ fn verify(dir: &std::path::Path) -> ExitCode {
         }
     };
     if report.versions.is_empty() {
-        eprintln!("ompcluster-ckpt: no published checkpoint versions in {}", dir.display());
+        eprintln!(
+            "ompcluster-ckpt: no published checkpoint versions in {}",
+            dir.display()
+        );
         return ExitCode::from(1);
     }
     for v in &report.versions {
         if v.damage.is_empty() {
-            println!("version {}: ok ({} regions, {} bytes)", v.version, v.regions, v.bytes);
+            println!(
+                "version {}: ok ({} regions, {} bytes)",
+                v.version, v.regions, v.bytes
+            );
         } else {
-            println!("version {}: DAMAGED ({} of {} regions)", v.version, v.damage.len(), v.regions);
+            println!(
+                "version {}: DAMAGED ({} of {} regions)",
+                v.version,
+                v.damage.len(),
+                v.regions
+            );
         }
         for d in &v.damage {
             match d.region {
