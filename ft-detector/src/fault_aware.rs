@@ -262,7 +262,9 @@ pub fn barrier_or_dead(det: &Detector, comm: &impl Communicator) -> Result<(), P
         Ok(_) => Ok(()),
         Err(e) => {
             let (e, req) = e.without_request();
-            abandon(req);
+            // Freeing an active collective request is not allowed by MPI: leak it instead
+            // (the handle only; there is no buffer).
+            std::mem::forget(req);
             Err(e)
         }
     }

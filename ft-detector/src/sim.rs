@@ -154,8 +154,15 @@ pub fn run(cfg: &SimConfig) -> SimReport {
     let core_cfg = CoreConfig::new(us(cfg.period_ms), us(cfg.timeout_ms), ts, cfg.bcast);
     let ring = Arc::new(Ring::new(n, cfg.shuffle));
     let mut rng = cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    // each rank's timestep grid has its own phase, and each rank starts at a random time
+    // within the first period, so beats are not aligned with the failures
     let phase: Vec<Time> = (0..n).map(|_| lcg(&mut rng) % ts).collect();
-    let mut cores: Vec<Core> = (0..n).map(|r| Core::new(r as u32, ring.clone(), core_cfg.clone(), phase[r])).collect();
+    let mut cores: Vec<Core> = (0..n)
+        .map(|r| {
+            let start = phase[r] + (lcg(&mut rng) % (core_cfg.period / ts).max(1)) * ts;
+            Core::new(r as u32, ring.clone(), core_cfg.clone(), start)
+        })
+        .collect();
 
     // victims
     let f = cfg.failures.min(n.saturating_sub(1));

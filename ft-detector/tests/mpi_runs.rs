@@ -128,6 +128,7 @@ fn check_failures(j: &Value, killed: &[i64], bound_ms: f64) -> f64 {
     let mut worst: f64 = 0.0;
     for f in failures {
         assert_eq!(f["missing"].as_array().unwrap().len(), 0, "some survivor missed a failure: {f}");
+        assert_eq!(f["duplicates"].as_array().unwrap().len(), 0, "a survivor got a notice twice: {f}");
         let notified = f["notified_ms"].as_object().unwrap();
         assert_eq!(notified.len(), surv.len(), "{f}");
         for s in &surv {
@@ -136,6 +137,12 @@ fn check_failures(j: &Value, killed: &[i64], bound_ms: f64) -> f64 {
         }
         let c = f["consistent_ms"].as_f64().unwrap();
         worst = worst.max(c);
+    }
+    // fault-aware receive, probe and barrier towards the dead returned errors on every survivor
+    let fa = j["fault_aware_ok"].as_object().unwrap();
+    assert_eq!(fa.len(), surv.len());
+    for (r, ok) in fa {
+        assert_eq!(ok, &Value::Bool(true), "fault-aware operations failed on rank {r}: {j}");
     }
     worst
 }

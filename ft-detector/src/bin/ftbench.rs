@@ -17,6 +17,7 @@ use clap::Parser;
 use ft_detector::sim::{self, Pattern, SimConfig};
 use ft_detector::{BcastAlgo, Config, Detector, Notice};
 use mpi::collective::{CommunicatorCollectives, Root};
+use mpi::point_to_point::Source;
 use mpi::topology::Communicator;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -176,6 +177,8 @@ struct RankReport {
     dead_at_end: Vec<i32>,
     shrink_size: Option<i32>,
     shrink_ms: Option<f64>,
+    /// Fault-aware operations towards dead ranks returned errors (None: not checked).
+    fault_aware_ok: Option<bool>,
 }
 
 const RESULT_TAG: i32 = 77;
@@ -319,6 +322,26 @@ fn real(args: &Args) {
     }
 
     let mut report = RankReport { rank, ..Default::default() };
+    // Fault-aware MPI towards the dead: a receive, a probe and a barrier must return errors
+    // instead of hanging.
+    let dead_now: Vec<i32> = det.dead_ranks().into_iter().collect();
+    if !dead_now.is_empty() {
+        let mut ok = true;
+        for &v in &dead_now {
+            let buf: &'static mut [u8] = Box::leak(vec![0u8; 16].into_boxed_slice());
+            let req = world.process_at_rank(v).immediate_receive_into_with_tag(mpi::request::StaticScope, buf, 999);
+            match ft_detector::wait_or_dead(&det, req, v) {
+                Ok(_) => ok = false,
+                Err(e) => {
+                    ok &= e.rank == v;
+                    ft_detector::abandon(e.request);
+                }
+            }
+            ok &= ft_detector::probe_or_dead(&det, &world, v, 999).is_err();
+        }
+        ok &= ft_detector::barrier_or_dead(&det, &world).is_err();
+        report.fault_aware_ok = Some(ok);
+    }
     if args.shrink {
         let t = std::time::Instant::now();
         match det.shrink() {
@@ -407,6 +430,11 @@ fn assemble(args: &Args, cfg: &Config, size: i32, key_dir: &str, all: &[RankRepo
     for (&v, &tk) in &kill_times {
         let mut notified = serde_json::Map::new();
         let mut missing = Vec::new();
+        let duplicates: Vec<i32> = all
+            .iter()
+            .filter(|r| r.notices.iter().filter(|(k, s, _)| k == "failure" && *s == v).count() > 1)
+            .map(|r| r.rank)
+            .collect();
         let mut worst: f64 = 0.0;
         for r in all {
             match first_notice(r, "failure", v) {
@@ -423,6 +451,7 @@ fn assemble(args: &Args, cfg: &Config, size: i32, key_dir: &str, all: &[RankRepo
             "notified_ms": notified,
             "consistent_ms": if missing.is_empty() { json!(worst) } else { json!(null) },
             "missing": missing,
+            "duplicates": duplicates,
         }));
     }
     // ranks declared dead that were not killed
@@ -485,6 +514,7 @@ fn assemble(args: &Args, cfg: &Config, size: i32, key_dir: &str, all: &[RankRepo
         "view_messages": views,
         "consistent_ms": if consistent_ms.is_finite() { json!(consistent_ms) } else { json!(null) },
         "checkpoint_notices": checkpoints,
+        "fault_aware_ok": all.iter().map(|r| (r.rank.to_string(), json!(r.fault_aware_ok))).collect::<serde_json::Map<_, _>>(),
         "shrink": if args.shrink { json!(shrink) } else { json!(null) },
     })
     .to_string()
