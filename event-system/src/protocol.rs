@@ -90,7 +90,8 @@ pub enum Event {
         size: u64,
     },
     /// Run a kernel. `regions` are the buffers it can reach: the worker hashes them before and
-    /// after the call and reports which changed, and the device pointers found in those.
+    /// after the call and reports which changed (regions marked in `assume_written` are not
+    /// hashed and count as changed), and the device pointers found in changed regions.
     Execute {
         /// Image number.
         image: u32,
@@ -100,6 +101,8 @@ pub enum Event {
         args: Vec<u64>,
         /// Buffers the kernel can reach.
         regions: Vec<Region>,
+        /// Per region: mapped `from`, so surely written (no hashing needed).
+        assume_written: Vec<bool>,
     },
     /// Reply once every earlier event of this worker has been handled.
     Sync,
@@ -209,9 +212,12 @@ impl Event {
                 in_heap(&Region { addr: *src, size: *size })?;
                 in_heap(&Region { addr: *dst, size: *size })
             }
-            Event::Execute { args, regions, .. } => {
+            Event::Execute { args, regions, assume_written, .. } => {
                 if args.len() > MAX_LIST || regions.len() > MAX_LIST {
                     return Err(ProtocolError::Invalid("too many kernel arguments".into()));
+                }
+                if assume_written.len() != regions.len() {
+                    return Err(ProtocolError::Invalid("assume_written does not match regions".into()));
                 }
                 regions.iter().try_for_each(in_heap)
             }
@@ -257,6 +263,7 @@ mod tests {
                 kernel: 2,
                 args: vec![1, 2, 3],
                 regions: vec![Region { addr: 4096, size: 8 }],
+                assume_written: vec![false],
             },
         };
         let bytes = encode(&ev).unwrap();

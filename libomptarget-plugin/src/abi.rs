@@ -63,8 +63,10 @@ pub struct TargetTable {
     pub entries_end: *mut OffloadEntry,
 }
 
-/// `KernelArgsTy` of LLVM 16. Only `num_args` is used: libomptarget sets it to the number of
-/// kernel arguments before calling `launch_kernel`.
+/// The leading fields of `KernelArgsTy` (LLVM 16). libomptarget overwrites `num_args` with the
+/// number of kernel arguments before `launch_kernel`; `arg_types` still lists every map entry
+/// of the construct, and the i-th kernel argument is the i-th entry flagged `TARGET_PARAM`
+/// (`processDataBefore` in `src/omptarget.cpp`).
 #[repr(C)]
 #[derive(Debug)]
 pub struct KernelArgs {
@@ -72,8 +74,41 @@ pub struct KernelArgs {
     pub version: u32,
     /// Number of kernel arguments.
     pub num_args: u32,
-    /// Remaining fields, unused here.
-    pub rest: [u8; 0],
+    /// Base host pointers of the map entries.
+    pub arg_base_ptrs: *mut *mut c_void,
+    /// Host pointers of the map entries.
+    pub arg_ptrs: *mut *mut c_void,
+    /// Sizes of the map entries.
+    pub arg_sizes: *mut i64,
+    /// Map types of the map entries.
+    pub arg_types: *mut i64,
+}
+
+const MAPTYPE_FROM: i64 = 0x002;
+const MAPTYPE_TARGET_PARAM: i64 = 0x020;
+
+/// For each of the `n` kernel arguments: was it mapped `from` (so the region surely writes it)?
+///
+/// # Safety
+/// `types` is null or libomptarget's map-type array of the launched construct, which has at
+/// least `n` entries flagged `TARGET_PARAM`.
+unsafe fn from_flags(types: *const i64, n: usize) -> Vec<bool> {
+    let mut out = Vec::with_capacity(n);
+    if types.is_null() {
+        out.resize(n, false);
+        return out;
+    }
+    let mut i = 0;
+    while out.len() < n {
+        // SAFETY: the array has at least `n` TARGET_PARAM entries, so index `i` is in bounds
+        // until the n-th of them is found.
+        let t = unsafe { *types.add(i) };
+        if t & MAPTYPE_TARGET_PARAM != 0 {
+            out.push(t & MAPTYPE_FROM != 0);
+        }
+        i += 1;
+    }
+    out
 }
 
 /// Run `f`, turning a panic into `fail` and a message.
@@ -342,14 +377,15 @@ pub unsafe extern "C" fn __tgt_rtl_launch_kernel(
             return OFFLOAD_FAIL;
         }
         // SAFETY: libomptarget passes a valid KernelArgsTy and `num_args` arguments/offsets.
-        let values: Vec<u64> = unsafe {
+        let (values, written) = unsafe {
             let n = (*kargs).num_args as usize;
             if n > 0 && (args.is_null() || offsets.is_null()) {
                 return OFFLOAD_FAIL;
             }
-            (0..n).map(|i| (*args.add(i) as u64).wrapping_add(*offsets.add(i) as u64)).collect()
+            let values: Vec<u64> = (0..n).map(|i| (*args.add(i) as u64).wrapping_add(*offsets.add(i) as u64)).collect();
+            (values, from_flags((*kargs).arg_types, n))
         };
-        code("launching the target region", c.launch(entry as usize, values))
+        code("launching the target region", c.launch(entry as usize, values, &written))
     })
 }
 

@@ -276,9 +276,16 @@ impl Cluster {
             let b = bufs.containing_range(tgt, len).ok_or(ClusterError::UnknownAddress(tgt))?;
             let addr = b.addr;
             let whole = tgt == b.addr && len >= b.size;
-            let targets: Vec<i32> = if whole || b.version == 0 || b.holders.is_empty() {
+            let on_workers = b.version > 0 && !b.holders.is_empty() && !b.holders.contains(&HEAD);
+            let targets: Vec<i32> = if !on_workers {
+                // Fresh or staged on the head: stage here, move lazily to where it is used.
                 vec![HEAD]
+            } else if whole {
+                // It lives on workers: update it where it is used (one holder is enough).
+                let holders = b.holders.clone();
+                vec![self.least_busy(&holders).ok_or(ClusterError::NoWorker)?]
             } else {
+                // A piece of it: patch every copy of the current version.
                 b.holders.iter().copied().collect()
             };
             if targets.contains(&HEAD) {
@@ -483,14 +490,21 @@ impl Cluster {
 
     // ----- kernels -----
 
-    /// Run the kernel `entry` (a token from `load_binary`) with `args[i] + offsets[i]`.
-    pub(crate) fn launch(&self, entry: usize, args: Vec<u64>) -> Result<()> {
+    /// Run the kernel `entry` (a token from `load_binary`) with argument values `args`;
+    /// `mapped_from[i]` says argument i was mapped `from` (its buffer is surely written).
+    pub(crate) fn launch(&self, entry: usize, args: Vec<u64>, mapped_from: &[bool]) -> Result<()> {
         self.check_running()?;
         let t0 = self.start.elapsed().as_secs_f64();
         let kernel = self.kernels.read().get(&entry).cloned().ok_or(ClusterError::UnknownKernel(entry))?;
         // What can it reach, and where is it?
-        let (reach, candidates) = {
+        let (reach, candidates, assume_written) = {
             let bufs = self.buffers.lock();
+            let written: BTreeSet<u64> = args
+                .iter()
+                .zip(mapped_from)
+                .filter(|(_, &f)| f)
+                .filter_map(|(&a, _)| bufs.containing(a).map(|b| b.addr))
+                .collect();
             let reach: Vec<(u64, u64, u64, u64)> = bufs
                 .reachable(&args, kernel.image)
                 .into_iter()
@@ -511,11 +525,12 @@ impl Cluster {
                     in_flight: self.in_flight[w as usize].load(Ordering::Relaxed),
                 })
                 .collect();
-            (reach, candidates)
+            let assume_written: Vec<bool> = reach.iter().map(|(a, ..)| written.contains(a)).collect();
+            (reach, candidates, assume_written)
         };
         let w = self.sched.choose(&candidates).ok_or(ClusterError::NoWorker)?;
         self.in_flight[w as usize].fetch_add(1, Ordering::Relaxed);
-        let result = self.run_on(w, &kernel, &args, &reach);
+        let result = self.run_on(w, &kernel, &args, &reach, assume_written);
         self.in_flight[w as usize].fetch_sub(1, Ordering::Relaxed);
         let (changed, pointers, kernel_s) = result?;
         // Record the new versions.
@@ -563,13 +578,20 @@ impl Cluster {
         Ok(())
     }
 
-    fn run_on(&self, w: i32, kernel: &Kernel, args: &[u64], reach: &[(u64, u64, u64, u64)]) -> Result<(Vec<bool>, Vec<FoundPointers>, f64)> {
+    fn run_on(
+        &self,
+        w: i32,
+        kernel: &Kernel,
+        args: &[u64],
+        reach: &[(u64, u64, u64, u64)],
+        assume_written: Vec<bool>,
+    ) -> Result<(Vec<bool>, Vec<FoundPointers>, f64)> {
         for (addr, ..) in reach {
             self.ensure_present(*addr, w)?;
         }
         let regions: Vec<Region> = reach.iter().map(|&(addr, size, ..)| Region { addr, size }).collect();
         let n = regions.len();
-        let tag = self.post(w, Event::Execute { image: kernel.image, kernel: kernel.index, args: args.to_vec(), regions })?;
+        let tag = self.post(w, Event::Execute { image: kernel.image, kernel: kernel.index, args: args.to_vec(), regions, assume_written })?;
         match self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref())? {
             Reply::Executed { changed, pointers, seconds } if changed.len() == n => Ok((changed, pointers, seconds)),
             Reply::Error(msg) => Err(ClusterError::Worker { rank: w, msg }),

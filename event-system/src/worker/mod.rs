@@ -244,7 +244,7 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
             }
             (Err(e), _) | (_, Err(e)) => Reply::Error(e),
         },
-        Event::Execute { image, kernel, args, regions } => execute(w, *image, *kernel, args, regions),
+        Event::Execute { image, kernel, args, regions, assume_written } => execute(w, *image, *kernel, args, regions, assume_written),
         Event::Sync => {
             wait_idle(w, 1);
             Reply::Ok
@@ -253,7 +253,7 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
     }))
 }
 
-fn execute(w: &Worker, image: u32, kernel: u32, args: &[u64], regions: &[protocol::Region]) -> Reply {
+fn execute(w: &Worker, image: u32, kernel: u32, args: &[u64], regions: &[protocol::Region], assume_written: &[bool]) -> Reply {
     let entry = {
         let images = w.images.read();
         match images.get(image as usize).and_then(|i| i.as_ref()).and_then(|i| i.kernels.get(kernel as usize)) {
@@ -270,7 +270,8 @@ fn execute(w: &Worker, image: u32, kernel: u32, args: &[u64], regions: &[protoco
     };
     // SAFETY (all three blocks below): every pointer was resolved to a held range of the
     // stated size, and the head keeps these buffers allocated while the kernel runs.
-    let before: Vec<u64> = regions.iter().zip(&ptrs).map(|(r, &p)| unsafe { exec::hash(p, r.size as usize) }).collect();
+    let hash = |r: &protocol::Region, p: *mut u8, written: bool| if written { 0 } else { unsafe { exec::hash(p, r.size as usize) } };
+    let before: Vec<u64> = regions.iter().zip(&ptrs).zip(assume_written).map(|((r, &p), &aw)| hash(r, p, aw)).collect();
     let start = Instant::now();
     // SAFETY: `entry` was resolved by name from a loaded image; libomptarget generated the
     // argument list for exactly this kernel.
@@ -278,8 +279,8 @@ fn execute(w: &Worker, image: u32, kernel: u32, args: &[u64], regions: &[protoco
     let seconds = start.elapsed().as_secs_f64();
     let mut changed = Vec::with_capacity(regions.len());
     let mut pointers = Vec::new();
-    for ((r, &p), h) in regions.iter().zip(&ptrs).zip(before) {
-        let c = unsafe { exec::hash(p, r.size as usize) } != h;
+    for (((r, &p), h), &aw) in regions.iter().zip(&ptrs).zip(before).zip(assume_written) {
+        let c = aw || hash(r, p, false) != h;
         if c {
             pointers.push(unsafe { protocol::scan_pointers(p, r.size as usize, w.heap.base(), w.heap.end()) });
         }

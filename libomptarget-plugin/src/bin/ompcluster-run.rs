@@ -7,7 +7,7 @@
 //! and exits with the program's exit code.
 
 use clap::Parser;
-use object::{Object, ObjectSection};
+use object::Object;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
