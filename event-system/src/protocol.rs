@@ -103,6 +103,8 @@ pub enum Event {
         regions: Vec<Region>,
         /// Per region: mapped `from`, so surely written (no hashing needed).
         assume_written: Vec<bool>,
+        /// The kernel is known to be short: run it on the polling thread (no hand-off).
+        short: bool,
     },
     /// Reply once every earlier event of this worker has been handled.
     Sync,
@@ -264,6 +266,7 @@ mod tests {
                 args: vec![1, 2, 3],
                 regions: vec![Region { addr: 4096, size: 8 }],
                 assume_written: vec![false],
+                short: true,
             },
         };
         let bytes = encode(&ev).unwrap();

@@ -73,7 +73,12 @@ struct Kernel {
     image: u32,
     index: u32,
     name: String,
+    /// Duration of its last run, nanoseconds (u64::MAX before the first run).
+    last_ns: Arc<std::sync::atomic::AtomicU64>,
 }
+
+/// Kernels whose last run took less than this run on the worker's polling thread.
+const SHORT_KERNEL_NS: u64 = 50_000;
 
 /// Tables given to libomptarget must stay alive (and unmoved) while the program runs.
 pub(crate) struct ImageTables {
@@ -179,7 +184,7 @@ impl Cluster {
             let name = e.name_str().ok_or_else(|| ClusterError::BadImage("entry without a name".into()))?;
             if e.size == 0 {
                 let token = tokens.as_ptr() as usize + i;
-                new_kernels.push((token, Kernel { image: idx, index: kernels.len() as u32, name: name.clone() }));
+                new_kernels.push((token, Kernel { image: idx, index: kernels.len() as u32, name: name.clone(), last_ns: Arc::new(u64::MAX.into()) }));
                 kernels.push(name);
                 e.addr = token as *mut libc::c_void;
             } else {
@@ -371,9 +376,9 @@ impl Cluster {
         let mut bufs = self.buffers.lock();
         let (src, version, size) = loop {
             let b = bufs.get_mut(addr).ok_or(ClusterError::UnknownAddress(addr))?;
-            if b.held_by(w) {
+            if b.version == 0 || b.holders.contains(&w) {
                 if !b.backed.contains(&w) {
-                    // Version 0: zero pages are the contents.
+                    // Version 0: fresh zero pages are the contents.
                     self.comm.send_msg(w, CONTROL_TAG, &Envelope { tag: 0, event: Event::Alloc(Region { addr: b.addr, size: b.span }) }, self.live.as_ref())?;
                     b.backed.insert(w);
                 }
@@ -561,6 +566,7 @@ impl Cluster {
             }
         }
         self.sched.task_finished(kernel_s);
+        kernel.last_ns.store((kernel_s * 1e9) as u64, Ordering::Relaxed);
         self.stats.add_task(w);
         let t1 = self.start.elapsed().as_secs_f64();
         self.graph.lock().record(TaskRecord {
@@ -591,7 +597,11 @@ impl Cluster {
         }
         let regions: Vec<Region> = reach.iter().map(|&(addr, size, ..)| Region { addr, size }).collect();
         let n = regions.len();
-        let tag = self.post(w, Event::Execute { image: kernel.image, kernel: kernel.index, args: args.to_vec(), regions, assume_written })?;
+        let short = kernel.last_ns.load(Ordering::Relaxed) < SHORT_KERNEL_NS;
+        let tag = self.post(
+            w,
+            Event::Execute { image: kernel.image, kernel: kernel.index, args: args.to_vec(), regions, assume_written, short },
+        )?;
         match self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref())? {
             Reply::Executed { changed, pointers, seconds } if changed.len() == n => Ok((changed, pointers, seconds)),
             Reply::Error(msg) => Err(ClusterError::Worker { rank: w, msg }),

@@ -130,6 +130,15 @@ fn serve(w: &Arc<Worker>) -> Result<(), CommError> {
                     w.exit.store(true, Ordering::Release);
                     true
                 }
+                Event::Execute { short: true, .. } => {
+                    // A kernel known to take microseconds: run it here, still holding `poll`;
+                    // handing it to another thread would cost more than the kernel.
+                    let reply = handle(w, &env)?;
+                    if let Some(r) = reply {
+                        w.comm.send_msg(HEAD, env.tag, &r, w.live.as_ref())?;
+                    }
+                    true
+                }
                 _ => false,
             };
             if !inline_done {
@@ -244,7 +253,7 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
             }
             (Err(e), _) | (_, Err(e)) => Reply::Error(e),
         },
-        Event::Execute { image, kernel, args, regions, assume_written } => execute(w, *image, *kernel, args, regions, assume_written),
+        Event::Execute { image, kernel, args, regions, assume_written, .. } => execute(w, *image, *kernel, args, regions, assume_written),
         Event::Sync => {
             wait_idle(w, 1);
             Reply::Ok

@@ -1,0 +1,96 @@
+// Offloading micro-benchmarks, run the same binary under the stock plugin and under ours.
+//   offload_bench empty REPS          mean time of an empty target region (us)
+//   offload_bench bw REPS SIZE...     host->device and device->host bandwidth of
+//                                     `target update to/from` on a device-resident buffer
+//   offload_bench memory MIB          hold MIB MiB on one worker, then pause 4 s (RSS probe)
+//   offload_bench churn N KIB         N alloc / touch / free cycles of KIB KiB, pause 4 s
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) { fprintf(stderr, "usage: see the source\n"); return 2; }
+  if (!strcmp(argv[1], "empty")) {
+    int reps = atoi(argv[2]);
+    for (int i = 0; i < 200; i++) {
+      #pragma omp target
+      { }
+    }
+    double t0 = omp_get_wtime();
+    for (int i = 0; i < reps; i++) {
+      #pragma omp target
+      { }
+    }
+    double t = omp_get_wtime() - t0;
+    printf("empty_us %.3f\n", t / reps * 1e6);
+    return 0;
+  }
+  if (!strcmp(argv[1], "bw")) {
+    int reps = atoi(argv[2]);
+    for (int a = 3; a < argc; a++) {
+      size_t n = strtoull(argv[a], 0, 10);
+      char *buf = malloc(n);
+      memset(buf, 1, n);
+      #pragma omp target enter data map(to: buf[0:n])
+      // One region makes the buffer resident on a worker.
+      #pragma omp target map(tofrom: buf[0:n])
+      { buf[0] = 2; }
+      double *ts = malloc(reps * sizeof(double)), *tr = malloc(reps * sizeof(double));
+      for (int r = 0; r < reps; r++) {
+        buf[r % n] = (char)r;
+        double t0 = omp_get_wtime();
+        #pragma omp target update to(buf[0:n])
+        double t1 = omp_get_wtime();
+        #pragma omp target update from(buf[0:n])
+        double t2 = omp_get_wtime();
+        ts[r] = t1 - t0;
+        tr[r] = t2 - t1;
+      }
+      qsort(ts, reps, sizeof(double), cmp);
+      qsort(tr, reps, sizeof(double), cmp);
+      printf("bw %zu submit_GBps %.4f retrieve_GBps %.4f\n", n, n / ts[reps / 2] / 1e9, n / tr[reps / 2] / 1e9);
+      #pragma omp target exit data map(delete: buf[0:n])
+      free(buf); free(ts); free(tr);
+    }
+    return 0;
+  }
+  if (!strcmp(argv[1], "memory")) {
+    size_t n = (size_t)atoi(argv[2]) << 20;
+    char *buf = malloc(n);
+    memset(buf, 3, n);
+    #pragma omp target enter data map(to: buf[0:n])
+    #pragma omp target map(tofrom: buf[0:n])
+    { for (size_t i = 0; i < n; i += 4096) buf[i] = 4; }
+    printf("HOLDING %zu\n", n);
+    fflush(stdout);
+    sleep(4);
+    #pragma omp target exit data map(delete: buf[0:n])
+    return 0;
+  }
+  if (!strcmp(argv[1], "churn")) {
+    int cycles = atoi(argv[2]);
+    size_t n = (size_t)atoi(argv[3]) << 10;
+    int dev = omp_get_default_device();
+    for (int c = 0; c < cycles; c++) {
+      char *d = omp_target_alloc(n, dev);
+      #pragma omp target is_device_ptr(d)
+      { for (size_t i = 0; i < n; i += 4096) d[i] = 1; }
+      omp_target_free(d, dev);
+      if (c == 100 || c == cycles - 1) {
+        printf("CHURN %d\n", c + 1);
+        fflush(stdout);
+        sleep(4);
+      }
+    }
+    return 0;
+  }
+  fprintf(stderr, "unknown mode %s\n", argv[1]);
+  return 2;
+}

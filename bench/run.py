@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Benchmarks of the cluster device, each measured side by side in one run (see BENCHMARKS.md).
+
+  python3 bench/run.py [--quick]
+
+Needs `cargo build --release` first (bench/run.sh does it). Prints a markdown report.
+"""
+import os, re, statistics, subprocess, sys, tempfile, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN = os.path.join(ROOT, "target", "release", "ompcluster-run")
+QUICK = "--quick" in sys.argv
+MPIRUN = ["mpirun"] + (["--allow-run-as-root"] if os.geteuid() == 0 else []) + [
+    "--oversubscribe", "--bind-to", "none", "--mca", "pml", "ob1", "--mca", "btl", "self,vader,tcp"]
+CFLAGS = ["-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu"]
+
+
+def sh(cmd, env=None, timeout=900):
+    e = dict(os.environ)
+    e.update(env or {})
+    r = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=timeout)
+    if r.returncode != 0:
+        sys.exit(f"bench: {' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r.stdout
+
+
+def build(tmp):
+    b = lambda *a: sh(list(a))
+    ob, pp, mm = (os.path.join(tmp, x) for x in ("offload_bench", "mpi_pingpong", "matmul"))
+    b("clang-16", *CFLAGS, os.path.join(ROOT, "bench", "offload_bench.c"), "-o", ob)
+    b("mpicc", "-O2", os.path.join(ROOT, "bench", "mpi_pingpong.c"), "-o", pp)
+    b("clang-16", *CFLAGS, os.path.join(ROOT, "examples", "matmul", "matmul.c"), "-lm", "-o", mm)
+    return ob, pp, mm
+
+
+def parse_bw(out):
+    return {int(m[0]): (float(m[1]), float(m[2]))
+            for m in re.findall(r"^bw (\d+) submit_GBps ([\d.]+) retrieve_GBps ([\d.]+)", out, re.M)}
+
+
+def rank_pid(rank, name):
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")[0]
+            if not cmd.endswith(name.encode()):
+                continue
+            env = open(f"/proc/{p}/environ", "rb").read().split(b"\0")
+            if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+                return int(p)
+        except OSError:
+            pass
+    return None
+
+
+def rss_bytes(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def probe_rss(cmd, marker_re, probes):
+    """Run cmd; at each stdout line matching marker_re read the worker's (rank 1) RSS."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    seen = []
+    for line in p.stdout:
+        m = re.match(marker_re, line)
+        if m:
+            time.sleep(0.5)
+            pid = rank_pid(1, "offload_bench")
+            seen.append((int(m.group(1)), rss_bytes(pid) if pid else 0))
+    p.wait(timeout=300)
+    return seen
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="ompcluster-bench-")
+    ob, pp, mm = build(tmp)
+    print(f"# Benchmark run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, `python3 bench/run.py{' --quick' if QUICK else ''}`\n")
+    print(f"Machine: {os.cpu_count()} cores; load average before: {os.getloadavg()[0]:.2f}\n")
+
+    # 1. Empty region vs stock plugin and raw MPI round trip (1 worker: nothing oversubscribed).
+    reps = "2000" if QUICK else "20000"
+    raw = sh(MPIRUN + ["-np", "2", pp, "2000"])
+    rtt = float(re.search(r"rtt_us ([\d.]+)", raw).group(1))
+    stock_e = float(re.search(r"empty_us ([\d.]+)", sh([ob, "empty", reps])).group(1))
+    ours_e = float(re.search(r"empty_us ([\d.]+)", sh([RUN, "-np", "2", ob, "empty", reps])).group(1))
+    bound = stock_e + 2 * rtt
+    print("## Empty target region (1 worker)\n")
+    print("| stock x86_64 plugin | raw MPI round trip | ours | target: stock + 2 x RTT | met |")
+    print("|---|---|---|---|---|")
+    print(f"| {stock_e:.2f} us | {rtt:.2f} us | {ours_e:.2f} us | {bound:.2f} us | {'yes' if ours_e <= bound else 'NO'} |\n")
+
+    # 2. Bandwidth vs raw MPI shaped the same way.
+    sizes = [1 << 10, 16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
+    breps = "5" if QUICK else "20"
+    raw_bw = parse_bw(sh(MPIRUN + ["-np", "2", pp, breps] + [str(s) for s in sizes]))
+    ours_bw = parse_bw(sh([RUN, "-np", "2", ob, "bw", breps] + [str(s) for s in sizes]))
+    print("## Transfer bandwidth, GB/s (1 worker; `target update to/from` of a resident buffer vs raw MPI send + 8-byte answer)\n")
+    print("| size | raw MPI submit | ours submit | ratio | raw MPI retrieve | ours retrieve | ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for s in sizes:
+        rs, rr = raw_bw[s]
+        os_, or_ = ours_bw[s]
+        print(f"| {s >> 10} KiB | {rs:.3f} | {os_:.3f} | {os_ / rs:.2f} | {rr:.3f} | {or_:.3f} | {or_ / rr:.2f} |")
+    print()
+
+    # 3. Matmul: stock plugin vs 1, 2, 3 workers, same binary.
+    n, bs = ("512", "128") if QUICK else ("1024", "256")
+    runs = 1 if QUICK else 3
+    def t_of(out):
+        return float(re.search(r": ([\d.]+) s, max error", out).group(1))
+    def med(cmd):
+        ts = []
+        for _ in range(runs):
+            t0 = time.time()
+            out = sh(cmd)
+            assert "result correct" in out, out
+            ts.append((t_of(out), time.time() - t0))
+        return statistics.median(x for x, _ in ts), statistics.median(y for _, y in ts)
+    stock_m = med([mm, n, bs])
+    print(f"## Matmul N={n} BS={bs} ({(int(n) // int(bs)) ** 3} tasks), median of {runs}\n")
+    print("| runtime | compute phase | ratio to stock | whole run (incl. start-up and check) |")
+    print("|---|---|---|---|")
+    print(f"| stock x86_64 plugin | {stock_m[0]:.3f} s | 1.00 | {stock_m[1]:.2f} s |")
+    for w in (1, 2, 3):
+        m = med([RUN, "-np", str(w + 1), mm, n, bs])
+        print(f"| ours, {w} worker{'s' if w > 1 else ''} | {m[0]:.3f} s | {m[0] / stock_m[0]:.2f} | {m[1]:.2f} s |")
+    print()
+
+    # 4. Memory: resident memory of a worker holding 1 GiB; growth over alloc/delete cycles.
+    held = 1024
+    mem = probe_rss([RUN, "-np", "2", ob, "memory", str(held)], r"HOLDING (\d+)", 1)
+    cycles = "2000" if QUICK else "10000"
+    churn = probe_rss([RUN, "-np", "2", ob, "churn", cycles, "64"], r"CHURN (\d+)", 2)
+    print("## Worker memory\n")
+    if mem:
+        h, rss = mem[0]
+        print(f"- holding {h >> 20} MiB: worker RSS {rss / 2**20:.1f} MiB ({(rss - h) / h * 100:+.1f}% over the bytes held)")
+    if len(churn) == 2:
+        (c1, r1), (c2, r2) = churn
+        print(f"- alloc/touch/free of 64 KiB: RSS after {c1} cycles {r1 / 2**20:.1f} MiB, after {c2} cycles {r2 / 2**20:.1f} MiB (growth {(r2 - r1) / 2**20:+.2f} MiB)")
+    print(f"\nLoad average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
