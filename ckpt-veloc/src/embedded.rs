@@ -7,12 +7,13 @@
 //! fsynced: scratch only has to survive until the flush.
 //!
 //! *Flush* (after the pause) hands the checkpoint to a background thread
-//! that copies the scratch file region by region into a randomly named
-//! temporary file in `PERSISTENT/ckpt-<k>/`, re-hashing every region on the
-//! way (a scratch copy that changed is an error, not a silent corruption),
-//! then fsyncs, renames it to `rank-<r>.data`, fsyncs the directory, and
-//! finally writes `rank-<r>.index.json` the same way. The flush is complete
-//! only when the index is durable.
+//! that copies the scratch file region by region, 1 MiB at a time, into a
+//! randomly named temporary file in `PERSISTENT/ckpt-<k>/`, re-hashing every
+//! region on the way (a scratch copy that changed is an error, not a silent
+//! corruption) and asking the kernel to start writeback every 8 MiB
+//! (`sync_file_range`), then fsyncs, renames it to `rank-<r>.data`, fsyncs
+//! the directory, and finally writes `rank-<r>.index.json` the same way. The
+//! flush is complete only when the index is durable.
 //!
 //! Design note (concurrency): `state` (one mutex) holds the checkpoints
 //! being collected, the highest flushed id and the slots of all flushes; a
@@ -42,12 +43,13 @@ use crate::error::{FlushError, OpenError, SaveError};
 use crate::flush::{new_flush, FlushCompleter, FlushHandle, FlushOutcome, FlushSlot};
 use crate::fsutil;
 use crate::layout;
-use crate::mmap::ReadMap;
 use crate::record::{now_unix_ms, Checksum, CkptId, Rank, RegionId, RegionRecord};
 use crate::store::{CheckpointStore, StoreKind};
 
-/// The flusher hashes and writes this much at a time.
-const HASH_CHUNK: usize = 1 << 20;
+/// The flusher reads, hashes and writes this much at a time (small enough
+/// to stay in cache between the three; measured better than 8 MiB chunks
+/// and than hashing from a memory map).
+const COPY_CHUNK: usize = 1 << 20;
 /// The flusher asks the kernel to start writing back every this many bytes.
 const WRITEBACK_CHUNK: u64 = 8 << 20;
 
@@ -364,17 +366,22 @@ fn run_flush(
         let mut tmp = fsutil::temp_beside(&dest).map_err(io("create temporary file for", &dest))?;
         let tmp_path = tmp.path().to_path_buf();
         let mut written = 0u64;
-        let map = ReadMap::new(&c.file, c.len).map_err(io("map scratch file", &c.path))?;
-        let scratch = map.as_slice();
+        // A small buffer that stays in cache between read, hash and write.
+        let mut chunk = vec![0u8; COPY_CHUNK];
         let mut since_writeback = 0u64;
         for p in &c.regions {
             let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-            let region = &scratch[p.offset as usize..(p.offset + p.size) as usize];
-            // Small chunks: each is hashed and then written while still in cache.
-            for chunk in region.chunks(HASH_CHUNK) {
-                hasher.update(chunk);
-                tmp.write_all(chunk).map_err(io("write", &tmp_path))?;
-                since_writeback += chunk.len() as u64;
+            let mut done = 0u64;
+            while done < p.size {
+                let n = ((p.size - done) as usize).min(COPY_CHUNK);
+                let buf = &mut chunk[..n];
+                c.file
+                    .read_exact_at(buf, p.offset + done)
+                    .map_err(io("read scratch file", &c.path))?;
+                hasher.update(buf);
+                tmp.write_all(buf).map_err(io("write", &tmp_path))?;
+                done += n as u64;
+                since_writeback += n as u64;
                 if since_writeback >= WRITEBACK_CHUNK {
                     start_writeback(tmp.as_file(), written, since_writeback);
                     written += since_writeback;

@@ -20,10 +20,12 @@
 //! [`interval`] computes when to checkpoint (Young, Daly), and
 //! [`StoreConfig::from_env`] reads the `OMPCLUSTER_CP_*` variables.
 //!
-//! ```no_run
+//! ```
 //! use ckpt_veloc::{open, CheckpointMap, StoreConfig};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let config = StoreConfig::from_env(0)?;
+//! # let tmp = tempfile::tempdir()?;
+//! // At start-up, on every rank: StoreConfig::from_env(rank)?; here explicit.
+//! let config = StoreConfig::new(0, tmp.path().join("ckpt"));
 //! let store = open(&config)?;                        // fails now if a directory is unusable
 //! store.save_region(7, 42, &[1, 2, 3])?;             // during the pause: scratch only
 //! let records = store.flush(7)?.wait()?.records;     // after the pause, in the background
@@ -43,7 +45,6 @@ mod fsutil;
 pub mod interval;
 mod layout;
 mod manifest;
-mod mmap;
 mod record;
 mod store;
 #[cfg(feature = "veloc")]
