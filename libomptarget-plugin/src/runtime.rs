@@ -2,11 +2,12 @@
 
 use crate::cluster::Cluster;
 use crate::config::Config;
-use event_system::{Comm, Liveness, NeverDead, SymmetricHeap};
+use event_system::{Comm, Liveness, SymmetricHeap};
+use ft_detector::{Detector, Notice, ProcState};
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// What this rank is.
@@ -19,6 +20,42 @@ pub(crate) enum Runtime {
 
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 static REGISTERED: AtomicUsize = AtomicUsize::new(0);
+static DETECTOR: OnceLock<Arc<Detector>> = OnceLock::new();
+/// Set once this rank starts leaving: deaths declared from then on are ranks leaving too.
+static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
+
+/// Liveness as the failure detector sees it: every wait of the runtime gives up on a rank
+/// the detector declared dead.
+struct DetectorLiveness(Arc<Detector>);
+
+impl Liveness for DetectorLiveness {
+    fn is_dead(&self, rank: i32) -> bool {
+        self.0.state(rank) == ProcState::Dead
+    }
+}
+
+/// Print a start-up error once (on rank 0, or wherever the rank is unknown), then exit.
+fn startup_error(msg: std::fmt::Arguments<'_>) -> ! {
+    let rank = std::env::var("OMPI_COMM_WORLD_RANK").unwrap_or_default();
+    if rank.is_empty() || rank == "0" {
+        eprintln!("ompcluster: {msg}");
+    }
+    std::process::exit(2);
+}
+
+/// A rank was declared dead. Recovery is not implemented yet: end the whole job, naming it,
+/// instead of letting the program wait for a rank that will never answer.
+fn on_failure(me: i32, dead: i32, timeout_ms: u128) {
+    if SHUTTING_DOWN.load(Ordering::Acquire) || !(me == 0 || dead == 0) {
+        return;
+    }
+    let who = if dead == 0 { "the head (rank 0)".to_string() } else { format!("worker rank {dead}") };
+    eprintln!(
+        "ompcluster: {who} stopped responding: declared dead by the failure detector after {timeout_ms} ms without a heartbeat; recovery is not available, ending the job"
+    );
+    // SAFETY: MPI is initialised; MPI_Abort ends every process of the job and does not return.
+    unsafe { mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, 3) };
+}
 
 /// The runtime, if initialised.
 pub(crate) fn get() -> Option<&'static Runtime> {
@@ -30,13 +67,8 @@ pub(crate) fn init() -> Result<(), String> {
     if RUNTIME.get().is_some() {
         return Ok(());
     }
-    let cfg = match Config::from_env() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("ompcluster: invalid setting {e}");
-            std::process::exit(2);
-        }
-    };
+    let cfg = Config::from_env().unwrap_or_else(|e| startup_error(format_args!("invalid setting {e}")));
+    let ft_cfg = ft_detector::Config::from_env().unwrap_or_else(|e| startup_error(format_args!("invalid setting: {e}")));
     let (universe, level) = mpi::initialize_with_threading(mpi::Threading::Multiple)
         .ok_or("MPI was already initialised: a program run by ompcluster-run must not call MPI_Init itself")?;
     if level != mpi::Threading::Multiple {
@@ -58,9 +90,18 @@ pub(crate) fn init() -> Result<(), String> {
     })
     .map_err(|e| e.to_string())?;
     let comm = Arc::new(Comm::duplicate_world(cfg.fragment).map_err(|e| e.to_string())?);
+    let timeout_ms = ft_cfg.timeout.as_millis();
+    let det = Arc::new(Detector::start(&world, ft_cfg).map_err(|e| format!("cannot start the failure detector: {e}"))?);
+    let me = comm.rank();
+    det.on_notice(move |n| {
+        if let Notice::Failure(dead) = n {
+            on_failure(me, dead, timeout_ms);
+        }
+    });
+    let _ = DETECTOR.set(det.clone());
     // MPI is finalised explicitly at shutdown (see `finalize`), not when `universe` drops.
     std::mem::forget(universe);
-    let live: Arc<dyn Liveness> = Arc::new(NeverDead);
+    let live: Arc<dyn Liveness> = Arc::new(DetectorLiveness(det));
     let rt = if comm.rank() == 0 {
         Runtime::Head(Cluster::new(comm, heap, live, cfg))
     } else {
@@ -79,7 +120,11 @@ pub(crate) fn register_lib() {
         Some(Runtime::Worker(parts)) => {
             let Some((comm, heap)) = parts.lock().take() else { return };
             let rank = comm.rank();
-            let code = match event_system::worker::run(comm, heap, Arc::new(NeverDead)) {
+            let live: Arc<dyn Liveness> = match DETECTOR.get() {
+                Some(d) => Arc::new(DetectorLiveness(d.clone())),
+                None => Arc::new(event_system::NeverDead),
+            };
+            let code = match event_system::worker::run(comm, heap, live) {
                 Ok(()) => 0,
                 Err(e) => {
                     eprintln!("ompcluster worker {rank}: {e}");
@@ -99,6 +144,7 @@ pub(crate) fn register_lib() {
 pub(crate) fn unregister_lib() {
     if let Some(Runtime::Head(c)) = RUNTIME.get() {
         if REGISTERED.fetch_sub(1, Ordering::AcqRel) == 1 {
+            SHUTTING_DOWN.store(true, Ordering::Release);
             c.shutdown();
             finalize();
         }
@@ -106,6 +152,12 @@ pub(crate) fn unregister_lib() {
 }
 
 fn finalize() {
+    SHUTTING_DOWN.store(true, Ordering::Release);
+    if let Some(d) = DETECTOR.get() {
+        if let Err(e) = d.stop() {
+            eprintln!("ompcluster: failure detector: {e}");
+        }
+    }
     // SAFETY: flushing all C streams (kernel printf output) is always allowed.
     unsafe { libc::fflush(std::ptr::null_mut()) };
     // SAFETY: MPI was initialised by `init`; every request of this rank is complete, and no
