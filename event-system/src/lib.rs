@@ -17,6 +17,7 @@ pub use backoff::Backoff;
 pub use comm::{Comm, CommError, Liveness, NeverDead, TagAllocator};
 pub use heap::{ExtentAllocator, HeapError, SymmetricHeap};
 pub use protocol::{Event, GlobalDesc, ProtocolError, Region, Reply};
+pub use worker::CheckpointSink;
 
 /// Rank of the head process (the one that runs the user's `main`).
 pub const HEAD: i32 = 0;

@@ -106,6 +106,18 @@ pub enum Event {
         /// The kernel is known to be short: run it on the polling thread (no hand-off).
         short: bool,
     },
+    /// Save these regions as part of checkpoint `ckpt` (to scratch: fast), then reply.
+    Checkpoint {
+        /// Checkpoint id.
+        ckpt: u64,
+        /// (region id, device range) pairs.
+        regions: Vec<(u64, Region)>,
+    },
+    /// Flush checkpoint `ckpt` to persistent storage; reply `Flushed` when it is durable.
+    Flush {
+        /// Checkpoint id.
+        ckpt: u64,
+    },
     /// Reply once every earlier event of this worker has been handled.
     Sync,
     /// Finish: reply, then leave the event loop.
@@ -144,6 +156,8 @@ pub enum Reply {
         /// Time spent in the kernel, seconds.
         seconds: f64,
     },
+    /// A checkpoint flush is durable: the store's records of it, serialised by the store.
+    Flushed(Vec<u8>),
     /// The event failed; the text says why.
     Error(String),
 }
@@ -223,7 +237,13 @@ impl Event {
                 }
                 regions.iter().try_for_each(in_heap)
             }
-            Event::Sync | Event::Exit => Ok(()),
+            Event::Checkpoint { regions, .. } => {
+                if regions.len() > MAX_LIST {
+                    return Err(ProtocolError::Invalid("too many checkpoint regions".into()));
+                }
+                regions.iter().try_for_each(|(_, r)| in_heap(r))
+            }
+            Event::Flush { .. } | Event::Sync | Event::Exit => Ok(()),
         }
     }
 }

@@ -16,6 +16,7 @@
 //! Conflicting concurrent accesses to one buffer are data races in the user's program
 //! (libomptarget orders dependent regions), so versions are updated without further locking.
 
+use crate::checkpoint::{Checkpointer, SaveItem};
 use crate::config::Config;
 use crate::data::{Buffers, PointsTo, HEAD};
 use crate::report::{Report, Stats};
@@ -24,8 +25,8 @@ use event_system::protocol::{Envelope, Event, FoundPointers, GlobalDesc, Region,
 use event_system::{Comm, Liveness, SymmetricHeap, TagAllocator};
 use parking_lot::{Condvar, Mutex, RwLock};
 use scheduler::{Candidate, Scheduler};
-use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use task_graph::{Access, TaskGraph, TaskRecord};
@@ -96,7 +97,12 @@ pub struct Cluster {
     comm: Arc<Comm>,
     heap: SymmetricHeap,
     live: Arc<dyn Liveness>,
-    tags: TagAllocator,
+    tags: Arc<TagAllocator>,
+    /// Read side: any offloading request; write side: a checkpoint (see `checkpoint.rs`).
+    gate: RwLock<()>,
+    ckpt: Option<Checkpointer>,
+    /// Bytes of all live device buffers (for the checkpoint interval).
+    device_bytes: AtomicU64,
     cfg: Config,
     buffers: Mutex<Buffers>,
     moved: Condvar,
@@ -112,10 +118,13 @@ pub struct Cluster {
 
 impl Cluster {
     /// The head's cluster device over `comm` (rank 0), with the agreed heap.
-    pub fn new(comm: Arc<Comm>, heap: SymmetricHeap, live: Arc<dyn Liveness>, cfg: Config) -> Self {
+    pub(crate) fn new(comm: Arc<Comm>, heap: SymmetricHeap, live: Arc<dyn Liveness>, cfg: Config, ckpt: Option<Checkpointer>) -> Self {
         let n = comm.size() as usize;
         Cluster {
-            tags: TagAllocator::new(comm.tag_ub()),
+            tags: Arc::new(TagAllocator::new(comm.tag_ub())),
+            gate: RwLock::new(()),
+            ckpt,
+            device_bytes: AtomicU64::new(0),
             buffers: Mutex::new(Buffers::new(heap.base(), heap.end() - heap.base())),
             moved: Condvar::new(),
             kernels: RwLock::new(HashMap::new()),
@@ -166,13 +175,116 @@ impl Cluster {
         }
     }
 
+    /// Enter an offloading request: take a checkpoint first if one is due, then hold the
+    /// gate's read side for the request.
+    fn enter(&self) -> Result<parking_lot::RwLockReadGuard<'_, ()>> {
+        self.check_running()?;
+        if let Some(cp) = &self.ckpt {
+            if cp.due(self.device_bytes.load(Ordering::Relaxed)) {
+                self.checkpoint(cp);
+            }
+        }
+        Ok(self.gate.read())
+    }
+
+    /// Take a consistent checkpoint: pause offloading, have each holder of a changed buffer's
+    /// current version save it, resume, flush in the background.
+    fn checkpoint(&self, cp: &Checkpointer) {
+        let t0 = Instant::now();
+        let gate = self.gate.write();
+        if !cp.due(self.device_bytes.load(Ordering::Relaxed)) {
+            return; // another thread took it while we waited
+        }
+        let (ckpt, saved) = cp.begin();
+        let mut plan: BTreeMap<i32, Vec<SaveItem>> = BTreeMap::new();
+        {
+            let bufs = self.buffers.lock();
+            for b in bufs.iter().filter(|b| b.version > 0 && saved.get(&b.id) != Some(&b.version)) {
+                let saver = if b.holders.contains(&HEAD) { Some(HEAD) } else { self.least_busy(&b.holders) };
+                match saver {
+                    Some(r) => plan.entry(r).or_default().push((b.id, b.addr, b.size, b.version)),
+                    None => eprintln!("ompcluster: checkpoint {ckpt}: no live holder of buffer {}", b.id),
+                }
+            }
+        }
+        let mut tags = Vec::new();
+        let mut ok = true;
+        for (&r, items) in &plan {
+            if r == HEAD {
+                continue;
+            }
+            let regions = items.iter().map(|&(id, addr, size, _)| (id, Region { addr, size })).collect();
+            match self.post(r, Event::Checkpoint { ckpt, regions }) {
+                Ok(tag) => tags.push((r, tag)),
+                Err(e) => {
+                    eprintln!("ompcluster: checkpoint {ckpt}: {e}");
+                    ok = false;
+                }
+            }
+        }
+        for &(id, addr, size, _) in plan.get(&HEAD).into_iter().flatten() {
+            // SAFETY: the head holds the current version of this buffer in its staged copy,
+            // and the gate keeps every request (and so every change) out meanwhile.
+            let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, size as usize) };
+            if let Err(e) = cp.store.save_region(ckpt, id, bytes) {
+                eprintln!("ompcluster: checkpoint {ckpt}: {e}");
+                ok = false;
+            }
+        }
+        for (r, tag) in tags {
+            if let Err(e) = self.expect_ok(r, tag) {
+                eprintln!("ompcluster: checkpoint {ckpt}: {e}");
+                ok = false;
+            }
+        }
+        let pause = t0.elapsed();
+        drop(gate);
+        if !ok {
+            cp.store.discard(ckpt);
+            return;
+        }
+        let items: Vec<SaveItem> = plan.values().flatten().copied().collect();
+        let savers: Vec<i32> = plan.keys().copied().collect();
+        let (comm, tags, live, store) = (self.comm.clone(), self.tags.clone(), self.live.clone(), cp.store.clone());
+        self.log(format_args!("CHECKPOINT {ckpt}: {} regions, pause {:.3} ms", items.len(), pause.as_secs_f64() * 1e3));
+        cp.end_pause(ckpt, &items, pause, move || {
+            let mut records = Vec::new();
+            let mut pending = Vec::new();
+            for &r in &savers {
+                if r != HEAD {
+                    let tag = tags.next();
+                    comm.send_msg(r, CONTROL_TAG, &Envelope { tag, event: Event::Flush { ckpt } }, live.as_ref()).map_err(|e| e.to_string())?;
+                    pending.push((r, tag));
+                }
+            }
+            // The head's own flush (its store also flushes an empty checkpoint cleanly).
+            let own = store.flush(ckpt).and_then(|h| h.wait()).map_err(|e| e.to_string())?;
+            records.extend(own.records);
+            for (r, tag) in pending {
+                match comm.recv_msg::<Reply>(r, tag, live.as_ref()).map_err(|e| e.to_string())? {
+                    Reply::Flushed(bytes) => {
+                        let recs: Vec<ckpt_veloc::RegionRecord> =
+                            serde_json::from_slice(&bytes).map_err(|e| format!("bad flush records from rank {r}: {e}"))?;
+                        if recs.iter().any(|x| x.rank != r as u32 || x.ckpt != ckpt) {
+                            return Err(format!("rank {r} sent records of another rank or checkpoint"));
+                        }
+                        records.extend(recs);
+                    }
+                    Reply::Error(e) => return Err(format!("rank {r}: {e}")),
+                    other => return Err(format!("rank {r}: unexpected reply {other:?}")),
+                }
+            }
+            Ok(records)
+        });
+    }
+
     // ----- images -----
 
     /// Send a device image to every worker and build libomptarget's entry table.
     ///
     /// `entries` are the image's offload entries (names valid for the program's lifetime).
     pub(crate) fn load_binary(&self, image: &[u8], entries: &[crate::abi::OffloadEntry]) -> Result<*mut crate::abi::TargetTable> {
-        self.check_running()?;
+        let _gate = self.enter()?;
         let mut images = self.images.lock();
         let idx = images.len() as u32;
         let tokens: Box<[u8]> = vec![0u8; entries.len().max(1)].into_boxed_slice();
@@ -228,8 +340,9 @@ impl Cluster {
 
     /// Allocate a device buffer.
     pub(crate) fn alloc(&self, size: u64) -> Result<u64> {
-        self.check_running()?;
+        let _gate = self.enter()?;
         let addr = self.buffers.lock().create(size, None)?.addr;
+        self.device_bytes.fetch_add(size, Ordering::Relaxed);
         self.log(format_args!("ALLOC {addr:#x} {size} bytes"));
         Ok(addr)
     }
@@ -239,7 +352,12 @@ impl Cluster {
         if self.stopped.load(Ordering::Acquire) {
             return Ok(()); // the workers are gone; the range dies with the process
         }
+        let _gate = self.enter()?;
         let b = self.buffers.lock().remove(addr).ok_or(ClusterError::UnknownAddress(addr))?;
+        self.device_bytes.fetch_sub(b.size, Ordering::Relaxed);
+        if let Some(cp) = &self.ckpt {
+            cp.forget(b.id);
+        }
         let region = Region { addr: b.addr, size: b.span };
         for &r in &b.backed {
             if r == HEAD {
@@ -267,7 +385,16 @@ impl Cluster {
     /// # Safety
     /// `host..host+len` must be readable.
     pub(crate) unsafe fn submit(&self, tgt: u64, host: *const u8, len: u64) -> Result<()> {
-        self.check_running()?;
+        let _gate = self.enter()?;
+        // SAFETY: forwarded contract.
+        unsafe { self.submit_inner(tgt, host, len) }
+    }
+
+    /// [`Cluster::submit`] without the gate (the caller holds it).
+    ///
+    /// # Safety
+    /// As for `submit`.
+    unsafe fn submit_inner(&self, tgt: u64, host: *const u8, len: u64) -> Result<()> {
         if len == 0 {
             return Ok(());
         }
@@ -330,7 +457,16 @@ impl Cluster {
     /// # Safety
     /// `host..host+len` must be writable and not accessed by others meanwhile.
     pub(crate) unsafe fn retrieve(&self, host: *mut u8, tgt: u64, len: u64) -> Result<()> {
-        self.check_running()?;
+        let _gate = self.enter()?;
+        // SAFETY: forwarded contract.
+        unsafe { self.retrieve_inner(host, tgt, len) }
+    }
+
+    /// [`Cluster::retrieve`] without the gate (the caller holds it).
+    ///
+    /// # Safety
+    /// As for `retrieve`.
+    unsafe fn retrieve_inner(&self, host: *mut u8, tgt: u64, len: u64) -> Result<()> {
         if len == 0 {
             return Ok(());
         }
@@ -446,7 +582,7 @@ impl Cluster {
 
     /// Device-to-device copy inside the cluster device (`omp_target_memcpy`).
     pub(crate) fn copy(&self, src: u64, dst: u64, len: u64) -> Result<()> {
-        self.check_running()?;
+        let _gate = self.enter()?;
         if len == 0 {
             return Ok(());
         }
@@ -465,9 +601,9 @@ impl Cluster {
             // Do it on the head: the source's current version is staged there (or is zeros).
             let mut tmp = vec![0u8; len as usize];
             // SAFETY: `tmp` has `len` writable bytes.
-            unsafe { self.retrieve(tmp.as_mut_ptr(), src, len)? };
+            unsafe { self.retrieve_inner(tmp.as_mut_ptr(), src, len)? };
             // SAFETY: `tmp` has `len` readable bytes.
-            return unsafe { self.submit(dst, tmp.as_ptr(), len) };
+            return unsafe { self.submit_inner(dst, tmp.as_ptr(), len) };
         }
         self.ensure_present(src_buf, at)?;
         if !whole {
@@ -498,7 +634,7 @@ impl Cluster {
     /// Run the kernel `entry` (a token from `load_binary`) with argument values `args`;
     /// `mapped_from[i]` says argument i was mapped `from` (its buffer is surely written).
     pub(crate) fn launch(&self, entry: usize, args: Vec<u64>, mapped_from: &[bool]) -> Result<()> {
-        self.check_running()?;
+        let _gate = self.enter()?;
         let t0 = self.start.elapsed().as_secs_f64();
         let kernel = self.kernels.read().get(&entry).cloned().ok_or(ClusterError::UnknownKernel(entry))?;
         // What can it reach, and where is it?
@@ -613,6 +749,9 @@ impl Cluster {
 
     /// Stop the workers and write the report and the graph. Idempotent.
     pub(crate) fn shutdown(&self) {
+        if let Some(cp) = &self.ckpt {
+            cp.wait(); // a flush in progress needs the workers
+        }
         if self.stopped.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -631,7 +770,15 @@ impl Cluster {
         }
         let wall = self.start.elapsed().as_secs_f64();
         if let Some(path) = &self.cfg.report {
-            let report = Report::from_stats(&self.stats, workers.len(), wall);
+            let mut report = Report::from_stats(&self.stats, workers.len(), wall);
+            if let Some(cp) = &self.ckpt {
+                let p = cp.published.lock();
+                report.checkpoints = p.checkpoints;
+                report.checkpoint_bytes = p.bytes;
+                report.checkpoint_pauses_seconds = cp.pauses();
+                report.checkpoint_pause_seconds = report.checkpoint_pauses_seconds.iter().sum();
+                report.checkpoint_errors = p.errors.clone();
+            }
             if let Err(e) = report.write(path) {
                 eprintln!("ompcluster: cannot write report {}: {e}", path.display());
             }

@@ -8,6 +8,7 @@
 //! `event-system`, `scheduler` and `task-graph` crates.
 
 pub mod abi;
+mod checkpoint;
 pub mod cluster;
 pub mod config;
 mod data;

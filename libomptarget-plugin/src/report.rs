@@ -55,6 +55,16 @@ pub struct Report {
     pub bytes_exchanged: u64,
     /// Time from plugin start-up to shutdown.
     pub wall_seconds: f64,
+    /// Checkpoints completed (flushed and published).
+    pub checkpoints: u64,
+    /// Bytes written by completed checkpoints.
+    pub checkpoint_bytes: u64,
+    /// Total time offloading was paused for checkpoints.
+    pub checkpoint_pause_seconds: f64,
+    /// The pause of each checkpoint taken, in order.
+    pub checkpoint_pauses_seconds: Vec<f64>,
+    /// Checkpoints that failed, and why.
+    pub checkpoint_errors: Vec<String>,
 }
 
 impl Report {
@@ -74,6 +84,11 @@ impl Report {
             bytes_retrieved: s.retrieved.load(Ordering::Relaxed),
             bytes_exchanged: s.exchanged.load(Ordering::Relaxed),
             wall_seconds,
+            checkpoints: 0,
+            checkpoint_bytes: 0,
+            checkpoint_pause_seconds: 0.0,
+            checkpoint_pauses_seconds: Vec::new(),
+            checkpoint_errors: Vec::new(),
         }
     }
 

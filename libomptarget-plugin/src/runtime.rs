@@ -15,8 +15,11 @@ pub(crate) enum Runtime {
     /// Rank 0: runs `main`, owns the cluster device.
     Head(Cluster),
     /// Ranks 1..N-1: wait for `register_lib`, then serve events.
-    Worker(Mutex<Option<(Arc<Comm>, SymmetricHeap)>>),
+    Worker(Mutex<Option<WorkerParts>>),
 }
+
+/// What a worker needs to serve: transport, heap, checkpoint store.
+type WorkerParts = (Arc<Comm>, SymmetricHeap, Option<Arc<dyn ckpt_veloc::CheckpointStore>>);
 
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 static REGISTERED: AtomicUsize = AtomicUsize::new(0);
@@ -69,6 +72,9 @@ pub(crate) fn init() -> Result<(), String> {
     }
     let cfg = Config::from_env().unwrap_or_else(|e| startup_error(format_args!("invalid setting {e}")));
     let ft_cfg = ft_detector::Config::from_env().unwrap_or_else(|e| startup_error(format_args!("invalid setting: {e}")));
+    let rank_hint: u32 = std::env::var("OMPI_COMM_WORLD_RANK").ok().and_then(|r| r.parse().ok()).unwrap_or(0);
+    let cp_cfg = ckpt_veloc::StoreConfig::from_env(rank_hint)
+        .unwrap_or_else(|e| startup_error(format_args!("invalid checkpoint setting: {e}")));
     let (universe, level) = mpi::initialize_with_threading(mpi::Threading::Multiple)
         .ok_or("MPI was already initialised: a program run by ompcluster-run must not call MPI_Init itself")?;
     if level != mpi::Threading::Multiple {
@@ -90,6 +96,29 @@ pub(crate) fn init() -> Result<(), String> {
     })
     .map_err(|e| e.to_string())?;
     let comm = Arc::new(Comm::duplicate_world(cfg.fragment).map_err(|e| e.to_string())?);
+    // Every rank opens its checkpoint store now, so that an unusable directory stops the job
+    // before `main`, with the reason, rather than at the first checkpoint.
+    let mut cp_cfg = cp_cfg;
+    cp_cfg.rank = comm.rank() as u32;
+    let store: Option<Arc<dyn ckpt_veloc::CheckpointStore>> = if cp_cfg.enabled {
+        match ckpt_veloc::open(&cp_cfg) {
+            Ok(s) => Some(Arc::from(s)),
+            Err(e) => {
+                eprintln!("ompcluster: rank {}: cannot use the checkpoint directories: {e}", comm.rank());
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let mine = i32::from(!cp_cfg.enabled || store.is_some());
+    let mut all = 0i32;
+    world.all_reduce_into(&mine, &mut all, SystemOperation::min());
+    if all != 1 {
+        // SAFETY: MPI is initialised; every rank reached this point and leaves together.
+        unsafe { mpi::ffi::MPI_Finalize() };
+        std::process::exit(2);
+    }
     let timeout_ms = ft_cfg.timeout.as_millis();
     let det = Arc::new(Detector::start(&world, ft_cfg).map_err(|e| format!("cannot start the failure detector: {e}"))?);
     let me = comm.rank();
@@ -103,9 +132,10 @@ pub(crate) fn init() -> Result<(), String> {
     std::mem::forget(universe);
     let live: Arc<dyn Liveness> = Arc::new(DetectorLiveness(det));
     let rt = if comm.rank() == 0 {
-        Runtime::Head(Cluster::new(comm, heap, live, cfg))
+        let ckpt = store.map(|s| crate::checkpoint::Checkpointer::new(s, cp_cfg));
+        Runtime::Head(Cluster::new(comm, heap, live, cfg, ckpt))
     } else {
-        Runtime::Worker(Mutex::new(Some((comm, heap))))
+        Runtime::Worker(Mutex::new(Some((comm, heap, store))))
     };
     let _ = RUNTIME.set(rt);
     Ok(())
@@ -118,13 +148,14 @@ pub(crate) fn register_lib() {
             REGISTERED.fetch_add(1, Ordering::AcqRel);
         }
         Some(Runtime::Worker(parts)) => {
-            let Some((comm, heap)) = parts.lock().take() else { return };
+            let Some((comm, heap, store)) = parts.lock().take() else { return };
+            let sink = store.map(|s| Arc::new(crate::checkpoint::WorkerSink(s)) as Arc<dyn event_system::CheckpointSink>);
             let rank = comm.rank();
             let live: Arc<dyn Liveness> = match DETECTOR.get() {
                 Some(d) => Arc::new(DetectorLiveness(d.clone())),
                 None => Arc::new(event_system::NeverDead),
             };
-            let code = match event_system::worker::run(comm, heap, live) {
+            let code = match event_system::worker::run(comm, heap, live, sink) {
                 Ok(()) => 0,
                 Err(e) => {
                     eprintln!("ompcluster worker {rank}: {e}");

@@ -18,6 +18,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Where a worker saves checkpoint regions (implemented by the plugin over a checkpoint store,
+/// so that this crate does not depend on one).
+pub trait CheckpointSink: Send + Sync {
+    /// Save `bytes` as region `region` of checkpoint `ckpt` (fast: scratch).
+    fn save(&self, ckpt: u64, region: u64, bytes: &[u8]) -> Result<(), String>;
+    /// Make checkpoint `ckpt` durable; returns the store's records of it, serialised.
+    fn flush(&self, ckpt: u64) -> Result<Vec<u8>, String>;
+}
+
 /// Most threads a worker runs (kernels in flight plus the poller).
 const MAX_THREADS: usize = 512;
 
@@ -37,10 +46,16 @@ struct Worker {
     threads: AtomicUsize,
     /// Events being handled off the poll lock.
     busy: AtomicUsize,
+    ckpt: Option<Arc<dyn CheckpointSink>>,
 }
 
 /// Serve events from the head until EXIT (`Ok`) or until the head is unreachable (`Err`).
-pub fn run(comm: Arc<Comm>, heap: SymmetricHeap, live: Arc<dyn Liveness>) -> Result<(), CommError> {
+pub fn run(
+    comm: Arc<Comm>,
+    heap: SymmetricHeap,
+    live: Arc<dyn Liveness>,
+    ckpt: Option<Arc<dyn CheckpointSink>>,
+) -> Result<(), CommError> {
     let scratch = tempfile::Builder::new()
         .prefix("ompcluster-worker-")
         .tempdir()
@@ -57,6 +72,7 @@ pub fn run(comm: Arc<Comm>, heap: SymmetricHeap, live: Arc<dyn Liveness>) -> Res
         idle: AtomicUsize::new(1),
         threads: AtomicUsize::new(1),
         busy: AtomicUsize::new(0),
+        ckpt,
     });
     let result = serve(&w);
     // Wait (bounded) for the other threads to notice EXIT.
@@ -254,6 +270,32 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
             (Err(e), _) | (_, Err(e)) => Reply::Error(e),
         },
         Event::Execute { image, kernel, args, regions, assume_written, .. } => execute(w, *image, *kernel, args, regions, assume_written),
+        Event::Checkpoint { ckpt, regions } => match &w.ckpt {
+            None => Reply::Error("checkpoints are not enabled on this worker".into()),
+            Some(sink) => {
+                let mut reply = Reply::Ok;
+                for (id, r) in regions {
+                    let saved = resolve(r.addr, r.size).and_then(|p| {
+                        // SAFETY: `p` points to `r.size` bytes this worker holds; the head
+                        // holds its gate, so no kernel or transfer changes them meanwhile.
+                        let bytes = unsafe { std::slice::from_raw_parts(p, r.size as usize) };
+                        sink.save(*ckpt, *id, bytes)
+                    });
+                    if let Err(e) = saved {
+                        reply = Reply::Error(format!("checkpoint {ckpt}, region {id}: {e}"));
+                        break;
+                    }
+                }
+                reply
+            }
+        },
+        Event::Flush { ckpt } => match &w.ckpt {
+            None => Reply::Error("checkpoints are not enabled on this worker".into()),
+            Some(sink) => match sink.flush(*ckpt) {
+                Ok(records) => Reply::Flushed(records),
+                Err(e) => Reply::Error(format!("flush of checkpoint {ckpt}: {e}")),
+            },
+        },
         Event::Sync => {
             wait_idle(w, 1);
             Reply::Ok
