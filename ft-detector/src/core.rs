@@ -766,6 +766,87 @@ mod tests {
         assert_eq!((0..8).map(|p| id.rank_at(p)).collect::<Vec<_>>(), (0..8).collect::<Vec<u32>>());
     }
 
+    struct Rec(Vec<(u32, Msg)>, Vec<Notice>);
+    impl Net for Rec {
+        fn send(&mut self, to: u32, msg: Msg) {
+            self.0.push((to, msg));
+        }
+        fn notice(&mut self, n: Notice) {
+            self.1.push(n);
+        }
+    }
+
+    fn core(me: u32, n: usize) -> Core {
+        let cfg = CoreConfig::new(100_000, 1_000_000, 10_000, BcastAlgo::Chord);
+        Core::new(me, Arc::new(Ring::new(n, false)), cfg, 0)
+    }
+
+    fn status(origin: u32, seq: u32, subject: u32, version: u32) -> Msg {
+        Msg::Bcast(Bcast { origin, seq, route: 8, payload: Payload::Status { subject, version } })
+    }
+
+    #[test]
+    fn notices_once_and_in_order_whatever_the_arrival_order() {
+        let mut c = core(0, 8);
+        let mut net = Rec(vec![], vec![]);
+        // the re-admission overtakes the failure declaration
+        c.on_message(10, 5, status(5, 2, 3, 2), &mut net);
+        c.on_message(11, 6, status(6, 1, 3, 1), &mut net);
+        c.on_message(12, 6, status(6, 1, 3, 1), &mut net); // duplicate
+        c.on_message(13, 7, status(7, 4, 3, 1), &mut net); // same declaration by another rank
+        assert_eq!(net.1, vec![Notice::Failure(3), Notice::FalsePositive(3)]);
+        assert!(!c.is_dead(3));
+    }
+
+    #[test]
+    fn observer_declares_emitter_dead_and_notifies_the_next_one() {
+        // identity ring of 4: rank 2 watches rank 1
+        let mut c = core(2, 4);
+        let mut net = Rec(vec![], vec![]);
+        assert_eq!(c.emitter(), Some(1));
+        assert_eq!(c.observer(), Some(3));
+        c.on_message(50_000, 1, Msg::Beat { digest: 0, recent: vec![] }, &mut net);
+        c.on_tick(900_000, &mut net);
+        assert!(net.1.is_empty(), "declared too early");
+        c.on_tick(1_060_000, &mut net);
+        assert_eq!(net.1, vec![Notice::Failure(1)]);
+        assert_eq!(c.emitter(), Some(0));
+        assert!(net.0.iter().any(|(to, m)| *to == 0 && matches!(m, Msg::NewObserver { between } if between == &vec![(1, 1)])));
+        // the failure is broadcast to every other live rank (chord from position 2)
+        let mut told: Vec<u32> = net.0.iter().filter(|(_, m)| matches!(m, Msg::Bcast(_))).map(|(to, _)| *to).collect();
+        told.sort();
+        assert_eq!(told, vec![0, 3]);
+        // the dead rank beats again: false positive, re-admitted and broadcast
+        net.0.clear();
+        c.on_message(1_100_000, 1, Msg::Beat { digest: 0, recent: vec![] }, &mut net);
+        assert_eq!(net.1, vec![Notice::Failure(1), Notice::FalsePositive(1)]);
+        assert_eq!(c.emitter(), Some(1));
+        assert!(net.0.iter().any(|(_, m)| matches!(m, Msg::Bcast(b) if b.payload == Payload::Status { subject: 1, version: 2 })));
+    }
+
+    #[test]
+    fn chord_reaches_everyone_once_without_failures() {
+        for n in [2usize, 3, 8, 13, 64] {
+            let ring = Arc::new(Ring::new(n, true));
+            let cfg = CoreConfig::new(100_000, 1_000_000, 10_000, BcastAlgo::Chord);
+            let mut cores: Vec<Core> = (0..n as u32).map(|r| Core::new(r, ring.clone(), cfg.clone(), 0)).collect();
+            let mut net = Rec(vec![], vec![]);
+            cores[1 % n].originate(Payload::Checkpoint, 0, &mut net);
+            let mut got = vec![0usize; n];
+            got[1 % n] = 1;
+            let mut msgs = 0;
+            while let Some((to, m)) = net.0.pop() {
+                msgs += 1;
+                let mut sub = Rec(vec![], vec![]);
+                cores[to as usize].on_message(1, 0, m, &mut sub);
+                got[to as usize] += sub.1.len();
+                net.0.extend(sub.0);
+            }
+            assert!(got.iter().all(|&g| g == 1), "n={n}: {got:?}");
+            assert_eq!(msgs, n - 1, "n={n}");
+        }
+    }
+
     #[test]
     fn wire_roundtrip() {
         let msgs = vec![

@@ -40,6 +40,9 @@ use thiserror::Error;
 use crate::core::{wire, Core, CoreConfig, Msg, Net, Ring, Time};
 use crate::{CommState, Config, Notice, ProcState};
 
+/// Number of spare parent communicators for shrink rounds.
+pub(crate) const SHRINK_SPARES: usize = 6;
+
 /// Tag of heartbeat-protocol messages on the detector's private communicator.
 const HB_TAG: c_int = 7;
 
@@ -133,9 +136,14 @@ pub struct Detector {
     shared: Arc<Shared>,
     enabled: bool,
     thread: Mutex<Option<JoinHandle<()>>>,
-    /// Private duplicate for the shrink protocol and `MPI_Comm_create_group`.
+    /// Private duplicate for the shrink protocol.
     pub(crate) ctl: Option<RawComm>,
+    /// Parents for `MPI_Comm_create_group`, created at start while everyone is alive, in
+    /// increasing context-id order; shrink round r uses `spares[len-1-r]` (see fault_aware).
+    pub(crate) spares: Vec<RawComm>,
     pub(crate) shrink_epoch: AtomicU64,
+    /// Shrink rounds abandoned so far (each consumed a spare parent communicator).
+    pub(crate) shrink_rounds_lost: AtomicU64,
     config: Config,
 }
 
@@ -184,7 +192,9 @@ impl Detector {
                 enabled: false,
                 thread: Mutex::new(None),
                 ctl: None,
+                spares: Vec::new(),
                 shrink_epoch: AtomicU64::new(0),
+                shrink_rounds_lost: AtomicU64::new(0),
                 config: cfg,
             });
         }
@@ -194,6 +204,7 @@ impl Detector {
         }
         let hb = dup(comm);
         let ctl = dup(comm);
+        let spares: Vec<RawComm> = (0..SHRINK_SPARES).map(|_| dup(comm)).collect();
         let sh = shared.clone();
         let c2 = cfg.clone();
         let handle = std::thread::Builder::new().name("ft-heartbeat".into()).spawn(move || {
@@ -210,7 +221,9 @@ impl Detector {
             enabled: true,
             thread: Mutex::new(Some(handle)),
             ctl: Some(ctl),
+            spares,
             shrink_epoch: AtomicU64::new(0),
+            shrink_rounds_lost: AtomicU64::new(0),
             config: cfg,
         })
     }

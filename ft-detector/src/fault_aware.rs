@@ -289,6 +289,16 @@ pub enum ShrinkError {
 
 const MAX_ROUNDS: u32 = 64;
 
+/// Test hook (used by `ompcluster-ftbench --die-in-shrink`): when set, this process kills
+/// itself with SIGKILL in [`Detector::shrink`] after the member list is decided and just
+/// before `MPI_Comm_create_group`, to check that the other survivors still complete.
+#[doc(hidden)]
+pub static DIE_BEFORE_CREATE_GROUP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Test hook: called right before dying by [`DIE_BEFORE_CREATE_GROUP`] (to record the time).
+#[doc(hidden)]
+pub static BEFORE_DYING: parking_lot::Mutex<Option<Box<dyn Fn() + Send>>> = parking_lot::Mutex::new(None);
+
 fn enc(v: &[i32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
@@ -316,7 +326,11 @@ impl Detector {
     /// members call `MPI_Comm_create_group`, which involves the members only. If the leader
     /// dies, the next live rank takes over. If a member dies during `MPI_Comm_create_group`
     /// (which would block forever), the call is left behind on a helper thread and the
-    /// protocol starts a new round with a fresh tag, so the shrink still completes.
+    /// protocol starts a new round, with a fresh tag and a fresh parent communicator of lower
+    /// context id (Open MPI progresses only the pending creation with the lowest parent
+    /// context id, so a retry on the same parent would wait behind the stuck one). The spare
+    /// parents are made at [`Detector::start`]: over the life of a process, at most 5 rounds
+    /// can be lost this way before `shrink` returns [`ShrinkError::TooManyRounds`].
     pub fn shrink(&self) -> Result<SimpleCommunicator, ShrinkError> {
         let ctl = self.ctl.ok_or(ShrinkError::NotRunning)?;
         let epoch = self.shrink_epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst) as i32 % 5000;
@@ -397,8 +411,30 @@ impl Detector {
             if !members.contains(&me) {
                 return Err(ShrinkError::Excluded);
             }
-            match create_group(self, ctl, &members, 25000 + round as i32) {
-                Ok(c) => return Ok(c),
+            if DIE_BEFORE_CREATE_GROUP.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Some(f) = BEFORE_DYING.lock().as_ref() {
+                    f();
+                }
+                // SAFETY: raising SIGKILL on ourselves (test hook).
+                unsafe { libc::raise(libc::SIGKILL) };
+            }
+            if std::env::var_os("FT_DETECTOR_DEBUG").is_some() {
+                eprintln!("ft-detector[{me}]: shrink round {round}: members {members:?}, dead {:?}", self.dead_ranks());
+            }
+            // Open MPI lets only the pending communicator creation with the lowest parent
+            // context id progress; a creation stuck on a dead member would block every later
+            // one on the same or a higher parent. So each round uses a fresh parent with a
+            // lower context id than the previous round's.
+            let used = self.shrink_rounds_lost.load(std::sync::atomic::Ordering::SeqCst) as usize + round as usize;
+            let parent = match self.spares.len().checked_sub(1 + used) {
+                Some(i) => self.spares[i],
+                None => return Err(ShrinkError::TooManyRounds(round)),
+            };
+            match create_group(self, parent, &members, 25000 + round as i32) {
+                Ok(c) => {
+                    self.shrink_rounds_lost.fetch_add(round as u64, std::sync::atomic::Ordering::SeqCst);
+                    return Ok(c);
+                }
                 Err(CreateError::Mpi(code)) => return Err(ShrinkError::Mpi(code)),
                 Err(CreateError::MemberDied) => round += 1,
             }

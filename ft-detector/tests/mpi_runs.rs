@@ -201,6 +201,21 @@ fn n_minus_2_spread_kills_including_rank_0() {
 }
 
 #[test]
+fn shrink_completes_when_a_member_dies_during_it() {
+    // Rank 4 kills itself inside the shrink, after the member list (with it) was decided,
+    // just before MPI_Comm_create_group: the others' create_group cannot complete; they
+    // must notice, start a new round without rank 4, and finish.
+    let j = run(8, &args(&["--kill", "1", "--after-ms", "500", "--run-ms", "2500", "--die-in-shrink", "4"]), Duration::from_secs(90));
+    check_failures(&j, &[1, 4], 4000.0);
+    no_false_positives(&j);
+    let shrink = j["shrink"].as_array().unwrap();
+    assert_eq!(shrink.len(), 6, "{j}");
+    for s in shrink {
+        assert_eq!(s[1].as_i64(), Some(6), "shrunk communicator of the wrong size: {j}");
+    }
+}
+
+#[test]
 fn relay_killed_during_a_broadcast() {
     // Ring of 8 with shuffle: positions hold ranks [0,5,2,7,4,1,6,3]. Rank 2 dies; its
     // observer 7 broadcasts; in the chord tree from 7, rank 3 relays to 0 and 5. Rank 3

@@ -84,6 +84,10 @@ struct Args {
     /// Survivors shrink to a new communicator at the end and check it with an allreduce.
     #[arg(long)]
     shrink: bool,
+    /// This rank SIGKILLs itself inside the shrink, after the member list is decided and
+    /// before the communicator is created (implies --shrink).
+    #[arg(long)]
+    die_in_shrink: Option<i32>,
     /// The controller broadcasts CHECKPOINT at `--after-ms`/2 and CHECKPOINT_DONE 100 ms later.
     #[arg(long)]
     checkpoint: bool,
@@ -211,7 +215,8 @@ fn real(args: &Args) {
             fail(&format!("rank {r} out of range 0..{size}"));
         }
     }
-    let special: BTreeSet<i32> = args.kill.iter().chain(&args.kill_on_notice).chain(&args.stall).copied().collect();
+    let special: BTreeSet<i32> =
+        args.kill.iter().chain(&args.kill_on_notice).chain(&args.stall).chain(&args.die_in_shrink).copied().collect();
     let controller = (0..size).find(|r| !special.contains(r)).unwrap_or_else(|| fail("no rank left to control the run"));
 
     // pids of everyone, and a shared start time and job key
@@ -322,6 +327,13 @@ fn real(args: &Args) {
     }
 
     let mut report = RankReport { rank, ..Default::default() };
+    if args.die_in_shrink == Some(rank) {
+        let dir = key_dir.clone();
+        *ft_detector::BEFORE_DYING.lock() = Some(Box::new(move || {
+            let _ = std::fs::write(format!("{dir}/kill-{rank}"), format!("{}", realtime_ms()));
+        }));
+        ft_detector::DIE_BEFORE_CREATE_GROUP.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
     // Fault-aware MPI towards the dead: a receive, a probe and a barrier must return errors
     // instead of hanging.
     let dead_now: Vec<i32> = det.dead_ranks().into_iter().collect();
@@ -342,7 +354,7 @@ fn real(args: &Args) {
         ok &= ft_detector::barrier_or_dead(&det, &world).is_err();
         report.fault_aware_ok = Some(ok);
     }
-    if args.shrink {
+    if args.shrink || args.die_in_shrink.is_some() {
         let t = std::time::Instant::now();
         match det.shrink() {
             Ok(c) => {
@@ -355,10 +367,12 @@ fn real(args: &Args) {
         }
     }
 
+    // notices up to the end of the run (or up to now when a rank died in the shrink)
+    let cutoff = if args.die_in_shrink.is_some() { realtime_ms() } else { t_end };
     report.notices = notices
         .lock()
         .iter()
-        .filter(|(_, t)| *t <= t_end)
+        .filter(|(_, t)| *t <= cutoff)
         .map(|(n, t)| match n {
             Notice::Failure(r) => ("failure".into(), *r, *t),
             Notice::FalsePositive(r) => ("false_positive".into(), *r, *t),
@@ -414,7 +428,7 @@ fn assemble(args: &Args, cfg: &Config, size: i32, key_dir: &str, all: &[RankRepo
             stall = r.stall;
         }
     }
-    for &v in &args.kill_on_notice {
+    for &v in args.kill_on_notice.iter().chain(&args.die_in_shrink) {
         if let Ok(s) = std::fs::read_to_string(format!("{key_dir}/kill-{v}")) {
             if let Ok(t) = s.trim().parse::<f64>() {
                 kill_times.insert(v, t);
@@ -515,7 +529,7 @@ fn assemble(args: &Args, cfg: &Config, size: i32, key_dir: &str, all: &[RankRepo
         "consistent_ms": if consistent_ms.is_finite() { json!(consistent_ms) } else { json!(null) },
         "checkpoint_notices": checkpoints,
         "fault_aware_ok": all.iter().map(|r| (r.rank.to_string(), json!(r.fault_aware_ok))).collect::<serde_json::Map<_, _>>(),
-        "shrink": if args.shrink { json!(shrink) } else { json!(null) },
+        "shrink": if args.shrink || args.die_in_shrink.is_some() { json!(shrink) } else { json!(null) },
     })
     .to_string()
 }
