@@ -1,0 +1,212 @@
+//! Checkpoints in the running plugin (issue 4), end to end: the matmul example run with
+//! frequent checkpoints, the checkpoint directory verified and its contents checked block by
+//! block against what the program computes, a worker killed right after a checkpoint and its
+//! regions loaded by another process, a corrupted file caught, a bad directory refused at
+//! start-up.
+
+use ckpt_veloc::{list_versions, load_region, Manifest};
+use ompcluster_tests::{describe, launcher, stderr, stdout, work_dir, Job, Report};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+fn matmul() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/matmul/matmul.c");
+        let out = work_dir().join("matmul-ckpt");
+        let o = Command::new("clang-16")
+            .args(["-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu"])
+            .arg(&src)
+            .args(["-lm", "-o"])
+            .arg(&out)
+            .output()
+            .expect("run clang-16");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        out
+    })
+}
+
+fn ckpt_cli() -> PathBuf {
+    launcher().with_file_name("ompcluster-ckpt")
+}
+
+/// Every block the matmul example can hold at any moment: its A and B blocks, and each C block
+/// after 0..=nb of its k-steps (the depend chain applies them in order of k). The matrices hold
+/// small integers, so every sum is exact whatever the order.
+fn expected_blocks(n: usize, bs: usize) -> BTreeSet<Vec<u64>> {
+    let nb = n / bs;
+    let a = |r: usize, c: usize| ((r * 7 + c * 3) % 11) as f64 - 5.0;
+    let b = |r: usize, c: usize| ((r * 5 + c * 2) % 13) as f64 - 6.0;
+    let bits = |v: Vec<f64>| v.into_iter().map(f64::to_bits).collect::<Vec<u64>>();
+    let mut set = BTreeSet::new();
+    for bi in 0..nb {
+        for bj in 0..nb {
+            let blk = |f: &dyn Fn(usize, usize) -> f64| {
+                (0..bs * bs).map(|o| f(bi * bs + o / bs, bj * bs + o % bs)).collect::<Vec<f64>>()
+            };
+            set.insert(bits(blk(&a)));
+            set.insert(bits(blk(&b)));
+            let mut c = vec![0.0f64; bs * bs];
+            set.insert(bits(c.clone()));
+            for k in 0..nb {
+                for i in 0..bs {
+                    for kk in 0..bs {
+                        let aik = a(bi * bs + i, k * bs + kk);
+                        for j in 0..bs {
+                            c[i * bs + j] += aik * b(k * bs + kk, bj * bs + j);
+                        }
+                    }
+                }
+                set.insert(bits(c.clone()));
+            }
+        }
+    }
+    set
+}
+
+fn as_words(bytes: &[u8]) -> Vec<u64> {
+    bytes.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().unwrap())).collect()
+}
+
+fn ckpt_env(dir: &Path, interval: &str) -> Vec<(String, String)> {
+    vec![
+        ("OMPCLUSTER_CP_INTERVAL".into(), interval.into()),
+        ("OMPCLUSTER_CP_PERSISTENT".into(), dir.display().to_string()),
+        ("OMPCLUSTER_CP_KEEP".into(), "1000".into()),
+    ]
+}
+
+fn envs(v: &[(String, String)]) -> Vec<(&str, &str)> {
+    v.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect()
+}
+
+#[test]
+fn matmul_checkpoints_verify_and_hold_what_the_program_computed() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ckpt");
+    let report = dir.path().join("report.json");
+    let mut e = ckpt_env(&ck, "0.03");
+    e.push(("OMPCLUSTER_REPORT".into(), report.display().to_string()));
+    let out = Job::spawn(4, matmul(), &["512", "128"], &envs(&e)).wait(Duration::from_secs(180));
+    assert!(out.status.success() && stdout(&out).contains("result correct"), "{}", describe(&out));
+    let r = Report::read(&report).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let checkpoints = json["checkpoints"].as_u64().unwrap();
+    assert!(checkpoints >= 3, "expected several checkpoints, report: {json}");
+    assert!(json["checkpoint_bytes"].as_u64().unwrap() > 0);
+    assert!(json["checkpoint_pauses_seconds"].as_array().unwrap().len() as u64 >= checkpoints);
+    assert!(json["checkpoint_errors"].as_array().unwrap().is_empty(), "{json}");
+    assert_eq!(r.tasks_executed, 64);
+
+    let v = Command::new(ckpt_cli()).arg("verify").arg(&ck).output().unwrap();
+    assert!(v.status.success(), "verify failed: {}", describe(&v));
+
+    // Every region of every kept version is a block the program really had at some point,
+    // and some version holds C blocks in the middle of the computation.
+    let expected = expected_blocks(512, 128);
+    let zero_c = vec![0u64; 128 * 128];
+    let mut regions_checked = 0;
+    let mut partial_c = 0;
+    for version in list_versions(&ck).unwrap() {
+        let m = Manifest::read(&ck, version).unwrap();
+        for rec in &m.regions {
+            let bytes = load_region(&ck, version, rec.region).unwrap();
+            let words = as_words(&bytes);
+            assert!(expected.contains(&words), "version {version}, region {} (saved by rank {}) is no block the program ever had", rec.region, rec.rank);
+            if words != zero_c {
+                partial_c += 1;
+            }
+            regions_checked += 1;
+        }
+    }
+    assert!(regions_checked >= 48, "only {regions_checked} regions checked");
+    assert!(partial_c > 0);
+}
+
+#[test]
+fn regions_of_a_killed_worker_load_in_another_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ckpt");
+    let e = ckpt_env(&ck, "0.2");
+    let mut job = Job::spawn(4, matmul(), &["1024", "256"], &envs(&e));
+    // Wait for a published version that holds regions saved by a worker.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (version, victim) = loop {
+        assert!(Instant::now() < deadline, "no checkpoint with worker-saved regions was published");
+        if let Ok(vs) = list_versions(&ck) {
+            if let Some(found) = vs.iter().rev().find_map(|&v| {
+                let m = Manifest::read(&ck, v).ok()?;
+                m.regions.iter().map(|r| r.rank).find(|&r| r > 0).map(|r| (v, r))
+            }) {
+                break found;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let pid = job
+        .ranks(matmul())
+        .into_iter()
+        .find(|&(rank, _)| rank == victim)
+        .map(|(_, pid)| pid)
+        .expect("the victim rank's process");
+    // SAFETY: sending a signal to a process of this test's own job.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let status = job.wait_timeout(Duration::from_secs(60)).expect("the job must end after a worker is killed");
+    assert!(!status.success());
+
+    // This test process is not the rank that saved them: load every region the dead rank saved.
+    let m = Manifest::read(&ck, version).unwrap();
+    let expected = expected_blocks(1024, 256);
+    let mine: Vec<_> = m.regions.iter().filter(|r| r.rank == victim).collect();
+    assert!(!mine.is_empty());
+    for rec in mine {
+        let bytes = load_region(&ck, version, rec.region).unwrap();
+        assert!(expected.contains(&as_words(&bytes)), "region {} of the dead rank {victim} holds wrong data", rec.region);
+    }
+    // Published versions are complete and intact even though the job died mid-run.
+    let v = Command::new(ckpt_cli()).arg("verify").arg(&ck).output().unwrap();
+    assert!(v.status.success(), "{}", describe(&v));
+}
+
+#[test]
+fn a_corrupted_checkpoint_file_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ckpt");
+    let e = ckpt_env(&ck, "0.03");
+    let out = Job::spawn(3, matmul(), &["512", "128"], &envs(&e)).wait(Duration::from_secs(120));
+    assert!(out.status.success(), "{}", describe(&out));
+    let version = *list_versions(&ck).unwrap().iter().rev().find(|&&v| !Manifest::read(&ck, v).unwrap().regions.is_empty()).expect("a non-empty version");
+    let m = Manifest::read(&ck, version).unwrap();
+    let rec = m.regions[m.regions.len() / 2].clone();
+    let file = ck.join(&rec.file);
+    let mut data = std::fs::read(&file).unwrap();
+    data[rec.offset as usize + 100] ^= 0x40;
+    std::fs::write(&file, &data).unwrap();
+
+    let v = Command::new(ckpt_cli()).arg("verify").arg(&ck).output().unwrap();
+    assert!(!v.status.success(), "verify accepted a corrupted file: {}", describe(&v));
+    let text = format!("{}{}", stdout(&v), stderr(&v));
+    assert!(text.contains(&rec.file.display().to_string()), "verify does not name {}: {text}", rec.file.display());
+    let err = load_region(&ck, version, rec.region).expect_err("loading corrupted data must fail");
+    assert!(err.to_string().contains(&rec.file.display().to_string()), "{err}");
+}
+
+#[test]
+fn an_unusable_checkpoint_directory_stops_the_job_before_main() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"not a directory").unwrap();
+    // A path below a regular file cannot be created, even by root.
+    let bad = file.join("ckpt");
+    let e = ckpt_env(&bad, "1");
+    let t0 = Instant::now();
+    let out = Job::spawn(3, matmul(), &["256", "64"], &envs(&e)).wait(Duration::from_secs(60));
+    assert!(!out.status.success(), "{}", describe(&out));
+    assert!(t0.elapsed() < Duration::from_secs(30));
+    let err = stderr(&out);
+    assert!(err.contains("checkpoint") && err.contains(&bad.display().to_string()[..20]), "unclear message: {err}");
+    assert!(!stdout(&out).contains("matmul N="), "main ran: {}", describe(&out));
+}
