@@ -36,6 +36,21 @@ struct Args {
     timeout: u64,
 }
 
+/// CPU time (ns) used so far by this process's heartbeat thread, from
+/// /proc/self/task/*/schedstat (first field: time on CPU).
+fn heartbeat_cpu_ns() -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return 0 };
+    for e in dir.flatten() {
+        let p = e.path();
+        if std::fs::read_to_string(p.join("comm")).is_ok_and(|c| c.trim() == "ft-heartbeat") {
+            if let Ok(s) = std::fs::read_to_string(p.join("schedstat")) {
+                return s.split_whitespace().next().and_then(|x| x.parse().ok()).unwrap_or(0);
+            }
+        }
+    }
+    0
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
@@ -83,6 +98,7 @@ fn main() {
     work(args.iters / 10);
     let mut off = Vec::new();
     let mut on = Vec::new();
+    let mut hb_cpu_s = 0.0f64;
     for round in 0..args.rounds {
         let order = if round % 2 == 0 { [false, true] } else { [true, false] };
         for detector in order {
@@ -90,7 +106,12 @@ fn main() {
                 let det = Detector::start(&world, cfg.clone()).expect("start detector");
                 // let the ring settle (first beats) before timing
                 std::thread::sleep(Duration::from_millis(2 * args.period));
+                let c0 = heartbeat_cpu_ns();
                 let t = work(args.iters);
+                let c1 = heartbeat_cpu_ns();
+                let mut cpu = 0u64;
+                world.all_reduce_into(&(c1 - c0), &mut cpu, SystemOperation::sum());
+                hb_cpu_s += cpu as f64 / 1e9;
                 det.stop().expect("stop");
                 assert!(det.dead_ranks().is_empty(), "false positive during the benchmark");
                 on.push(t);
@@ -102,6 +123,9 @@ fn main() {
     if rank == 0 {
         let (mut a, mut b) = (off.clone(), on.clone());
         let (m_off, m_on) = (median(&mut a), median(&mut b));
+        let mut paired: Vec<f64> = on.iter().zip(&off).map(|(x, y)| x / y).collect();
+        let m_paired = median(&mut paired);
+        let on_total: f64 = on.iter().sum();
         println!(
             "{}",
             json!({
@@ -116,6 +140,10 @@ fn main() {
                 "median_on_s": m_on,
                 "ratio": m_on / m_off,
                 "slowdown_pct": (m_on / m_off - 1.0) * 100.0,
+                "paired_ratios": paired,
+                "median_paired_ratio": m_paired,
+                "heartbeat_cpu_s": hb_cpu_s,
+                "heartbeat_cpu_pct_of_ranks": hb_cpu_s / (on_total * size as f64) * 100.0,
             })
         );
     }
