@@ -1,1 +1,498 @@
-//! Helpers for the cross-crate integration tests.
+//! Harness for the end-to-end tests: compile the OpenMP offloading programs of `programs/`
+//! with clang-16 (once per test binary run), run them with `ompcluster-run` under a hard
+//! timeout, and read the run report (`OMPCLUSTER_REPORT`).
+//!
+//! Runs are serialized through a global lock (the machine may have two cores and every run
+//! starts N MPI processes); compilations of different programs may proceed in parallel.
+
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Default hard limit for one run.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Flags every program is compiled with.
+pub const OFFLOAD_FLAGS: &[&str] = &["-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu"];
+
+/// `<target>/release` (or whichever profile directory holds the test executable): the test
+/// executable lives in `<target>/<profile>/deps/`.
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("cannot locate the test executable");
+    let deps = exe.parent().expect("test executable has no directory");
+    deps.parent().expect("test executable is not in <target>/<profile>/deps").to_path_buf()
+}
+
+/// The launcher, `<target>/release/ompcluster-run` (or `$OMPCLUSTER_RUN_BIN`). Panics if it
+/// is not built.
+pub fn launcher() -> PathBuf {
+    if let Some(p) = std::env::var_os("OMPCLUSTER_RUN_BIN") {
+        return PathBuf::from(p);
+    }
+    let mut p = profile_dir().join("ompcluster-run");
+    if !p.is_file() {
+        // Tests built in debug still use the release launcher and plugin.
+        let target = profile_dir().parent().map(Path::to_path_buf).unwrap_or_default();
+        p = target.join("release").join("ompcluster-run");
+    }
+    assert!(
+        p.is_file(),
+        "{} is missing: build it first with cargo build --release -p libomptarget-plugin",
+        p.display()
+    );
+    let plugin = p.with_file_name("libompcluster_plugin.so");
+    assert!(
+        plugin.is_file(),
+        "{} is missing: build it first with cargo build --release -p libomptarget-plugin",
+        plugin.display()
+    );
+    p
+}
+
+/// The source directory of the test programs.
+pub fn programs_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("programs")
+}
+
+fn pid_alive(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Where this test binary run puts its executables: `<target>/tmp/ompcluster-tests-<pid>`.
+/// Directories left by earlier runs whose process is gone are removed.
+pub fn work_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let base = profile_dir().parent().map(|t| t.join("tmp")).unwrap_or_else(std::env::temp_dir);
+        std::fs::create_dir_all(&base).expect("cannot create the tests' work directory");
+        if let Ok(entries) = std::fs::read_dir(&base) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if let Some(pid) = name.strip_prefix("ompcluster-tests-").and_then(|p| p.parse::<i32>().ok()) {
+                    if pid != std::process::id() as i32 && !pid_alive(pid) {
+                        let _ = std::fs::remove_dir_all(e.path());
+                    }
+                }
+            }
+        }
+        let dir = base.join(format!("ompcluster-tests-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("cannot create the tests' work directory");
+        dir
+    })
+}
+
+type Slot = Arc<OnceLock<Result<PathBuf, String>>>;
+
+/// Compile `programs/<src>` (C with clang-16, C++ with clang++-16) for offloading; each program
+/// is compiled once per test binary run. Panics with the compiler's output if it fails.
+pub fn compile(src: &str) -> PathBuf {
+    compile_with(src, "clang", OFFLOAD_FLAGS)
+}
+
+/// Compile `programs/<src>` with gcc, without offloading (for the launcher's error path).
+pub fn compile_plain(src: &str) -> PathBuf {
+    compile_with(src, "gcc", &["-O2"])
+}
+
+fn compile_with(src: &str, kind: &str, flags: &[&str]) -> PathBuf {
+    static CACHE: OnceLock<Mutex<HashMap<String, Slot>>> = OnceLock::new();
+    let key = format!("{kind}:{src}");
+    let slot = {
+        let mut m = CACHE.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+        m.entry(key).or_default().clone()
+    };
+    let res = slot.get_or_init(|| {
+        let path = programs_dir().join(src);
+        if !path.is_file() {
+            return Err(format!("no such program {}", path.display()));
+        }
+        let cxx = matches!(path.extension().and_then(|e| e.to_str()), Some("cpp" | "cc" | "cxx"));
+        let compiler = match (kind, cxx) {
+            ("gcc", false) => "gcc",
+            ("gcc", true) => "g++",
+            (_, false) => "clang-16",
+            (_, true) => "clang++-16",
+        };
+        let stem = path.file_stem().unwrap().to_string_lossy();
+        let out = work_dir().join(if kind == "gcc" { format!("{stem}-plain") } else { stem.into_owned() });
+        let o = Command::new(compiler)
+            .args(flags)
+            .arg(&path)
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .map_err(|e| format!("cannot run {compiler}: {e}"))?;
+        if !o.status.success() {
+            return Err(format!(
+                "{compiler} {} failed ({}):\n{}{}",
+                path.display(),
+                o.status,
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ));
+        }
+        Ok(out)
+    });
+    match res {
+        Ok(p) => p.clone(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Lock held while a job runs (one job at a time).
+pub fn run_lock() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A running `ompcluster-run` job, started in its own session (and process group); killed
+/// with everything in that session when dropped.
+pub struct Job {
+    child: Option<Child>,
+    pid: i32,
+    started: Instant,
+    out: Option<JoinHandle<Vec<u8>>>,
+    err: Option<JoinHandle<Vec<u8>>>,
+    _lock: Option<MutexGuard<'static, ()>>,
+}
+
+fn drain(mut r: impl Read + Send + 'static) -> JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = r.read_to_end(&mut v);
+        v
+    })
+}
+
+/// Field `n` after the command name of /proc/PID/stat (0: state, 1: ppid, 2: pgrp, 3: session).
+fn stat_field(pid: i32, n: usize) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may contain spaces: fields follow the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(n)?.parse().ok()
+}
+
+/// Parent pid of `pid` (from /proc/PID/stat), if it exists.
+pub fn ppid(pid: i32) -> Option<i32> {
+    stat_field(pid, 1)
+}
+
+fn all_pids() -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .map(|d| d.flatten().filter_map(|e| e.file_name().to_string_lossy().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+/// Live processes of session `sid` (mpirun puts every rank in its own process group, but
+/// they stay in the session of the launcher, even when orphaned).
+pub fn session_members(sid: i32) -> Vec<i32> {
+    all_pids().into_iter().filter(|&p| stat_field(p, 3) == Some(sid)).collect()
+}
+
+/// All live descendants of `pid` (children, grandchildren, ...).
+pub fn descendants(pid: i32) -> Vec<i32> {
+    let all: Vec<(i32, i32)> = all_pids().into_iter().filter_map(|p| Some((p, ppid(p)?))).collect();
+    let mut out = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(p) = frontier.pop() {
+        for &(c, pp) in &all {
+            if pp == p && !out.contains(&c) {
+                out.push(c);
+                frontier.push(c);
+            }
+        }
+    }
+    out
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rfind(')').map(|i| s[i + 2..].starts_with('Z') || s[i + 2..].starts_with('X')))
+        .unwrap_or(true)
+}
+
+/// The value of `var` in the environment of process `pid`.
+pub fn proc_env(pid: i32, var: &str) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|&b| b == 0).find_map(|kv| {
+        let kv = String::from_utf8_lossy(kv);
+        kv.strip_prefix(var).and_then(|r| r.strip_prefix('=')).map(str::to_owned)
+    })
+}
+
+/// The executable of process `pid`.
+pub fn proc_exe(pid: i32) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/exe")).ok()
+}
+
+impl Job {
+    /// Start `ompcluster-run -np <np> <prog> <args>` with `envs` added to a copy of this
+    /// process's environment from which every inherited `OMPCLUSTER_*` variable was removed.
+    /// Holds the global run lock until the job is waited for or dropped.
+    pub fn spawn(np: u32, prog: &Path, args: &[&str], envs: &[(&str, &str)]) -> Job {
+        let launcher = launcher();
+        let lock = run_lock();
+        let mut cmd = Command::new(&launcher);
+        cmd.arg("-np").arg(np.to_string()).arg(prog).args(args);
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("OMPCLUSTER_") && k != "OMPCLUSTER_MPIRUN" {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.envs(envs.iter().copied());
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {}: {e}", launcher.display()));
+        let out = drain(child.stdout.take().unwrap());
+        let err = drain(child.stderr.take().unwrap());
+        Job {
+            pid: child.id() as i32,
+            child: Some(child),
+            started: Instant::now(),
+            out: Some(out),
+            err: Some(err),
+            _lock: Some(lock),
+        }
+    }
+
+    /// The launcher's pid (also its session and process group id).
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Time since the job started.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// The MPI ranks of this job that run `prog`: (rank, pid) pairs sorted by rank.
+    pub fn ranks(&self, prog: &Path) -> Vec<(u32, i32)> {
+        let want = std::fs::canonicalize(prog).unwrap_or_else(|_| prog.to_path_buf());
+        let mut v: Vec<(u32, i32)> = descendants(self.pid)
+            .into_iter()
+            .filter(|&p| proc_exe(p).as_deref() == Some(want.as_path()))
+            .filter_map(|p| Some((proc_env(p, "OMPI_COMM_WORLD_RANK")?.parse().ok()?, p)))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Wait until the job ends; `None` if it is still running after `timeout`.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        let child = self.child.as_mut().expect("job already waited for");
+        loop {
+            if let Some(st) = child.try_wait().expect("cannot wait for the launcher") {
+                return Some(st);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kill the launcher and everything it started (its descendants and its session) with
+    /// SIGKILL.
+    pub fn kill(&mut self) {
+        for _ in 0..3 {
+            let mut procs = descendants(self.pid);
+            procs.extend(session_members(self.pid).into_iter().filter(|&p| p != self.pid));
+            // Zombies need no killing (and in a container whose init does not reap, they stay).
+            procs.retain(|&p| !is_zombie(p));
+            for &p in &procs {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(p, libc::SIGKILL) };
+            }
+            // SAFETY: as above; a negative pid names the process group we created.
+            unsafe { libc::kill(-self.pid, libc::SIGKILL) };
+            if procs.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn collect(&mut self, status: ExitStatus) -> Output {
+        // Output pipes may still be held by orphaned grandchildren: don't block on them.
+        let join = |h: Option<JoinHandle<Vec<u8>>>| -> Vec<u8> {
+            let h = match h {
+                Some(h) => h,
+                None => return Vec::new(),
+            };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !h.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if h.is_finished() {
+                h.join().unwrap_or_default()
+            } else {
+                b"<output still held open by a leftover process>".to_vec()
+            }
+        };
+        let stdout = join(self.out.take());
+        let stderr = join(self.err.take());
+        self.child = None;
+        self._lock = None;
+        Output { status, stdout, stderr }
+    }
+
+    /// Wait at most `timeout` for the job; on timeout kill it and panic "timed out" with what
+    /// it printed.
+    pub fn wait(mut self, timeout: Duration) -> Output {
+        match self.wait_timeout(timeout) {
+            Some(st) => {
+                // Leftover ranks of a failed job must not outlive it.
+                if session_members(self.pid).into_iter().any(|p| !is_zombie(p)) {
+                    std::thread::sleep(Duration::from_millis(200));
+                    self.kill();
+                }
+                self.collect(st)
+            }
+            None => {
+                self.kill();
+                let st = self.child.as_mut().unwrap().wait().expect("cannot reap the launcher");
+                let o = self.collect(st);
+                panic!(
+                    "timed out after {:?}: the job was killed\n--- stdout ---\n{}\n--- stderr ---\n{}",
+                    timeout,
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                );
+            }
+        }
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            self.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Run `ompcluster-run -np <np> <prog> <args>` with `envs` under [`DEFAULT_TIMEOUT`].
+pub fn run(np: u32, prog: &Path, args: &[&str], envs: &[(&str, &str)]) -> Output {
+    run_timeout(np, prog, args, envs, DEFAULT_TIMEOUT)
+}
+
+/// [`run`] with an explicit timeout.
+pub fn run_timeout(np: u32, prog: &Path, args: &[&str], envs: &[(&str, &str)], timeout: Duration) -> Output {
+    Job::spawn(np, prog, args, envs).wait(timeout)
+}
+
+/// The run report written by the plugin (`OMPCLUSTER_REPORT`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Report {
+    /// Workers at the end of the run.
+    pub workers: usize,
+    /// Target regions executed.
+    pub tasks_executed: u64,
+    /// Worker rank -> regions it executed.
+    pub tasks_per_worker: BTreeMap<String, u64>,
+    /// Bytes head -> workers.
+    pub bytes_submitted: u64,
+    /// Bytes workers -> head.
+    pub bytes_retrieved: u64,
+    /// Bytes worker -> worker.
+    pub bytes_exchanged: u64,
+    /// Plugin lifetime.
+    pub wall_seconds: f64,
+}
+
+impl Report {
+    /// Parse a report.
+    pub fn parse(json: &str) -> Result<Report, String> {
+        serde_json::from_str(json).map_err(|e| format!("bad report: {e}\n{json}"))
+    }
+
+    /// Read a report file.
+    pub fn read(path: &Path) -> Result<Report, String> {
+        let s = std::fs::read_to_string(path).map_err(|e| format!("cannot read the report {}: {e}", path.display()))?;
+        Report::parse(&s)
+    }
+
+    /// Number of workers that executed at least one region.
+    pub fn busy_workers(&self) -> usize {
+        self.tasks_per_worker.values().filter(|&&n| n > 0).count()
+    }
+}
+
+/// Run with `OMPCLUSTER_REPORT` pointing to a fresh file and return the output and the report
+/// (panics with the output if the job wrote no readable report).
+pub fn run_with_report(np: u32, prog: &Path, args: &[&str], envs: &[(&str, &str)]) -> (Output, Report) {
+    let dir = tempfile::tempdir_in(work_dir()).expect("cannot create a temporary directory");
+    let path = dir.path().join("report.json");
+    let path_s = path.to_string_lossy().into_owned();
+    let mut all: Vec<(&str, &str)> = envs.to_vec();
+    all.push(("OMPCLUSTER_REPORT", &path_s));
+    let out = run(np, prog, args, &all);
+    match Report::read(&path) {
+        Ok(r) => (out, r),
+        Err(e) => panic!("{e}\n{}", describe(&out)),
+    }
+}
+
+/// The exit status, stdout and stderr of a run, for assertion messages.
+pub fn describe(o: &Output) -> String {
+    format!(
+        "status: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Stdout as text.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Stderr as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Assert that a run exited 0 and printed a line containing `PASS`.
+#[track_caller]
+pub fn assert_pass(o: &Output) {
+    let passed = stdout(o).lines().any(|l| l.contains("PASS"));
+    assert!(o.status.success() && passed, "expected exit 0 and PASS\n{}", describe(o));
+}
+
+/// The `-np` values every program is run with: 1, 2 and 3 workers.
+pub const NPS: [u32; 3] = [2, 3, 4];
+
+/// Compile `src` and run it with 1, 2 and 3 workers, asserting exit 0 and PASS each time
+/// (all three runs are made; the panic lists every failed one).
+#[track_caller]
+pub fn check_program(src: &str, args: &[&str], envs: &[(&str, &str)]) {
+    let prog = compile(src);
+    let mut failed = Vec::new();
+    for np in NPS {
+        let o = run(np, &prog, args, envs);
+        let passed = stdout(&o).lines().any(|l| l.contains("PASS"));
+        if !(o.status.success() && passed) {
+            failed.push(format!("=== {src} -np {np} {envs:?}: expected exit 0 and PASS\n{}", describe(&o)));
+        }
+    }
+    assert!(failed.is_empty(), "{} of {} runs failed\n{}", failed.len(), NPS.len(), failed.join("\n"));
+}

@@ -1,0 +1,36 @@
+//! The harness itself: a hang is a failure ("timed out") and leaves no process behind.
+
+use ompcluster_tests::{compile, session_members, Job};
+use std::time::{Duration, Instant};
+
+fn live(pids: Vec<i32>) -> Vec<i32> {
+    pids.into_iter()
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .map(|s| s.rfind(')').map(|i| !s[i + 2..].starts_with('Z')).unwrap_or(false))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+#[test]
+fn a_hang_times_out_and_is_killed() {
+    let prog = compile("hang.c");
+    let job = Job::spawn(3, &prog, &[], &[]);
+    let sid = job.pid();
+    let t = Instant::now();
+    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.wait(Duration::from_secs(4))));
+    let took = t.elapsed();
+    let msg = match res {
+        Ok(o) => panic!("the hanging job ended by itself: {o:?}"),
+        Err(e) => e.downcast_ref::<String>().cloned().unwrap_or_default(),
+    };
+    assert!(msg.starts_with("timed out"), "{msg}");
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+    // Every process of the job's session is gone (zombies aside).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !live(session_members(sid)).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(live(session_members(sid)), Vec::<i32>::new(), "processes left behind");
+}

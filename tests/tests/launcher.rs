@@ -1,0 +1,114 @@
+//! The launcher: exit codes, refusals with a one-line message, and a worker killed mid-run.
+
+use ompcluster_tests::{compile, compile_plain, describe, launcher, run, stderr, stdout, Job, NPS};
+use std::path::Path;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+#[test]
+fn exit_code_is_forwarded() {
+    let prog = compile("exit3.c");
+    for np in NPS {
+        let o = run(np, &prog, &[], &[]);
+        assert_eq!(o.status.code(), Some(3), "-np {np}: the program exits with 3\n{}", describe(&o));
+        assert!(stdout(&o).contains("x=2"), "the region did not run\n{}", describe(&o));
+    }
+}
+
+/// A refusal: fails fast, non-zero, nothing on stdout, one line on stderr that starts with
+/// `ompcluster-run:` and contains `phrase`.
+fn assert_refused(o: &Output, took: Duration, phrase: &str) {
+    assert!(!o.status.success(), "expected a failure\n{}", describe(o));
+    assert!(took < Duration::from_secs(10), "took {took:?} to refuse\n{}", describe(o));
+    let err = stderr(o);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "expected a one-line message\n{}", describe(o));
+    assert!(lines[0].starts_with("ompcluster-run:"), "{}", describe(o));
+    assert!(
+        lines[0].to_lowercase().contains(&phrase.to_lowercase()),
+        "the message should say {phrase:?}\n{}",
+        describe(o)
+    );
+    assert!(stdout(o).is_empty(), "{}", describe(o));
+}
+
+fn timed(np: u32, prog: &Path) -> (Output, Duration) {
+    let t = Instant::now();
+    let o = run(np, prog, &[], &[]);
+    (o, t.elapsed())
+}
+
+#[test]
+fn refuses_np_1() {
+    let prog = compile("exit3.c");
+    let (o, took) = timed(1, &prog);
+    assert_refused(&o, took, "at least 2");
+}
+
+#[test]
+fn refuses_program_not_compiled_for_offloading() {
+    let prog = compile_plain("plain.c");
+    let (o, took) = timed(2, &prog);
+    assert_refused(&o, took, "not compiled for offloading");
+    assert!(stderr(&o).contains("-fopenmp-targets="), "should say how to compile it\n{}", describe(&o));
+}
+
+#[test]
+fn refuses_missing_program_name() {
+    let (o, took) = timed(2, Path::new("no-such-ompcluster-program"));
+    assert_refused(&o, took, "not found");
+}
+
+#[test]
+fn refuses_missing_program_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let (o, took) = timed(2, &dir.path().join("missing"));
+    assert!(!o.status.success(), "{}", describe(&o));
+    let err = stderr(&o).to_lowercase();
+    assert!(
+        err.contains("not found") || err.contains("no such file") || err.contains("does not exist"),
+        "a missing file should be reported as missing\n{}",
+        describe(&o)
+    );
+    assert_refused(&o, took, "");
+}
+
+/// SIGKILL one worker in the middle of a run of slow tasks: the job must end within 30 s,
+/// with a non-zero exit code and a message naming the dead rank.
+#[test]
+fn killed_worker_ends_the_job() {
+    let prog = compile("sleepy.c");
+    let _ = launcher();
+    let mut job = Job::spawn(4, &prog, &["400", "50"], &[]);
+    // Wait until all 4 ranks run, then let the tasks get going.
+    let t0 = Instant::now();
+    let ranks = loop {
+        let r = job.ranks(&prog);
+        if r.len() == 4 {
+            break r;
+        }
+        if t0.elapsed() > Duration::from_secs(30) || job.wait_timeout(Duration::ZERO).is_some() {
+            job.kill();
+            panic!("the 4 ranks did not show up (found {r:?})");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(2000));
+    assert!(job.wait_timeout(Duration::ZERO).is_none(), "the job ended before the kill");
+    let (victim_rank, victim) = ranks[2];
+    assert_ne!(victim_rank, 0);
+    // SAFETY: kill has no memory-safety preconditions; the pid is a rank of our job.
+    unsafe { libc::kill(victim, libc::SIGKILL) };
+    let killed_at = Instant::now();
+    let o = job.wait(Duration::from_secs(30));
+    let took = killed_at.elapsed();
+    eprintln!("killed rank {victim_rank} (pid {victim}); the job ended {took:?} later with {}", o.status);
+    assert!(!o.status.success(), "the job succeeded although rank {victim_rank} was killed\n{}", describe(&o));
+    let all = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(
+        all.contains(&format!("rank {victim_rank}")),
+        "no message names rank {victim_rank} (killed after {took:?})\n{}",
+        describe(&o)
+    );
+    assert!(!stdout(&o).contains("PASS"), "{}", describe(&o));
+}

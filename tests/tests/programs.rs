@@ -1,0 +1,168 @@
+//! Every test program, compiled with clang-16 for offloading and run with 1, 2 and 3 workers
+//! (`-np 2, 3, 4`): it must exit 0 and print PASS (each program checks its own results).
+//! Programs with many regions are also checked through the run report.
+
+use ompcluster_tests::{check_program, compile, describe, run, run_with_report, stdout, NPS};
+
+#[test]
+fn scalars_by_value() {
+    check_program("scalars.c", &[], &[]);
+}
+
+#[test]
+fn arrays_to_from_tofrom_alloc() {
+    check_program("arrays.c", &[], &[]);
+}
+
+#[test]
+fn structs_and_pointer_members() {
+    check_program("structs.c", &[], &[]);
+}
+
+#[test]
+fn nested_data_regions_enter_exit() {
+    check_program("data_regions.c", &[], &[]);
+}
+
+#[test]
+fn target_update_both_ways() {
+    check_program("update.c", &[], &[]);
+}
+
+/// Globals are read by later regions: with round robin those run on other workers.
+#[test]
+fn declare_target_globals_and_functions() {
+    check_program("globals.c", &[], &[]);
+    check_program("globals.c", &[], &[("OMPCLUSTER_SCHEDULER", "roundrobin")]);
+}
+
+#[test]
+fn many_entries_in_one_image() {
+    check_program("entries.c", &[], &[]);
+    let prog = compile("entries.c");
+    let (o, r) = run_with_report(4, &prog, &[], &[("OMPCLUSTER_SCHEDULER", "roundrobin")]);
+    ompcluster_tests::assert_pass(&o);
+    assert_eq!(r.tasks_executed, 36, "{r:?}");
+    assert_eq!(r.busy_workers(), 3, "round robin over 36 regions must use all 3 workers: {r:?}");
+}
+
+#[test]
+fn device_pointer_arithmetic_and_memcpy() {
+    check_program("device_ptr.c", &[], &[]);
+    check_program("device_ptr.c", &[], &[("OMPCLUSTER_SCHEDULER", "roundrobin")]);
+}
+
+#[test]
+fn device_pointers_stored_in_device_memory() {
+    check_program("ptr_array.c", &[], &[]);
+    check_program("ptr_array.c", &[], &[("OMPCLUSTER_SCHEDULER", "roundrobin")]);
+}
+
+#[test]
+fn cxx_vector_class_template() {
+    check_program("cxx.cpp", &[], &[]);
+}
+
+#[test]
+fn teams_distribute_parallel_for() {
+    check_program("teams.c", &[], &[]);
+}
+
+/// 4 chains of 50 dependent `nowait` regions + 1 joining region = 201 regions.
+#[test]
+fn nowait_depend_chains() {
+    let prog = compile("depend_chain.c");
+    for np in NPS {
+        let (o, r) = run_with_report(np, &prog, &[], &[]);
+        ompcluster_tests::assert_pass(&o);
+        assert_eq!(r.workers, np as usize - 1, "{r:?}");
+        assert_eq!(r.tasks_executed, 201, "-np {np}: {r:?}");
+        assert_eq!(r.tasks_per_worker.values().sum::<u64>(), 201, "{r:?}");
+        if np == 4 {
+            assert!(r.busy_workers() > 1, "4 independent chains ran on one worker of 3: {r:?}");
+        }
+    }
+    // Round robin: every step of a chain on another worker than the previous one.
+    let (o, r) = run_with_report(4, &prog, &[], &[("OMPCLUSTER_SCHEDULER", "roundrobin")]);
+    ompcluster_tests::assert_pass(&o);
+    assert_eq!(r.tasks_executed, 201, "{r:?}");
+    assert_eq!(r.busy_workers(), 3, "{r:?}");
+    assert!(r.bytes_exchanged > 0, "chains hopping between workers exchanged nothing: {r:?}");
+
+    // The task graph: 201 tasks, each step of a chain depends on the previous one (flow
+    // edges, solid) and the last task on the 4 chains: at least 4 * 49 + 4 flow edges.
+    let dir = tempfile::tempdir_in(ompcluster_tests::work_dir()).unwrap();
+    let dot = dir.path().join("graph.dot");
+    let o = run(3, &prog, &[], &[("OMPCLUSTER_GRAPH", dot.to_str().unwrap())]);
+    ompcluster_tests::assert_pass(&o);
+    let g = std::fs::read_to_string(&dot).unwrap_or_else(|e| panic!("no graph {}: {e}\n{}", dot.display(), describe(&o)));
+    assert!(g.starts_with("digraph"), "{g}");
+    let nodes = g.lines().filter(|l| l.trim_start().starts_with('t') && l.contains("[label=") && !l.contains("->")).count();
+    let flow = g.lines().filter(|l| l.contains("->") && !l.contains("dashed")).count();
+    assert_eq!(nodes, 201, "{g}");
+    assert!(flow >= 200, "{flow} flow edges\n{g}");
+}
+
+/// 5000 tiny independent regions.
+#[test]
+fn thousands_of_small_tasks() {
+    let prog = compile("many_tasks.c");
+    for np in NPS {
+        let (o, r) = run_with_report(np, &prog, &[], &[]);
+        ompcluster_tests::assert_pass(&o);
+        assert_eq!(r.tasks_executed, 5000, "-np {np}: {r:?}");
+        if np == 4 {
+            assert!(r.busy_workers() > 1, "5000 independent regions all ran on one worker of 3: {r:?}");
+        }
+    }
+}
+
+/// A 6 MiB buffer with 4 KiB fragments, moved head -> worker, worker -> worker (round robin)
+/// and back.
+#[test]
+fn buffer_larger_than_fragment() {
+    let prog = compile("big_buffer.c");
+    for np in NPS {
+        for sched in ["locality", "roundrobin"] {
+            let (o, r) = run_with_report(
+                np,
+                &prog,
+                &["6"],
+                &[("OMPCLUSTER_FRAGMENT_SIZE", "4K"), ("OMPCLUSTER_SCHEDULER", sched)],
+            );
+            assert!(
+                o.status.success() && stdout(&o).contains("PASS"),
+                "-np {np} {sched}: expected exit 0 and PASS\n{}",
+                describe(&o)
+            );
+            assert_eq!(r.tasks_executed, 5, "{r:?}");
+            assert!(r.bytes_submitted >= 6 << 20, "the buffer was not submitted: {r:?}");
+            assert!(r.bytes_retrieved >= 6 << 20, "the buffer was not retrieved: {r:?}");
+            if np > 2 && sched == "roundrobin" {
+                assert!(r.bytes_exchanged >= 6 << 20, "-np {np} round robin: {r:?}");
+            }
+        }
+    }
+}
+
+/// Buffers written on one worker and read by regions on another: worker -> worker traffic.
+#[test]
+fn exchange_between_workers() {
+    let prog = compile("exchange.c");
+    for np in NPS {
+        let (o, r) = run_with_report(np, &prog, &[], &[("OMPCLUSTER_SCHEDULER", "roundrobin")]);
+        ompcluster_tests::assert_pass(&o);
+        assert_eq!(r.tasks_executed, 10, "{r:?}");
+        if np == 2 {
+            assert_eq!(r.bytes_exchanged, 0, "one worker has no one to exchange with: {r:?}");
+        } else {
+            assert!(r.bytes_exchanged > 0, "-np {np}: no worker -> worker transfer: {r:?}");
+            assert!(r.busy_workers() > 1, "{r:?}");
+        }
+        // Produced on the device: the buffers never go head -> worker in bulk.
+        assert!(r.bytes_submitted < 1 << 20, "alloc'd buffers were submitted: {r:?}");
+    }
+    // With locality the same program still passes.
+    let o = run(4, &prog, &[], &[]);
+    ompcluster_tests::assert_pass(&o);
+}
