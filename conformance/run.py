@@ -611,7 +611,8 @@ def probe_ours(tools: dict[str, str], prefix: str, build: str, env: dict[str, st
         finally:
             LIVE.discard(p)
     text = open(out_path, "rb").read().decode("utf-8", errors="replace")
-    plugins = sorted(set(re.findall(r"calling init: (\S*libomptarget\.rtl\.[^\s]*|\S*ompcluster[^\s]*\.so[^\s]*)", text)))
+    plugins = sorted(set(os.path.normpath(x) for x in
+                         re.findall(r"calling init: (\S*/libomptarget\.rtl\.\S*|\S*/libompcluster\S*)", text)))
     info["plugins"] = plugins
     info["output"] = "\n".join(l for l in text.splitlines() if "probe x=" in l)[:2000]
     info["ok"] = any(not pl.startswith(LLVM_PREFIX) for pl in plugins) and "probe x=42" in text
@@ -701,6 +702,8 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep build dirs of passing tests too")
     ap.add_argument("--out", help="where to write results.json and results.md (default <cache>/results)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print the output of failing tests")
+    ap.add_argument("--no-snapshot", action="store_true",
+                    help="run OURS_RUN's launcher in place instead of a copy taken at the start")
     ap.add_argument("--skip-probe", action="store_true", help="do not check that OURS_RUN loads a non-stock plugin")
     args = ap.parse_args()
 
@@ -745,6 +748,39 @@ def main() -> int:
            "subs": {"stock": lit_substitutions(tools, root, None),
                     "ours": lit_substitutions(tools, root, ours_run)}}
     stamp = git_stamp()
+    watched = []
+    snapshot_of = None
+    if "ours" in modes:
+        words = shlex.split(ours_run)
+        exe = words[0] if "/" in words[0] else (shutil.which(words[0]) or words[0])
+        plugin = os.path.join(os.path.dirname(exe), "libompcluster_plugin.so")
+        if not args.no_snapshot and os.path.isfile(plugin):
+            # Run copies, so a `cargo build` during the run cannot mix builds:
+            # ompcluster-run takes the plugin beside its own executable.
+            snap = os.path.join(cache, "ours-snapshot")
+            shutil.rmtree(snap, ignore_errors=True)
+            os.makedirs(snap)
+            snapshot_of = {"launcher": exe, "plugin": plugin}
+            for f in (exe, plugin):
+                shutil.copy2(f, snap)
+            exe = os.path.join(snap, os.path.basename(exe))
+            plugin = os.path.join(snap, "libompcluster_plugin.so")
+            ours_run = shlex.join([exe] + words[1:])
+            ctx["subs"]["ours"] = lit_substitutions(tools, root, ours_run)
+            log(f"conformance: running a snapshot of {snapshot_of['launcher']} and its plugin from {snap}")
+        watched = [exe, plugin]
+
+    def fingerprint() -> dict[str, str]:
+        fp = {}
+        for f in watched:
+            try:
+                st = os.stat(f)
+                fp[f] = datetime.datetime.fromtimestamp(st.st_mtime, datetime.timezone.utc).strftime(
+                    "%Y-%m-%d %H:%M:%S UTC") + f", {st.st_size} bytes"
+            except OSError:
+                fp[f] = "missing"
+        return fp
+    fp_start = fingerprint()
     probe = None
     if "ours" in modes and not args.skip_probe:
         probe = probe_ours(tools, ours_run, build, env, args.timeout)
@@ -789,6 +825,10 @@ def main() -> int:
         os._exit(130)
     ex.shutdown()
     elapsed = time.monotonic() - t_start
+    fp_end = fingerprint()
+    rebuilt = [f for f in watched if fp_start.get(f) != fp_end.get(f)]
+    if rebuilt:
+        log(f"conformance: WARNING: {rebuilt} changed during the run: the 'ours' column mixes builds")
 
     table, md, regressions = render(results, modes, stamp)
     print(table)
@@ -807,6 +847,8 @@ def main() -> int:
     os.makedirs(out, exist_ok=True)
     payload = {"stamp": stamp, "runtime_s": round(elapsed), "source": root, "modes": modes,
                "ours_run": ours_run if "ours" in modes else None, "ours_probe": probe,
+               "ours_binaries": {"snapshot_of": snapshot_of, "start": fp_start, "end": fp_end,
+                                 "changed": rebuilt},
                "summary": {m: summarize(results, m) for m in modes}, "regressions": regressions,
                "tests": results}
     with open(os.path.join(out, "results.json"), "w", encoding="utf-8") as fh:
@@ -815,6 +857,12 @@ def main() -> int:
         fh.write(md + f"\n\nRuntime: {elapsed:.0f} s; -j{args.jobs}; timeout {args.timeout} s.\n")
         if "ours" in modes:
             fh.write(f"\nOURS_RUN: `{ours_run}`\n")
+            if snapshot_of:
+                fh.write(f"\nRan a copy of `{snapshot_of['launcher']}` and `{snapshot_of['plugin']}` "
+                         f"taken at the start (times below are the copies' modification times).\n")
+            for f in watched:
+                fh.write(f"\n`{f}`: {fp_start.get(f)}" + (f" (CHANGED during the run: now {fp_end.get(f)})"
+                                                          if f in rebuilt else "") + "\n")
             if probe is not None:
                 fh.write(f"\nProbe (a one-target-region program under OURS_RUN with LD_DEBUG=files): "
                          f"{'non-stock plugin ran it' if probe['ok'] else 'NO non-stock plugin seen'}; "
