@@ -92,6 +92,16 @@ impl Config {
     }
 }
 
+/// Check every `OMPCLUSTER_*` setting the ranks will read (plugin, failure detector,
+/// checkpoints) with the same parsers, so that the launcher can refuse a bad value in one line
+/// before starting any process.
+pub fn validate_env() -> Result<(), String> {
+    Config::from_env().map_err(|e| e.to_string())?;
+    ft_detector::Config::from_env().map_err(|e| e.to_string())?;
+    ckpt_veloc::StoreConfig::from_env(0).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -122,6 +122,9 @@ fn main() -> ExitCode {
         .map(|(i, a)| if i > 0 && a == "-np" { "--np".into() } else { a })
         .collect();
     let args = Args::parse_from(argv);
+    if let Err(e) = ompcluster_plugin::config::validate_env() {
+        return fail(format!("invalid setting: {e}"));
+    }
     if args.np < 2 {
         return fail(format!("-np must be at least 2 (1 head + at least 1 worker), got {}", args.np));
     }
