@@ -8,13 +8,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/work/target-ft}" MPICC="${MPICC:-m
 cargo build --release -q -p ft-detector --bin ompcluster-ftbench
 B="$CARGO_TARGET_DIR/release/ompcluster-ftbench"
 MPI=(mpirun --allow-run-as-root --oversubscribe --enable-recovery --mca pml ob1 --mca btl self,vader -np 8)
-summ() { python3 -c '
-import json,sys
-d=json.loads(sys.stdin.read().strip().splitlines()[-1])
-f=d["failures"]; fp=d["false_positives"]
-print(" ".join(f"rank {x[\"rank\"]}: max {x[\"consistent_ms\"]} ms (min {min(x[\"notified_ms\"].values()) if x[\"notified_ms\"] else None})" for x in f),
-      "| false positives:", [(x["rank"], x["readmitted"], x["declared_dead_ms"], x["readmitted_ms"]) for x in fp],
-      "| bcast msgs:", d["broadcast_messages"])'; }
+summ() { python3 "$(dirname "$0")/summarize.py"; }
 for i in $(seq "${1:-5}"); do
   echo -n "single kill (rank 5):        "; "${MPI[@]}" "$B" --period 100 --timeout 1000 --kill 5 --after-ms 1000 --run-ms 3000 2>/dev/null | summ
   echo -n "two consecutive kills (3,4): "; "${MPI[@]}" "$B" --period 100 --timeout 1000 --kill 3,4 --after-ms 1000 --run-ms 3500 2>/dev/null | summ
