@@ -142,6 +142,34 @@ def main():
     if len(churn) == 2:
         (c1, r1), (c2, r2) = churn
         print(f"- alloc/touch/free of 64 KiB: RSS after {c1} cycles {r1 / 2**20:.1f} MiB, after {c2} cycles {r2 / 2**20:.1f} MiB (growth {(r2 - r1) / 2**20:+.2f} MiB)")
+    # 5. Checkpoints of the matmul demo: pause per checkpoint against the interval, and flush
+    #    throughput against a plain sequential write of the same bytes to the same directory.
+    import json, shutil
+    cn, cbs, interval = ("1024", "256", "0.5") if QUICK else ("2048", "256", "2")
+    ck = tempfile.mkdtemp(prefix="ompcluster-bench-ckpt-", dir=os.getcwd())
+    rep = os.path.join(tmp, "ckpt-report.json")
+    sh([RUN, "-np", "4", mm, cn, cbs], env={"OMPCLUSTER_CP_INTERVAL": interval,
+       "OMPCLUSTER_CP_PERSISTENT": ck, "OMPCLUSTER_REPORT": rep})
+    r = json.load(open(rep))
+    pauses, flushes = r["checkpoint_pauses_seconds"], r["checkpoint_flush_seconds"]
+    cbytes = r["checkpoint_bytes"]
+    plain = os.path.join(ck, "plain-write.bin")
+    chunk = os.urandom(1 << 20)
+    t0 = time.time()
+    with open(plain, "wb") as f:
+        for _ in range(max(1, cbytes >> 20)):
+            f.write(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+    plain_s = time.time() - t0
+    plain_bw = max(1, cbytes >> 20) * (1 << 20) / plain_s
+    flush_bw = cbytes / sum(flushes) if flushes else 0.0
+    shutil.rmtree(ck, ignore_errors=True)
+    print(f"\n## Checkpoints of matmul N={cn} BS={cbs} on 3 workers, OMPCLUSTER_CP_INTERVAL={interval} s\n")
+    print("| checkpoints | bytes saved | max pause | mean pause | max pause / interval | flush throughput | plain sequential write | ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    print(f"| {r['checkpoints']} | {cbytes / 2**20:.1f} MiB | {max(pauses) * 1e3:.1f} ms | {statistics.mean(pauses) * 1e3:.1f} ms "
+          f"| {max(pauses) / float(interval) * 100:.1f}% | {flush_bw / 1e6:.0f} MB/s | {plain_bw / 1e6:.0f} MB/s | {flush_bw / plain_bw:.2f} |")
     print(f"\nLoad average after: {os.getloadavg()[0]:.2f}")
 
 

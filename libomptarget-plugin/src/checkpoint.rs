@@ -49,6 +49,8 @@ pub(crate) struct Published {
     /// Buffers deleted since: their records leave the next manifest.
     pub(crate) deleted: HashSet<u64>,
     pub(crate) errors: Vec<String>,
+    /// Per completed checkpoint: time from the end of its pause to its publication.
+    pub(crate) flush_seconds: Vec<f64>,
 }
 
 /// One region a saver must save: (buffer id, address, size, version).
@@ -108,6 +110,7 @@ impl Checkpointer {
         let handle = std::thread::Builder::new()
             .name("ompc-ckpt-flush".into())
             .spawn(move || {
+                let started = Instant::now();
                 let result = flush_all().and_then(|records| {
                     let mut p = published.lock();
                     let bytes: u64 = records.iter().map(|r| r.size).sum();
@@ -120,6 +123,7 @@ impl Checkpointer {
                     p.map.publish(&dir, ckpt, keep).map_err(|e| e.to_string())?;
                     p.checkpoints += 1;
                     p.bytes += bytes;
+                    p.flush_seconds.push(started.elapsed().as_secs_f64());
                     Ok(())
                 });
                 if let Err(e) = result {

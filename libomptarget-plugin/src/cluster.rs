@@ -778,6 +778,7 @@ impl Cluster {
                 report.checkpoint_pauses_seconds = cp.pauses();
                 report.checkpoint_pause_seconds = report.checkpoint_pauses_seconds.iter().sum();
                 report.checkpoint_errors = p.errors.clone();
+                report.checkpoint_flush_seconds = p.flush_seconds.clone();
             }
             if let Err(e) = report.write(path) {
                 eprintln!("ompcluster: cannot write report {}: {e}", path.display());
