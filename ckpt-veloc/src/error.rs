@@ -122,20 +122,6 @@ pub enum FlushError {
         /// The cause.
         source: io::Error,
     },
-    /// The scratch copy no longer matches what was saved.
-    #[error("flush of checkpoint {ckpt}: region {region} in scratch file {path} changed since it was saved (checksum {found}, expected {expected})")]
-    ScratchCorrupt {
-        /// The checkpoint id.
-        ckpt: CkptId,
-        /// The region id.
-        region: RegionId,
-        /// The scratch file.
-        path: PathBuf,
-        /// Checksum found.
-        found: Checksum,
-        /// Checksum computed at save time.
-        expected: Checksum,
-    },
     /// The flusher thread is gone (it panicked or the store was dropped).
     #[error("flush of checkpoint {ckpt}: the background flusher stopped")]
     FlusherGone {
