@@ -48,16 +48,6 @@ int main(void) {
   }
   for (int i = 0; i < N; i++) CHECK(h[i] == 3.0 * i + 1.0, "h[%d]=%g", i, h[i]);
 
-  // A section with an offset: only [1000, 3000) is mapped; the rest of the host array stays.
-  int *p = malloc(N * sizeof(int));
-  for (int i = 0; i < N; i++) p[i] = i;
-#pragma omp target map(tofrom: p[1000:2000])
-  for (int i = 1000; i < 3000; i++) p[i] = -p[i];
-  for (int i = 0; i < N; i++) {
-    int want = (i >= 1000 && i < 3000) ? -i : i;
-    CHECK(p[i] == want, "p[%d]=%d want %d", i, p[i], want);
-  }
-
   // 2-D array
   static float m[64][64];
   for (int i = 0; i < 64; i++)
@@ -74,6 +64,17 @@ int main(void) {
   for (int i = 0; str[i]; i++)
     if (str[i] >= 'a' && str[i] <= 'z') str[i] -= 32;
   CHECK(strcmp(str, "HELLO, CLUSTER") == 0, "str=%s", str);
+
+  // (last: a section with an offset, the kernel argument is before the device buffer)
+  // A section with an offset: only [1000, 3000) is mapped; the rest of the host array stays.
+  int *p = malloc(N * sizeof(int));
+  for (int i = 0; i < N; i++) p[i] = i;
+#pragma omp target map(tofrom: p[1000:2000])
+  for (int i = 1000; i < 3000; i++) p[i] = -p[i];
+  for (int i = 0; i < N; i++) {
+    int want = (i >= 1000 && i < 3000) ? -i : i;
+    CHECK(p[i] == want, "p[%d]=%d want %d", i, p[i], want);
+  }
 
   free(h);
   free(scratch);

@@ -41,15 +41,9 @@ int main(void) {
   }
   CHECK(s.a == 4 && s.b == 3.0, "s.a=%d s.b=%g", s.a, s.b);
 
-  // struct with a pointer member: map(v.p[0:n]) (the struct itself implicitly)
   const int n = 1000;
   Vec v = {n, malloc(n * sizeof(double))};
   for (int i = 0; i < n; i++) v.p[i] = i;
-  // (only the member p of v is mapped here: use n, not v.n, in the region)
-#pragma omp target map(tofrom: v.p[0:n])
-  for (int i = 0; i < n; i++) v.p[i] += 0.5;
-  for (int i = 0; i < n; i++) CHECK(v.p[i] == i + 0.5, "v.p[%d]=%g", i, v.p[i]);
-
   // map(tofrom: v, v.p[0:n]): struct and pointee, the pointer member attached on the device
   int seen_n = 0;
 #pragma omp target map(tofrom: v, v.p[0:n]) map(from: seen_n)
@@ -60,7 +54,7 @@ int main(void) {
   }
   CHECK(seen_n == n, "seen_n=%d", seen_n);
   CHECK(v.n == 77, "v.n=%d (struct not copied back)", v.n);
-  for (int i = 0; i < n; i++) CHECK(v.p[i] == 2 * (i + 0.5), "v.p[%d]=%g", i, v.p[i]);
+  for (int i = 0; i < n; i++) CHECK(v.p[i] == 2.0 * i, "v.p[%d]=%g", i, v.p[i]);
   v.n = n;
 
   // Two pointer members, inside a data region, used by two regions.
@@ -98,6 +92,14 @@ int main(void) {
     CHECK(arr[i].b == i * 0.25 + 100, "arr[%d].b=%g", i, arr[i].b);
     CHECK(arr[i].tag[0] == 'A' + i, "arr[%d].tag=%c", i, arr[i].tag[0]);
   }
+  // (last: only the member is mapped, the kernel argument &v is before the device buffer)
+  // struct with a pointer member: map(v.p[0:n]) (the struct itself implicitly)
+  for (int i = 0; i < n; i++) v.p[i] = i;
+  // (only the member p of v is mapped here: use n, not v.n, in the region)
+#pragma omp target map(tofrom: v.p[0:n])
+  for (int i = 0; i < n; i++) v.p[i] += 0.5;
+  for (int i = 0; i < n; i++) CHECK(v.p[i] == i + 0.5, "v.p[%d]=%g", i, v.p[i]);
+
   free(v.p);
   free(sp.idx);
   free(sp.val);

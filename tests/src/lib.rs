@@ -485,14 +485,30 @@ pub const NPS: [u32; 3] = [2, 3, 4];
 /// (all three runs are made; the panic lists every failed one).
 #[track_caller]
 pub fn check_program(src: &str, args: &[&str], envs: &[(&str, &str)]) {
+    check_runs(src, args, &NPS.map(|np| (np, envs.to_vec())));
+}
+
+/// [`check_program`], then again with 2 and 3 workers under the round-robin scheduler, which
+/// puts consecutive regions on different workers (so data moves worker -> worker).
+#[track_caller]
+pub fn check_program_both(src: &str, args: &[&str]) {
+    let rr = ("OMPCLUSTER_SCHEDULER", "roundrobin");
+    let mut runs: Vec<(u32, Vec<(&str, &str)>)> = NPS.iter().map(|&np| (np, vec![])).collect();
+    runs.push((3, vec![rr]));
+    runs.push((4, vec![rr]));
+    check_runs(src, args, &runs);
+}
+
+#[track_caller]
+fn check_runs(src: &str, args: &[&str], runs: &[(u32, Vec<(&str, &str)>)]) {
     let prog = compile(src);
     let mut failed = Vec::new();
-    for np in NPS {
-        let o = run(np, &prog, args, envs);
+    for (np, envs) in runs {
+        let o = run(*np, &prog, args, envs);
         let passed = stdout(&o).lines().any(|l| l.contains("PASS"));
         if !(o.status.success() && passed) {
             failed.push(format!("=== {src} -np {np} {envs:?}: expected exit 0 and PASS\n{}", describe(&o)));
         }
     }
-    assert!(failed.is_empty(), "{} of {} runs failed\n{}", failed.len(), NPS.len(), failed.join("\n"));
+    assert!(failed.is_empty(), "{} of {} runs failed\n{}", failed.len(), runs.len(), failed.join("\n"));
 }

@@ -33,9 +33,34 @@ fn assert_refused(o: &Output, took: Duration, phrase: &str) {
 }
 
 fn timed(np: u32, prog: &Path) -> (Output, Duration) {
+    timed_env(np, prog, &[])
+}
+
+fn timed_env(np: u32, prog: &Path, envs: &[(&str, &str)]) -> (Output, Duration) {
     let t = Instant::now();
-    let o = run(np, prog, &[], &[]);
+    let o = run(np, prog, &[], envs);
     (o, t.elapsed())
+}
+
+/// A bad `OMPCLUSTER_*` value stops the job before `main` (the program would exit with 3)
+/// with a message naming the variable.
+#[test]
+fn refuses_bad_settings() {
+    let prog = compile("exit3.c");
+    for (var, value) in [
+        ("OMPCLUSTER_FRAGMENT_SIZE", "1000"),
+        ("OMPCLUSTER_FRAGMENT_SIZE", "lots"),
+        ("OMPCLUSTER_SCHEDULER", "bogus"),
+        ("OMPCLUSTER_VERBOSE", "maybe"),
+    ] {
+        let (o, took) = timed_env(3, &prog, &[(var, value)]);
+        assert_ne!(o.status.code(), Some(3), "{var}={value}: main ran\n{}", describe(&o));
+        assert!(!stdout(&o).contains("x=2"), "{var}={value}: main ran\n{}", describe(&o));
+        assert_refused(&o, took, var);
+    }
+    // The smallest fragment size is accepted.
+    let o = run(2, &prog, &[], &[("OMPCLUSTER_FRAGMENT_SIZE", "1024")]);
+    assert_eq!(o.status.code(), Some(3), "{}", describe(&o));
 }
 
 #[test]

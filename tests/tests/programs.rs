@@ -1,44 +1,44 @@
 //! Every test program, compiled with clang-16 for offloading and run with 1, 2 and 3 workers
-//! (`-np 2, 3, 4`): it must exit 0 and print PASS (each program checks its own results).
-//! Programs with many regions are also checked through the run report.
+//! (`-np 2, 3, 4`), and most also with 2 and 3 workers under the round-robin scheduler: it
+//! must exit 0 and print PASS (each program checks its own results). Programs with many
+//! regions are also checked through the run report.
 
-use ompcluster_tests::{check_program, compile, describe, run, run_with_report, stdout, NPS};
+use ompcluster_tests::{check_program_both, compile, describe, run, run_with_report, stdout, NPS};
 
 #[test]
 fn scalars_by_value() {
-    check_program("scalars.c", &[], &[]);
+    check_program_both("scalars.c", &[]);
 }
 
 #[test]
 fn arrays_to_from_tofrom_alloc() {
-    check_program("arrays.c", &[], &[]);
+    check_program_both("arrays.c", &[]);
 }
 
 #[test]
 fn structs_and_pointer_members() {
-    check_program("structs.c", &[], &[]);
+    check_program_both("structs.c", &[]);
 }
 
 #[test]
 fn nested_data_regions_enter_exit() {
-    check_program("data_regions.c", &[], &[]);
+    check_program_both("data_regions.c", &[]);
 }
 
 #[test]
 fn target_update_both_ways() {
-    check_program("update.c", &[], &[]);
+    check_program_both("update.c", &[]);
 }
 
 /// Globals are read by later regions: with round robin those run on other workers.
 #[test]
 fn declare_target_globals_and_functions() {
-    check_program("globals.c", &[], &[]);
-    check_program("globals.c", &[], &[("OMPCLUSTER_SCHEDULER", "roundrobin")]);
+    check_program_both("globals.c", &[]);
 }
 
 #[test]
 fn many_entries_in_one_image() {
-    check_program("entries.c", &[], &[]);
+    check_program_both("entries.c", &[]);
     let prog = compile("entries.c");
     let (o, r) = run_with_report(4, &prog, &[], &[("OMPCLUSTER_SCHEDULER", "roundrobin")]);
     ompcluster_tests::assert_pass(&o);
@@ -48,24 +48,22 @@ fn many_entries_in_one_image() {
 
 #[test]
 fn device_pointer_arithmetic_and_memcpy() {
-    check_program("device_ptr.c", &[], &[]);
-    check_program("device_ptr.c", &[], &[("OMPCLUSTER_SCHEDULER", "roundrobin")]);
+    check_program_both("device_ptr.c", &[]);
 }
 
 #[test]
 fn device_pointers_stored_in_device_memory() {
-    check_program("ptr_array.c", &[], &[]);
-    check_program("ptr_array.c", &[], &[("OMPCLUSTER_SCHEDULER", "roundrobin")]);
+    check_program_both("ptr_array.c", &[]);
 }
 
 #[test]
 fn cxx_vector_class_template() {
-    check_program("cxx.cpp", &[], &[]);
+    check_program_both("cxx.cpp", &[]);
 }
 
 #[test]
 fn teams_distribute_parallel_for() {
-    check_program("teams.c", &[], &[]);
+    check_program_both("teams.c", &[]);
 }
 
 /// 4 chains of 50 dependent `nowait` regions + 1 joining region = 201 regions.
@@ -165,4 +163,35 @@ fn exchange_between_workers() {
     // With locality the same program still passes.
     let o = run(4, &prog, &[], &[]);
     ompcluster_tests::assert_pass(&o);
+}
+
+/// Regions launched at once from 4 host threads (synchronous in a parallel for, then nowait):
+/// 1 + 64 * 3 + 64 * 2 = 321 regions.
+#[test]
+fn concurrent_regions_from_host_threads() {
+    let prog = compile("concurrent.c");
+    for np in NPS {
+        for sched in ["locality", "roundrobin"] {
+            let (o, r) = run_with_report(np, &prog, &[], &[("OMPCLUSTER_SCHEDULER", sched)]);
+            ompcluster_tests::assert_pass(&o);
+            assert_eq!(r.tasks_executed, 321, "-np {np} {sched}: {r:?}");
+            if np == 4 {
+                assert!(r.busy_workers() > 1, "-np 4 {sched}: {r:?}");
+            }
+        }
+    }
+}
+
+/// Slow independent nowait regions (60 x 50 ms) from 4 threads: all run, spread over workers.
+#[test]
+fn slow_nowait_tasks_spread_over_workers() {
+    let prog = compile("sleepy.c");
+    for np in NPS {
+        let (o, r) = run_with_report(np, &prog, &["60", "50"], &[]);
+        ompcluster_tests::assert_pass(&o);
+        assert_eq!(r.tasks_executed, 60, "-np {np}: {r:?}");
+        if np == 4 {
+            assert!(r.busy_workers() > 1, "60 concurrent slow regions all ran on one worker of 3: {r:?}");
+        }
+    }
 }

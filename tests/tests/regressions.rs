@@ -9,3 +9,11 @@ use ompcluster_tests::check_program;
 fn section_not_starting_at_zero() {
     check_program("repro_section_offset.c", &[], &[]);
 }
+
+/// Concurrent `nowait` regions writing disjoint elements of one resident buffer: legal
+/// OpenMP (no two regions touch the same element), but with several workers each region runs
+/// on its own copy of the whole buffer and the copies are not merged.
+#[test]
+fn concurrent_disjoint_writes_to_one_buffer() {
+    check_program("repro_disjoint_writes.c", &[], &[]);
+}
