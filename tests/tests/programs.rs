@@ -195,3 +195,23 @@ fn slow_nowait_tasks_spread_over_workers() {
         }
     }
 }
+
+/// No-argument regions, zero-length sections, 1-byte buffers, many arguments,
+/// omp_target_memcpy_rect, declare target link.
+#[test]
+fn edge_cases() {
+    check_program_both("edge.c", &[]);
+}
+
+/// use_device_ptr / use_device_addr with is_device_ptr and omp_target_memcpy on mapped buffers.
+#[test]
+fn device_addresses_of_mapped_buffers() {
+    check_program_both("devaddr.c", &[]);
+}
+
+/// Addresses of declare-target globals taken on the device, stored in device memory and in a
+/// declare-target pointer, dereferenced by later regions.
+#[test]
+fn pointers_to_globals_in_device_memory() {
+    check_program_both("global_pointers.c", &[]);
+}

@@ -17,3 +17,10 @@ fn section_not_starting_at_zero() {
 fn concurrent_disjoint_writes_to_one_buffer() {
     check_program("repro_disjoint_writes.c", &[], &[]);
 }
+
+/// The device address of a declare-target global, taken in one region and dereferenced in the
+/// next; round robin puts the second region on another worker.
+#[test]
+fn global_address_used_on_another_worker() {
+    check_program("repro_global_address.c", &[], &[("OMPCLUSTER_SCHEDULER", "roundrobin")]);
+}
