@@ -24,3 +24,10 @@ fn concurrent_disjoint_writes_to_one_buffer() {
 fn global_address_used_on_another_worker() {
     check_program("repro_global_address.c", &[], &[("OMPCLUSTER_SCHEDULER", "roundrobin")]);
 }
+
+/// Device variables without an offload entry (file-scope `static` in a declare-target block,
+/// function-local `static`): 6 regions increment them; each worker keeps its own copy.
+#[test]
+fn device_statics_shared_by_successive_regions() {
+    check_program("repro_device_statics.c", &[], &[("OMPCLUSTER_SCHEDULER", "roundrobin")]);
+}
