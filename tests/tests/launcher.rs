@@ -137,3 +137,23 @@ fn killed_worker_ends_the_job() {
     );
     assert!(!stdout(&o).contains("PASS"), "{}", describe(&o));
 }
+
+/// A region that aborts on its worker (the 4th of 10): the job ends quickly with a non-zero
+/// code and a message naming a worker rank; the head got no further than region 2.
+#[test]
+fn crashing_region_ends_the_job() {
+    let prog = compile("crash.c");
+    for np in [2, 4] {
+        let o = ompcluster_tests::run_timeout(np, &prog, &["3"], &[], Duration::from_secs(30));
+        assert!(!o.status.success(), "{}", describe(&o));
+        let out = stdout(&o);
+        assert!(out.contains("region 2 done") && !out.contains("region 3 done"), "{}", describe(&o));
+        assert!(!out.contains("PASS"), "{}", describe(&o));
+        let err = stderr(&o);
+        assert!(
+            (1..np).any(|r| err.contains(&format!("rank {r} "))),
+            "no message names the worker that crashed\n{}",
+            describe(&o)
+        );
+    }
+}
