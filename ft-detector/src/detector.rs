@@ -263,7 +263,7 @@ impl Detector {
     /// VALID while no rank is dead in this process's view, INVALID otherwise (use
     /// [`Detector::shrink`] to get a working communicator).
     pub fn comm_state(&self) -> CommState {
-        if self.shared.states.read().iter().any(|s| *s == ProcState::Dead) {
+        if self.shared.states.read().contains(&ProcState::Dead) {
             CommState::Invalid
         } else {
             CommState::Valid
@@ -332,8 +332,14 @@ impl Detector {
     /// blocks on MPI, so it returns even if ranks are dead. Idempotent.
     pub fn stop(&self) -> Result<(), StopError> {
         self.shared.stop.store(true, Ordering::SeqCst);
-        if let Some(h) = self.thread.lock().take() {
-            let _ = h.join();
+        let handle = self.thread.lock().take();
+        if let Some(h) = handle {
+            if h.thread().id() == std::thread::current().id() {
+                // called from a callback, on the heartbeat thread itself: it stops after
+                // the current timestep; joining ourselves would deadlock.
+            } else {
+                let _ = h.join();
+            }
         }
         match self.shared.panicked.lock().clone() {
             Some(m) => Err(StopError::Panicked(m)),

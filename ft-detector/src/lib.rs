@@ -40,6 +40,9 @@ pub use fault_aware::{
 pub use fault_aware::{BEFORE_DYING, DIE_BEFORE_CREATE_GROUP};
 
 /// A notice delivered to callbacks registered with [`Detector::on_notice`].
+///
+/// A rank that was declared dead while it was only stalled receives, once it runs again,
+/// `Failure(itself)` followed by `FalsePositive(itself)`, like every other live rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Notice {
     /// The rank was declared dead.
@@ -108,4 +111,21 @@ impl BcastAlgo {
 pub fn ring_order(n: usize, shuffle: bool) -> Vec<i32> {
     let ring = core::Ring::new(n, shuffle);
     (0..n).map(|p| ring.rank_at(p) as i32).collect()
+}
+
+#[cfg(test)]
+mod api_tests {
+    #[test]
+    fn detector_can_be_shared_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<crate::Detector>();
+        send_sync::<crate::Config>();
+        send_sync::<crate::PeerDead>();
+    }
+
+    #[test]
+    fn ring_order_for_8_ranks() {
+        assert_eq!(crate::ring_order(8, true), vec![0, 5, 2, 7, 4, 1, 6, 3]);
+        assert_eq!(crate::ring_order(8, false), (0..8).collect::<Vec<i32>>());
+    }
 }
