@@ -215,3 +215,10 @@ fn device_addresses_of_mapped_buffers() {
 fn pointers_to_globals_in_device_memory() {
     check_program_both("global_pointers.c", &[]);
 }
+
+/// A global through its device address: omp_target_memcpy host <-> global, global -> device
+/// allocation, and a kernel writing it through is_device_ptr.
+#[test]
+fn globals_through_their_device_address() {
+    check_program_both("global_memcpy.c", &[]);
+}

@@ -31,3 +31,9 @@ fn global_address_used_on_another_worker() {
 fn device_statics_shared_by_successive_regions() {
     check_program("repro_device_statics.c", &[], &[("OMPCLUSTER_SCHEDULER", "roundrobin")]);
 }
+
+/// `use_device_addr(g)` of a declare-target global, dereferenced in a kernel (is_device_ptr).
+#[test]
+fn global_device_address_in_a_kernel() {
+    check_program("repro_global_device_addr.c", &[], &[]);
+}
