@@ -192,8 +192,10 @@ pub fn load_region(dir: &Path, version: CkptId, region: RegionId) -> Result<Vec<
 
 /// Loads and verifies the region described by `rec` from `dir`.
 pub fn load_record(dir: &Path, rec: &RegionRecord) -> Result<Vec<u8>, LoadError> {
-    let mut buf = vec![0u8; usize::try_from(rec.size).unwrap_or(usize::MAX)];
-    load_record_into(dir, rec, &mut buf)?;
+    // Check the file before allocating: a damaged size must not allocate.
+    let (f, path) = open_region_file(dir, rec)?;
+    let mut buf = vec![0u8; rec.size as usize];
+    read_and_check(&f, path, rec, &mut buf)?;
     Ok(buf)
 }
 
@@ -207,6 +209,12 @@ pub fn load_record_into(dir: &Path, rec: &RegionRecord, buf: &mut [u8]) -> Resul
             buf_len: buf.len(),
         });
     }
+    let (f, path) = open_region_file(dir, rec)?;
+    read_and_check(&f, path, rec, buf)
+}
+
+/// Opens the data file of `rec` and checks that it holds the whole region.
+fn open_region_file(dir: &Path, rec: &RegionRecord) -> Result<(File, PathBuf), LoadError> {
     let path = rec.path_in(dir);
     let io_err = |source: io::Error| LoadError::Io {
         region: rec.region,
@@ -227,7 +235,24 @@ pub fn load_record_into(dir: &Path, rec: &RegionRecord, buf: &mut [u8]) -> Resul
             end,
         });
     }
-    f.read_exact_at(buf, rec.offset).map_err(io_err)?;
+    Ok((f, path))
+}
+
+fn read_and_check(
+    f: &File,
+    path: PathBuf,
+    rec: &RegionRecord,
+    buf: &mut [u8],
+) -> Result<(), LoadError> {
+    if let Err(source) = f.read_exact_at(buf, rec.offset) {
+        return Err(LoadError::Io {
+            region: rec.region,
+            rank: rec.rank,
+            ckpt: rec.ckpt,
+            path,
+            source,
+        });
+    }
     let found = Checksum::of(buf);
     if found != rec.checksum {
         return Err(LoadError::Corrupt {
@@ -667,6 +692,15 @@ mod tests {
         assert!(e.to_string().contains(&mpath.display().to_string()), "{e}");
         assert!(prune(d, keep).is_err());
         assert!(d.join("ckpt-1/rank-1.data").exists());
+    }
+
+    #[test]
+    fn a_damaged_size_fails_before_allocating() {
+        let t = tempfile::tempdir().unwrap();
+        let mut r = rec(1, 1, 1, b"abc", t.path());
+        r.size = u64::MAX / 2;
+        let e = load_record(t.path(), &r).unwrap_err();
+        assert!(matches!(e, LoadError::Truncated { .. }), "{e}");
     }
 
     #[test]

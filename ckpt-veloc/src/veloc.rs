@@ -246,6 +246,9 @@ impl Inner {
     /// Ends the open VeloC checkpoint without reporting it (its file is
     /// emptied first; it is never referenced and pruning removes it).
     fn abandon(&mut self) {
+        // Invariant: a checkpoint is in flight only while the phase is Idle
+        // (`begin` completes the in-flight one first), so nothing is lost here.
+        debug_assert!(self.in_flight.is_none() || matches!(self.phase, Phase::Idle));
         if let Phase::Collecting(c) = std::mem::replace(&mut self.phase, Phase::Idle) {
             let _ = c.file.set_len(0);
             drop(c.file);
