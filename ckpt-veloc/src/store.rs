@@ -75,3 +75,33 @@ pub fn open(config: &StoreConfig) -> Result<Box<dyn CheckpointStore>, OpenError>
         Backend::Veloc { .. } => Err(OpenError::VelocNotBuilt),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_picks_the_backend() {
+        let t = tempfile::tempdir().unwrap();
+        let mut c = StoreConfig::new(0, t.path().join("p"));
+        c.scratch = crate::ScratchBase::Dir(t.path().join("s"));
+        let s = open(&c).unwrap();
+        assert_eq!(s.kind(), StoreKind::Embedded);
+        assert_eq!(s.persistent_dir(), t.path().join("p"));
+        drop(s);
+
+        c.enabled = false;
+        assert!(matches!(open(&c), Err(OpenError::Disabled)));
+
+        c.enabled = true;
+        c.backend = Backend::Veloc {
+            config_file: t.path().join("missing.cfg"),
+        };
+        let e = open(&c).unwrap_err();
+        #[cfg(not(feature = "veloc"))]
+        assert!(matches!(e, OpenError::VelocNotBuilt), "{e}");
+        // With the feature, the unreadable configuration is reported before VeloC is touched.
+        #[cfg(feature = "veloc")]
+        assert!(e.to_string().contains("missing.cfg"), "{e}");
+    }
+}
