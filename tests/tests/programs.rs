@@ -222,3 +222,10 @@ fn pointers_to_globals_in_device_memory() {
 fn globals_through_their_device_address() {
     check_program_both("global_memcpy.c", &[]);
 }
+
+/// An array of structs mapped with enter data, then each struct's pointee: the device
+/// pointers are attached into the device copy of the array; kernels follow them.
+#[test]
+fn pointer_attach_with_enter_data() {
+    check_program_both("attach.c", &[]);
+}
