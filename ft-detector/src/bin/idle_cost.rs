@@ -116,7 +116,11 @@ fn main() {
                 assert!(det.dead_ranks().is_empty(), "false positive during the benchmark");
                 on.push(t);
             } else {
+                // same structure as the "on" phase: the communicator dups and the settle pause
+                let dups: Vec<_> = (0..8).map(|_| world.duplicate()).collect();
+                std::thread::sleep(Duration::from_millis(2 * args.period));
                 off.push(t_off(&mut work, args.iters));
+                drop(dups);
             }
         }
     }
