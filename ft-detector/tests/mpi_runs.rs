@@ -158,6 +158,7 @@ fn single_kill_every_survivor_knows_within_1500ms_and_checkpoint_notices_once() 
     eprintln!("single kill: consistent after {worst} ms");
     no_false_positives(&j);
     assert!(j["broadcast_messages"].as_u64().unwrap() >= 6, "{j}");
+    assert_eq!(j["fault_aware_live_ok"], true, "fault-aware test/wait with live peers failed: {j}");
     for (rank, c) in j["checkpoint_notices"].as_object().unwrap() {
         assert_eq!(c, &serde_json::json!([1, 1]), "rank {rank} got checkpoint notices {c}");
     }

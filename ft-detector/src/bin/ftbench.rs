@@ -17,7 +17,7 @@ use clap::Parser;
 use ft_detector::sim::{self, Pattern, SimConfig};
 use ft_detector::{BcastAlgo, Config, Detector, Notice};
 use mpi::collective::{CommunicatorCollectives, Root};
-use mpi::point_to_point::Source;
+use mpi::point_to_point::{Destination, Source};
 use mpi::topology::Communicator;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -183,6 +183,8 @@ struct RankReport {
     shrink_ms: Option<f64>,
     /// Fault-aware operations towards dead ranks returned errors (None: not checked).
     fault_aware_ok: Option<bool>,
+    /// Fault-aware test/wait with live peers completed normally.
+    fault_aware_live_ok: bool,
 }
 
 const RESULT_TAG: i32 = 77;
@@ -247,6 +249,47 @@ fn real(args: &Args) {
             }
         });
     }
+    // fault-aware operations with live peers must complete normally: a ring exchange with
+    // wait_or_dead / test_or_dead on 'static buffers
+    let live_ok = {
+        let right = (rank + 1) % size;
+        let left = (rank + size - 1) % size;
+        let out: &'static i32 = Box::leak(Box::new(rank));
+        let inp_ptr: *mut i32 = Box::into_raw(Box::new(-1));
+        // SAFETY: a fresh, never freed allocation; this is the only reference made from it.
+        let inp: &'static mut i32 = unsafe { &mut *inp_ptr };
+        let rreq = world.process_at_rank(left).immediate_receive_into_with_tag(mpi::request::StaticScope, inp, 5);
+        let sreq = world.process_at_rank(right).immediate_send_with_tag(mpi::request::StaticScope, out, 5);
+        let mut ok = true;
+        let mut r = rreq;
+        loop {
+            match ft_detector::test_or_dead(&det, r, left) {
+                ft_detector::TestOutcome::Complete(st) => {
+                    ok &= st.source_rank() == left;
+                    break;
+                }
+                ft_detector::TestOutcome::Pending(req) => {
+                    r = req;
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                ft_detector::TestOutcome::PeerDead(e) => {
+                    ft_detector::abandon(e.request);
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        match ft_detector::wait_or_dead(&det, sreq, right) {
+            Ok(_) => {}
+            Err(e) => {
+                ft_detector::abandon(e.request);
+                ok = false;
+            }
+        }
+        // SAFETY: the allocation is never freed; read only after the receive completed (if
+        // it was abandoned, `ok` is false and the value is not read).
+        ok && unsafe { *inp_ptr } == left
+    };
     world.barrier();
     let start = realtime_ms();
     let t_end = start + args.run_ms as f64;
@@ -326,7 +369,7 @@ fn real(args: &Args) {
         }
     }
 
-    let mut report = RankReport { rank, ..Default::default() };
+    let mut report = RankReport { rank, fault_aware_live_ok: live_ok, ..Default::default() };
     if args.die_in_shrink == Some(rank) {
         let dir = key_dir.clone();
         *ft_detector::BEFORE_DYING.lock() = Some(Box::new(move || {
@@ -528,6 +571,7 @@ fn assemble(args: &Args, cfg: &Config, size: i32, key_dir: &str, all: &[RankRepo
         "view_messages": views,
         "consistent_ms": if consistent_ms.is_finite() { json!(consistent_ms) } else { json!(null) },
         "checkpoint_notices": checkpoints,
+        "fault_aware_live_ok": all.iter().all(|r| r.fault_aware_live_ok),
         "fault_aware_ok": all.iter().map(|r| (r.rank.to_string(), json!(r.fault_aware_ok))).collect::<serde_json::Map<_, _>>(),
         "shrink": if args.shrink || args.die_in_shrink.is_some() { json!(shrink) } else { json!(null) },
     })
