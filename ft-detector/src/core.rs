@@ -16,7 +16,7 @@
 //! versions delivers both intermediate notices). This is what makes "every live rank
 //! receives every notice exactly once" and "all live ranks agree on the dead set" hold.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::{BcastAlgo, Notice};
@@ -210,7 +210,9 @@ pub(crate) struct Core {
     next_beat: Time,
     last_tick: Option<Time>,
     mismatch_since: Option<Time>,
-    seen: HashSet<u64>,
+    /// Broadcasts already delivered: key -> when first seen (pruned after `memory()`).
+    seen: HashMap<u64, Time>,
+    last_prune: Time,
     seq: u32,
     relay_log: Vec<RelayEntry>,
     /// Status updates applied recently: (when, subject, version), newest last.
@@ -237,7 +239,8 @@ impl Core {
             next_beat: now,
             last_tick: None,
             mismatch_since: None,
-            seen: HashSet::new(),
+            seen: HashMap::new(),
+            last_prune: now,
             seq: 0,
             relay_log: Vec::new(),
             recent: std::collections::VecDeque::new(),
@@ -363,7 +366,7 @@ impl Core {
     pub(crate) fn originate(&mut self, payload: Payload, now: Time, net: &mut dyn Net) {
         self.seq = self.seq.wrapping_add(1);
         let b = Bcast { origin: self.me, seq: self.seq, route: 0, payload };
-        self.seen.insert(Self::bcast_key(&b));
+        self.seen.insert(Self::bcast_key(&b), now);
         match payload {
             Payload::Checkpoint => net.notice(Notice::Checkpoint),
             Payload::CheckpointDone => net.notice(Notice::CheckpointDone),
@@ -476,8 +479,26 @@ impl Core {
     }
 
     /// A relay died: re-send what we sent it to the next live rank of its range (chord).
+    /// How long a relay entry is kept: a relay that dies later than this after receiving a
+    /// broadcast has forwarded it long before.
+    fn relay_keep(&self) -> Time {
+        2 * self.cfg.timeout + 10 * self.cfg.period
+    }
+
+    /// Drop old relay entries and old broadcast keys (a duplicate can only come from a
+    /// relay repair, within `relay_keep` of the original; keys are kept twice as long).
+    fn prune(&mut self, now: Time) {
+        let keep = self.relay_keep();
+        if now.saturating_sub(self.last_prune) < keep {
+            return;
+        }
+        self.last_prune = now;
+        self.relay_log.retain(|e| now.saturating_sub(e.sent_at) <= keep);
+        self.seen.retain(|_, t| now.saturating_sub(*t) <= 2 * keep);
+    }
+
     fn repair_relays(&mut self, dead: u32, now: Time, net: &mut dyn Net) {
-        let keep = 2 * self.cfg.timeout + 10 * self.cfg.period;
+        let keep = self.relay_keep();
         self.relay_log.retain(|e| now.saturating_sub(e.sent_at) <= keep);
         let entries: Vec<RelayEntry> = self.relay_log.iter().filter(|e| e.child == dead).cloned().collect();
         let n = self.n();
@@ -510,6 +531,7 @@ impl Core {
             }
         }
         self.last_tick = Some(now);
+        self.prune(now);
         if now >= self.next_beat {
             if let Some(o) = self.observer {
                 self.stats.beats += 1;
@@ -608,7 +630,7 @@ impl Core {
                 }
             }
             Msg::Bcast(b) => {
-                if !self.seen.insert(Self::bcast_key(&b)) {
+                if self.seen.insert(Self::bcast_key(&b), now).is_some() {
                     return;
                 }
                 match b.payload {
@@ -845,6 +867,26 @@ mod tests {
             assert!(got.iter().all(|&g| g == 1), "n={n}: {got:?}");
             assert_eq!(msgs, n - 1, "n={n}");
         }
+    }
+
+    #[test]
+    fn memory_stays_bounded_with_many_broadcasts() {
+        let mut c = core(0, 8);
+        let mut net = Rec(vec![], vec![]);
+        let mut t = 0;
+        for i in 0..10_000u32 {
+            t += 50_000;
+            c.originate(Payload::Checkpoint, t, &mut net);
+            c.on_message(t, 3, Msg::Bcast(Bcast { origin: 3, seq: i + 1, route: 8, payload: Payload::CheckpointDone }), &mut net);
+            c.on_tick(t, &mut net);
+            net.0.clear();
+        }
+        // keep = 2 s + 1 s = 3 s of relay entries (60 broadcasts x 3 children) and 6 s of keys
+        assert!(c.relay_log.len() <= 2 * 60 * 3 + 3, "relay log {}", c.relay_log.len());
+        assert!(c.seen.len() <= 2 * 2 * 120 + 2, "seen {}", c.seen.len());
+        // (no beats arrive in this test, so the emitters are declared dead too)
+        let ckpt = net.1.iter().filter(|n| matches!(n, Notice::Checkpoint | Notice::CheckpointDone)).count();
+        assert_eq!(ckpt, 20_000);
     }
 
     #[test]
