@@ -86,29 +86,37 @@ pub struct KernelArgs {
 
 const MAPTYPE_FROM: i64 = 0x002;
 const MAPTYPE_TARGET_PARAM: i64 = 0x020;
+const MAPTYPE_LITERAL: i64 = 0x100;
 
-/// For each of the `n` kernel arguments: was it mapped `from` (so the region surely writes it)?
+/// For each of the `n` kernel arguments: was it mapped `from` (so the region surely writes
+/// it), and its host pointer (0 for by-value literals or when unknown).
 ///
 /// # Safety
-/// `types` is null or libomptarget's map-type array of the launched construct, which has at
+/// `kargs` is libomptarget's `KernelArgsTy` of the launched construct: its map arrays have at
 /// least `n` entries flagged `TARGET_PARAM`.
-unsafe fn from_flags(types: *const i64, n: usize) -> Vec<bool> {
-    let mut out = Vec::with_capacity(n);
-    if types.is_null() {
-        out.resize(n, false);
-        return out;
+unsafe fn arg_maps(kargs: &KernelArgs, n: usize) -> (Vec<bool>, Vec<u64>) {
+    let (mut from, mut host) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    if kargs.arg_types.is_null() {
+        return (vec![false; n], vec![0; n]);
     }
     let mut i = 0;
-    while out.len() < n {
-        // SAFETY: the array has at least `n` TARGET_PARAM entries, so index `i` is in bounds
+    while from.len() < n {
+        // SAFETY: the arrays have at least `n` TARGET_PARAM entries, so index `i` is in bounds
         // until the n-th of them is found.
-        let t = unsafe { *types.add(i) };
+        let t = unsafe { *kargs.arg_types.add(i) };
         if t & MAPTYPE_TARGET_PARAM != 0 {
-            out.push(t & MAPTYPE_FROM != 0);
+            from.push(t & MAPTYPE_FROM != 0);
+            let h = if t & MAPTYPE_LITERAL != 0 || kargs.arg_ptrs.is_null() {
+                0
+            } else {
+                // SAFETY: same index bound as above.
+                unsafe { *kargs.arg_ptrs.add(i) as u64 }
+            };
+            host.push(h);
         }
         i += 1;
     }
-    out
+    (from, host)
 }
 
 /// Run `f`, turning a panic into `fail` and a message.
@@ -274,7 +282,7 @@ pub unsafe extern "C" fn __tgt_rtl_load_binary(dev: i32, image: *mut c_void) -> 
 /// Allocate device memory. Host and shared kinds (`llvm_omp_target_alloc_host/shared`) would
 /// have to be reachable from the host and every worker at once: refused.
 #[no_mangle]
-pub extern "C" fn __tgt_rtl_data_alloc(dev: i32, size: i64, _host: *mut c_void, kind: i32) -> *mut c_void {
+pub extern "C" fn __tgt_rtl_data_alloc(dev: i32, size: i64, host: *mut c_void, kind: i32) -> *mut c_void {
     const TARGET_ALLOC_HOST: i32 = 1;
     const TARGET_ALLOC_SHARED: i32 = 2;
     guard("data_alloc", std::ptr::null_mut(), || {
@@ -286,7 +294,7 @@ pub extern "C" fn __tgt_rtl_data_alloc(dev: i32, size: i64, _host: *mut c_void, 
             eprintln!("ompcluster: host and shared device allocations are not supported by the cluster device (memory cannot be shared across processes)");
             return std::ptr::null_mut();
         }
-        match c.alloc(size as u64) {
+        match c.alloc(size as u64, host as u64) {
             Ok(a) => a as *mut c_void,
             Err(e) => {
                 eprintln!("ompcluster: data_alloc of {size} bytes failed: {e}");
@@ -377,15 +385,19 @@ pub unsafe extern "C" fn __tgt_rtl_launch_kernel(
             return OFFLOAD_FAIL;
         }
         // SAFETY: libomptarget passes a valid KernelArgsTy and `num_args` arguments/offsets.
-        let (values, written) = unsafe {
+        let ((values, begins), (written, hosts)) = unsafe {
             let n = (*kargs).num_args as usize;
             if n > 0 && (args.is_null() || offsets.is_null()) {
                 return OFFLOAD_FAIL;
             }
-            let values: Vec<u64> = (0..n).map(|i| (*args.add(i) as u64).wrapping_add(*offsets.add(i) as u64)).collect();
-            (values, from_flags((*kargs).arg_types, n))
+            // `args[i]` is the begin of the mapped section (inside its buffer); the kernel gets
+            // the base, `args[i] + offsets[i]`, which lies before the buffer for sections
+            // that do not start at element 0.
+            let begins: Vec<u64> = (0..n).map(|i| *args.add(i) as u64).collect();
+            let values: Vec<u64> = (0..n).map(|i| begins[i].wrapping_add(*offsets.add(i) as u64)).collect();
+            ((values, begins), arg_maps(&*kargs, n))
         };
-        code("launching the target region", c.launch(entry as usize, values, &written))
+        code("launching the target region", c.launch(entry as usize, values, &begins, &hosts, &written))
     })
 }
 

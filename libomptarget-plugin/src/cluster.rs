@@ -301,7 +301,7 @@ impl Cluster {
                 e.addr = token as *mut libc::c_void;
             } else {
                 let mut bufs = self.buffers.lock();
-                let b = bufs.create(e.size as u64, Some(idx))?;
+                let b = bufs.create(e.size as u64, e.addr as u64, Some(idx))?;
                 // The image on every worker starts with the global's initial value.
                 b.version = 1;
                 let all: BTreeSet<i32> = (1..self.comm.size()).collect();
@@ -339,9 +339,9 @@ impl Cluster {
     // ----- memory -----
 
     /// Allocate a device buffer.
-    pub(crate) fn alloc(&self, size: u64) -> Result<u64> {
+    pub(crate) fn alloc(&self, size: u64, host: u64) -> Result<u64> {
         let _gate = self.enter()?;
-        let addr = self.buffers.lock().create(size, None)?.addr;
+        let addr = self.buffers.lock().create(size, host, None)?.addr;
         self.device_bytes.fetch_add(size, Ordering::Relaxed);
         self.log(format_args!("ALLOC {addr:#x} {size} bytes"));
         Ok(addr)
@@ -632,22 +632,29 @@ impl Cluster {
     // ----- kernels -----
 
     /// Run the kernel `entry` (a token from `load_binary`) with argument values `args`;
+    /// `begins[i]` is the device begin of argument i's mapped section, `hosts[i]` its host
+    /// pointer (0 for by-value arguments): see [`Buffers::by_translation`] for why both.
     /// `mapped_from[i]` says argument i was mapped `from` (its buffer is surely written).
-    pub(crate) fn launch(&self, entry: usize, args: Vec<u64>, mapped_from: &[bool]) -> Result<()> {
+    pub(crate) fn launch(&self, entry: usize, args: Vec<u64>, begins: &[u64], hosts: &[u64], mapped_from: &[bool]) -> Result<()> {
         let _gate = self.enter()?;
         let t0 = self.start.elapsed().as_secs_f64();
         let kernel = self.kernels.read().get(&entry).cloned().ok_or(ClusterError::UnknownKernel(entry))?;
         // What can it reach, and where is it?
         let (reach, candidates, assume_written) = {
             let bufs = self.buffers.lock();
-            let written: BTreeSet<u64> = args
-                .iter()
-                .zip(mapped_from)
-                .filter(|(_, &f)| f)
-                .filter_map(|(&a, _)| bufs.containing(a).map(|b| b.addr))
-                .collect();
+            let translated: Vec<(u64, u64)> =
+                begins.iter().zip(hosts).filter(|(_, &h)| h != 0).map(|(&d, &h)| (d, h)).collect();
+            let arg_buffers = |i: usize| -> Vec<u64> {
+                let mut v: Vec<u64> = bufs.containing(begins[i]).map(|b| b.addr).into_iter().collect();
+                if hosts[i] != 0 {
+                    v.extend_from_slice(bufs.by_translation(begins[i], hosts[i]));
+                }
+                v
+            };
+            let written: BTreeSet<u64> =
+                (0..begins.len()).filter(|&i| mapped_from[i]).flat_map(arg_buffers).collect();
             let reach: Vec<(u64, u64, u64, u64)> = bufs
-                .reachable(&args, kernel.image)
+                .reachable(&args.iter().chain(begins).copied().collect::<Vec<u64>>(), &translated, kernel.image)
                 .into_iter()
                 .map(|a| {
                     let b = bufs.get(a).expect("reachable buffers exist");

@@ -4,10 +4,15 @@
 //! This module is pure bookkeeping (no MPI): `cluster.rs` decides and moves, this records.
 
 use event_system::heap::{ExtentAllocator, HeapError};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Rank of the head.
 pub(crate) const HEAD: i32 = event_system::HEAD;
+
+/// Unallocated device addresses left before every buffer (virtual space only). A pointer that
+/// lands in a gap (a section's base, `p - 1` passed with `has_device_addr`) can only belong
+/// to the buffer right after it, or be one past the end of the buffer right before it.
+pub(crate) const GUARD_GAP: u64 = 64 << 10;
 
 /// Device buffers a buffer's contents point to (found by scanning submitted or written data).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +43,8 @@ pub(crate) struct Buffer {
     /// Never reused, unlike addresses.
     pub(crate) id: u64,
     pub(crate) addr: u64,
+    /// Host address libomptarget mapped it for (0 if none).
+    pub(crate) host: u64,
     /// Bytes libomptarget asked for.
     pub(crate) size: u64,
     /// Page-rounded extent in the heap.
@@ -71,22 +78,32 @@ impl Buffer {
 pub(crate) struct Buffers {
     alloc: ExtentAllocator,
     by_addr: BTreeMap<u64, Buffer>,
+    /// Device address minus host address -> buffers. libomptarget translates a host pointer
+    /// `h` of a mapping to `device + (h - host)`, also for pointers outside the mapped section
+    /// (a section's base, a zero-length section matched through its base), so an argument
+    /// with host pointer `h` and device value `d` belongs to the buffer with delta `d - h`.
+    by_delta: HashMap<u64, Vec<u64>>,
     next_id: u64,
 }
 
 impl Buffers {
     pub(crate) fn new(base: u64, size: u64) -> Self {
-        Buffers { alloc: ExtentAllocator::new(base, size), by_addr: BTreeMap::new(), next_id: 1 }
+        Buffers { alloc: ExtentAllocator::new(base, size), by_addr: BTreeMap::new(), by_delta: HashMap::new(), next_id: 1 }
     }
 
     /// Make a new buffer of `size` bytes.
-    pub(crate) fn create(&mut self, size: u64, global_of: Option<u32>) -> Result<&mut Buffer, HeapError> {
-        let (addr, span) = self.alloc.alloc(size)?;
+    pub(crate) fn create(&mut self, size: u64, host: u64, global_of: Option<u32>) -> Result<&mut Buffer, HeapError> {
+        let (start, extent) = self.alloc.alloc(size.max(1) + GUARD_GAP)?;
+        let (addr, span) = (start + GUARD_GAP, extent - GUARD_GAP);
+        if host != 0 {
+            self.by_delta.entry(addr.wrapping_sub(host)).or_default().push(addr);
+        }
         let id = self.next_id;
         self.next_id += 1;
         let b = Buffer {
             id,
             addr,
+            host,
             size,
             span,
             version: 0,
@@ -101,12 +118,22 @@ impl Buffers {
 
     /// Forget a buffer (its range stays allocated until [`Buffers::free_range`]).
     pub(crate) fn remove(&mut self, addr: u64) -> Option<Buffer> {
-        self.by_addr.remove(&addr)
+        let b = self.by_addr.remove(&addr)?;
+        if b.host != 0 {
+            let key = b.addr.wrapping_sub(b.host);
+            if let Some(v) = self.by_delta.get_mut(&key) {
+                v.retain(|&a| a != addr);
+                if v.is_empty() {
+                    self.by_delta.remove(&key);
+                }
+            }
+        }
+        Some(b)
     }
 
-    /// Return a removed buffer's range to the allocator.
+    /// Return a removed buffer's range (and its guard gap) to the allocator.
     pub(crate) fn free_range(&mut self, addr: u64) {
-        self.alloc.free(addr);
+        self.alloc.free(addr - GUARD_GAP);
     }
 
     pub(crate) fn get(&self, addr: u64) -> Option<&Buffer> {
@@ -122,6 +149,20 @@ impl Buffers {
         self.by_addr.range(..=addr).next_back().map(|(_, b)| b).filter(|b| addr < b.addr + b.span)
     }
 
+    /// The buffers a pointer value may belong to: the one containing it, or, for a value in a
+    /// guard gap, the buffer after the gap and the one ending right before it.
+    pub(crate) fn near(&self, addr: u64) -> impl Iterator<Item = u64> + '_ {
+        let inside = self.containing(addr).map(|b| b.addr);
+        let (after, before) = if inside.is_some() {
+            (None, None)
+        } else {
+            let after = self.by_addr.range(addr..).next().map(|(_, b)| b).filter(|b| b.addr - addr <= GUARD_GAP);
+            let before = self.by_addr.range(..addr).next_back().map(|(_, b)| b).filter(|b| addr - (b.addr + b.span) <= GUARD_GAP);
+            (after.map(|b| b.addr), before.map(|b| b.addr))
+        };
+        inside.into_iter().chain(after).chain(before)
+    }
+
     /// The buffer containing all of `[addr, addr+len)`.
     pub(crate) fn containing_range(&self, addr: u64, len: u64) -> Option<&Buffer> {
         self.containing(addr).filter(|b| addr + len <= b.addr + b.span)
@@ -131,11 +172,20 @@ impl Buffers {
         self.by_addr.values()
     }
 
-    /// Every buffer a kernel can reach from `roots` (device addresses among its arguments) and
-    /// from the globals of `image`, following recorded pointers. Sorted by address.
-    pub(crate) fn reachable(&self, roots: &[u64], image: u32) -> Vec<u64> {
+    /// The buffers libomptarget translated host pointer `host` from, to device value `device`.
+    pub(crate) fn by_translation(&self, device: u64, host: u64) -> &[u64] {
+        self.by_delta.get(&device.wrapping_sub(host)).map_or(&[], |v| v.as_slice())
+    }
+
+    /// Every buffer a kernel can reach from `roots` (device addresses among its arguments),
+    /// from `translated` (device value, host pointer) pairs of its mapped arguments, and from
+    /// the globals of `image`, following recorded pointers. Sorted by address.
+    pub(crate) fn reachable(&self, roots: &[u64], translated: &[(u64, u64)], image: u32) -> Vec<u64> {
         let mut seen: BTreeSet<u64> = BTreeSet::new();
-        let mut todo: Vec<u64> = roots.iter().filter_map(|&a| self.containing(a).map(|b| b.addr)).collect();
+        let mut todo: Vec<u64> = roots.iter().flat_map(|&a| self.near(a)).collect();
+        for &(d, h) in translated {
+            todo.extend_from_slice(self.by_translation(d, h));
+        }
         todo.extend(self.iter().filter(|b| b.global_of == Some(image)).map(|b| b.addr));
         while let Some(a) = todo.pop() {
             if !seen.insert(a) {
@@ -157,19 +207,29 @@ mod tests {
     #[test]
     fn reachability_follows_pointers_and_globals() {
         let mut bs = Buffers::new(0x10_0000, 1 << 20);
-        let a = bs.create(100, None).unwrap().addr;
-        let b = bs.create(5000, None).unwrap().addr;
-        let c = bs.create(8, None).unwrap().addr;
-        let g = bs.create(4, Some(7)).unwrap().addr;
-        let lone = bs.create(4, None).unwrap().addr;
+        let a = bs.create(100, 0x7000_0100, None).unwrap().addr;
+        let b = bs.create(5000, 0, None).unwrap().addr;
+        let c = bs.create(8, 0, None).unwrap().addr;
+        let g = bs.create(4, 0x6000, Some(7)).unwrap().addr;
+        let lone = bs.create(4, 0, None).unwrap().addr;
         // a holds a pointer into the middle of b; b points to c.
         bs.get_mut(a).unwrap().points_to.add(PointsTo::Some([b + 4100].into()));
         bs.get_mut(b).unwrap().points_to.add(PointsTo::Some([c].into()));
-        assert_eq!(bs.reachable(&[a + 8, 12345], 0), vec![a, b, c]);
-        assert_eq!(bs.reachable(&[c], 7), vec![c, g]);
+        assert_eq!(bs.reachable(&[a + 8, 12345], &[], 0), vec![a, b, c]);
+        assert_eq!(bs.reachable(&[c], &[], 7), vec![c, g]);
+        // A pointer 0x100 bytes before a's host start, translated the same way, is a's.
+        assert_eq!(bs.reachable(&[], &[(a - 0x100, 0x7000_0000)], 0), vec![a, b, c]);
+        assert!(bs.reachable(&[], &[(a - 0x100, 0x7000_0001)], 0).is_empty());
+        bs.remove(a);
+        assert!(bs.reachable(&[], &[(a - 0x100, 0x7000_0000)], 0).is_empty());
         bs.get_mut(c).unwrap().points_to.add(PointsTo::All);
-        assert_eq!(bs.reachable(&[c], 0).len(), 5);
+        assert_eq!(bs.reachable(&[c], &[], 0).len(), 4);
         assert!(bs.containing(lone + 4096).is_none());
+        // A value just before `b` (in its guard gap; `a` before it was removed above) reaches b,
+        // and one past the end of the last buffer reaches that buffer.
+        assert_eq!(bs.near(b - 2).collect::<Vec<_>>(), vec![b]);
+        assert_eq!(bs.near(lone + 4096).collect::<Vec<_>>(), vec![lone]);
+        assert_eq!(bs.near(b + 4096).collect::<Vec<_>>(), vec![b]);
         assert_eq!(bs.containing_range(b + 4000, 1000).map(|x| x.addr), Some(b));
         assert!(bs.containing_range(b + 8000, 1000).is_none());
     }
