@@ -138,6 +138,12 @@ fn check_failures(j: &Value, killed: &[i64], bound_ms: f64) -> f64 {
         let c = f["consistent_ms"].as_f64().unwrap();
         worst = worst.max(c);
     }
+    // all survivors agree on the dead set, and it is the set of killed ranks
+    for (r, d) in j["dead_sets"].as_object().unwrap() {
+        let mut d: Vec<i64> = d.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect();
+        d.sort();
+        assert_eq!(d, want, "rank {r} holds dead set {d:?}: {j}");
+    }
     // fault-aware receive, probe and barrier towards the dead returned errors on every survivor
     let fa = j["fault_aware_ok"].as_object().unwrap();
     assert_eq!(fa.len(), surv.len());

@@ -572,6 +572,7 @@ fn assemble(args: &Args, cfg: &Config, size: i32, key_dir: &str, all: &[RankRepo
         "consistent_ms": if consistent_ms.is_finite() { json!(consistent_ms) } else { json!(null) },
         "checkpoint_notices": checkpoints,
         "fault_aware_live_ok": all.iter().all(|r| r.fault_aware_live_ok),
+        "dead_sets": all.iter().map(|r| (r.rank.to_string(), json!(r.dead_at_end))).collect::<serde_json::Map<_, _>>(),
         "fault_aware_ok": all.iter().map(|r| (r.rank.to_string(), json!(r.fault_aware_ok))).collect::<serde_json::Map<_, _>>(),
         "shrink": if args.shrink || args.die_in_shrink.is_some() { json!(shrink) } else { json!(null) },
     })
