@@ -64,6 +64,20 @@ pub enum ClusterError {
     /// The runtime already shut down.
     #[error("the cluster device has shut down")]
     Stopped,
+    /// Two regions changed one buffer concurrently on different workers.
+    #[error(
+        "regions running at the same time on workers {others:?} and {worker} both changed the device buffer at {addr:#x} ({size} bytes) in their own copies, which cannot be merged; map it with map(from:) or map(tofrom:) in the regions that write it (they then share one worker) or order them with depend"
+    )]
+    Conflict {
+        /// Buffer address.
+        addr: u64,
+        /// Its size.
+        size: u64,
+        /// The worker whose change came second.
+        worker: i32,
+        /// Where the other change is.
+        others: Vec<i32>,
+    },
 }
 
 type Result<T> = std::result::Result<T, ClusterError>;
@@ -639,53 +653,86 @@ impl Cluster {
         let _gate = self.enter()?;
         let t0 = self.start.elapsed().as_secs_f64();
         let kernel = self.kernels.read().get(&entry).cloned().ok_or(ClusterError::UnknownKernel(entry))?;
-        // What can it reach, and where is it?
-        let (reach, candidates, assume_written) = {
-            let bufs = self.buffers.lock();
-            let translated: Vec<(u64, u64)> =
-                begins.iter().zip(hosts).filter(|(_, &h)| h != 0).map(|(&d, &h)| (d, h)).collect();
-            let arg_buffers = |i: usize| -> Vec<u64> {
-                let mut v: Vec<u64> = bufs.containing(begins[i]).map(|b| b.addr).into_iter().collect();
-                if hosts[i] != 0 {
-                    v.extend_from_slice(bufs.by_translation(begins[i], hosts[i]));
+        // What can it reach, where is it, and where must it run? Placement and the marking of
+        // the buffers it writes happen under one lock, so two concurrent writers of a buffer
+        // always see each other.
+        let (w, reach, assume_written) = {
+            let mut bufs = self.buffers.lock();
+            loop {
+                let translated: Vec<(u64, u64)> =
+                    begins.iter().zip(hosts).filter(|(_, &h)| h != 0).map(|(&d, &h)| (d, h)).collect();
+                let arg_buffers = |i: usize| -> Vec<u64> {
+                    let mut v: Vec<u64> = bufs.near(begins[i]).collect();
+                    if hosts[i] != 0 {
+                        v.extend_from_slice(bufs.by_translation(begins[i], hosts[i]));
+                    }
+                    v
+                };
+                let written: BTreeSet<u64> =
+                    (0..begins.len()).filter(|&i| mapped_from[i]).flat_map(arg_buffers).collect();
+                let reach: Vec<(u64, u64, u64, u64)> = bufs
+                    .reachable(&args.iter().chain(begins).copied().collect::<Vec<u64>>(), &translated, kernel.image)
+                    .into_iter()
+                    .map(|a| {
+                        let b = bufs.get(a).expect("reachable buffers exist");
+                        (b.addr, b.size, b.id, b.version)
+                    })
+                    .collect();
+                let pins: BTreeSet<i32> =
+                    reach.iter().filter_map(|(a, ..)| bufs.get(*a).and_then(|b| b.writing).map(|(w, _)| w)).collect();
+                if pins.len() > 1 {
+                    // It reaches buffers being written on two workers: wait for one to finish.
+                    self.moved.wait(&mut bufs);
+                    continue;
                 }
-                v
-            };
-            let written: BTreeSet<u64> =
-                (0..begins.len()).filter(|&i| mapped_from[i]).flat_map(arg_buffers).collect();
-            let reach: Vec<(u64, u64, u64, u64)> = bufs
-                .reachable(&args.iter().chain(begins).copied().collect::<Vec<u64>>(), &translated, kernel.image)
-                .into_iter()
-                .map(|a| {
-                    let b = bufs.get(a).expect("reachable buffers exist");
-                    (b.addr, b.size, b.id, b.version)
-                })
-                .collect();
-            let candidates: Vec<Candidate> = self
-                .workers()
-                .map(|w| Candidate {
-                    rank: w,
-                    missing_bytes: reach
-                        .iter()
-                        .filter(|(a, ..)| !bufs.get(*a).is_some_and(|b| b.held_by(w) || b.version == 0))
-                        .map(|(_, s, ..)| *s)
-                        .sum(),
-                    in_flight: self.in_flight[w as usize].load(Ordering::Relaxed),
-                })
-                .collect();
-            let assume_written: Vec<bool> = reach.iter().map(|(a, ..)| written.contains(a)).collect();
-            (reach, candidates, assume_written)
+                let candidates: Vec<Candidate> = self
+                    .workers()
+                    .filter(|w| pins.is_empty() || pins.contains(w))
+                    .map(|w| Candidate {
+                        rank: w,
+                        missing_bytes: reach
+                            .iter()
+                            .filter(|(a, ..)| !bufs.get(*a).is_some_and(|b| b.held_by(w) || b.version == 0))
+                            .map(|(_, s, ..)| *s)
+                            .sum(),
+                        in_flight: self.in_flight[w as usize].load(Ordering::Relaxed),
+                    })
+                    .collect();
+                let w = self.sched.choose(&candidates).ok_or(ClusterError::NoWorker)?;
+                for a in &written {
+                    if let Some(b) = bufs.get_mut(*a) {
+                        b.writing = Some((w, b.writing.map_or(0, |(_, n)| n) + 1));
+                    }
+                }
+                let assume_written: Vec<bool> = reach.iter().map(|(a, ..)| written.contains(a)).collect();
+                break (w, reach, assume_written);
+            }
         };
-        let w = self.sched.choose(&candidates).ok_or(ClusterError::NoWorker)?;
         self.in_flight[w as usize].fetch_add(1, Ordering::Relaxed);
-        let result = self.run_on(w, &kernel, &args, &reach, assume_written);
+        let result = self.run_on(w, &kernel, &args, &reach, assume_written.clone());
         self.in_flight[w as usize].fetch_sub(1, Ordering::Relaxed);
+        let release_writes = |bufs: &mut Buffers| {
+            for ((a, ..), aw) in reach.iter().zip(&assume_written) {
+                if let Some(b) = bufs.get_mut(*a).filter(|_| *aw) {
+                    b.writing = match b.writing {
+                        Some((x, n)) if n > 1 => Some((x, n - 1)),
+                        _ => None,
+                    };
+                }
+            }
+        };
+        if result.is_err() {
+            release_writes(&mut self.buffers.lock());
+            self.moved.notify_all();
+        }
         let (changed, pointers, kernel_s) = result?;
         // Record the new versions.
         let mut reads = Vec::with_capacity(reach.len());
         let mut writes = Vec::new();
+        let mut conflict = None;
         {
             let mut bufs = self.buffers.lock();
+            release_writes(&mut bufs);
             let mut found = pointers.into_iter();
             for ((addr, _, id, version), c) in reach.iter().zip(changed) {
                 reads.push(Access { buffer: *id, version: *version });
@@ -694,6 +741,11 @@ impl Cluster {
                 }
                 let f = found.next().unwrap_or(FoundPointers::Many);
                 if let Some(b) = bufs.get_mut(*addr) {
+                    if b.version != *version && !b.holders.contains(&w) {
+                        // Another worker changed it meanwhile, in its own copy: two copies with
+                        // different changes cannot be merged. Say so rather than lose either.
+                        conflict = Some((b.addr, b.size, b.holders.clone()));
+                    }
                     b.version += 1;
                     b.holders = [w].into();
                     b.points_to = match f {
@@ -707,6 +759,10 @@ impl Cluster {
                     writes.push(Access { buffer: b.id, version: b.version });
                 }
             }
+        }
+        self.moved.notify_all();
+        if let Some((addr, size, others)) = conflict {
+            return Err(ClusterError::Conflict { addr, size, worker: w, others: others.into_iter().collect() });
         }
         self.sched.task_finished(kernel_s);
         kernel.last_ns.store((kernel_s * 1e9) as u64, Ordering::Relaxed);

@@ -60,6 +60,10 @@ pub(crate) struct Buffer {
     pub(crate) points_to: PointsTo,
     /// For a global: the image it belongs to.
     pub(crate) global_of: Option<u32>,
+    /// Kernels in flight that map it `from` (write it): their worker and how many. Every
+    /// kernel that can reach the buffer meanwhile runs on that worker, so that concurrent
+    /// regions share one copy, as they would share one device memory.
+    pub(crate) writing: Option<(i32, u32)>,
 }
 
 impl Buffer {
@@ -112,6 +116,7 @@ impl Buffers {
             incoming: BTreeSet::new(),
             points_to: PointsTo::none(),
             global_of,
+            writing: None,
         };
         Ok(self.by_addr.entry(addr).or_insert(b))
     }
@@ -193,7 +198,7 @@ impl Buffers {
             }
             match &self.by_addr[&a].points_to {
                 PointsTo::All => todo.extend(self.by_addr.keys().copied()),
-                PointsTo::Some(ptrs) => todo.extend(ptrs.iter().filter_map(|&p| self.containing(p).map(|b| b.addr))),
+                PointsTo::Some(ptrs) => todo.extend(ptrs.iter().flat_map(|&p| self.near(p))),
             }
         }
         seen.into_iter().collect()
