@@ -52,6 +52,10 @@ pub struct SimConfig {
     pub seed: u64,
     /// Include per-survivor `notified_ms` maps in the report.
     pub full: bool,
+    /// Number of ranks (not among the failures) frozen at the failure instant.
+    pub stalls: usize,
+    /// How long they stay frozen (ms); longer than the timeout provokes false positives.
+    pub stall_ms: f64,
 }
 
 impl Default for SimConfig {
@@ -69,6 +73,8 @@ impl Default for SimConfig {
             kill_at_ms: 1000.0,
             seed: 1,
             full: true,
+            stalls: 0,
+            stall_ms: 0.0,
         }
     }
 }
@@ -183,6 +189,22 @@ pub fn run(cfg: &SimConfig) -> SimReport {
         }
     };
     let kill_at = us(cfg.kill_at_ms);
+    let mut stalled: Vec<u32> = Vec::new();
+    while stalled.len() < cfg.stalls.min(n - victims.len() - 1) {
+        let r = (lcg(&mut rng) % n as u64) as u32;
+        if !victims.contains(&r) && !stalled.contains(&r) {
+            stalled.push(r);
+        }
+    }
+    stalled.sort_unstable();
+    let stall_end = kill_at + us(cfg.stall_ms);
+    let mut is_stalled = vec![false; n];
+    for &s in &stalled {
+        is_stalled[s as usize] = true;
+    }
+    // per stalled rank: first FAILURE notice time, and how many ranks got FALSE_POSITIVE
+    let mut fp_declared: BTreeMap<u32, Time> = BTreeMap::new();
+    let mut fp_readmit: BTreeMap<u32, (usize, Time)> = BTreeMap::new();
     let mut dead = vec![false; n];
     let mut is_victim = vec![false; n];
     for &v in &victims {
@@ -236,9 +258,27 @@ pub fn run(cfg: &SimConfig) -> SimReport {
             break;
         }
         if let Some(c) = consistent_at {
-            if t > c + 2 * core_cfg.period {
+            let quiet = if stalled.is_empty() { c } else { c.max(stall_end + 2 * core_cfg.timeout) };
+            if t > quiet + 2 * core_cfg.period {
                 break;
             }
+        }
+        // a frozen rank handles nothing until it is resumed: postpone its events
+        let target = match &ev {
+            Ev::Wake(r) => *r,
+            Ev::Deliver { to, .. } => *to,
+        };
+        if is_stalled[target as usize] && t >= kill_at && t < stall_end {
+            let at = grid(target as usize, stall_end);
+            if let Ev::Wake(r) = ev {
+                if wake_at[r as usize] != t {
+                    continue;
+                }
+                wake_at[r as usize] = at;
+            }
+            heap.push(Reverse((at, evseq, ev)));
+            evseq += 1;
+            continue;
         }
         let r = match ev {
             Ev::Wake(r) => {
@@ -290,11 +330,19 @@ pub fn run(cfg: &SimConfig) -> SimReport {
                         }
                         first_notice[i] = Some(first_notice[i].map_or(when, |f| f.min(when)));
                         last_notice[i] = Some(last_notice[i].map_or(when, |f| f.max(when)));
-                    } else if !fp_ranks.contains(&(x as u32)) {
-                        fp_ranks.push(x as u32);
+                    } else {
+                        if !fp_ranks.contains(&(x as u32)) {
+                            fp_ranks.push(x as u32);
+                        }
+                        fp_declared.entry(x as u32).or_insert(when);
                     }
                 }
-                Notice::FalsePositive(_) | Notice::Checkpoint | Notice::CheckpointDone => {}
+                Notice::FalsePositive(x) => {
+                    let e = fp_readmit.entry(x as u32).or_insert((0, 0));
+                    e.0 += 1;
+                    e.1 = e.1.max(when);
+                }
+                Notice::Checkpoint | Notice::CheckpointDone => {}
             }
         }
         if killed && consistent_at.is_none() && count_notified.iter().all(|&c| c >= survivors) {
@@ -343,7 +391,16 @@ pub fn run(cfg: &SimConfig) -> SimReport {
         failures,
         false_positives: fp_ranks
             .iter()
-            .map(|r| serde_json::json!({"rank": r, "readmitted": false}))
+            .map(|r| {
+                let (count, last) = fp_readmit.get(r).copied().unwrap_or((0, 0));
+                serde_json::json!({
+                    "rank": r,
+                    "stalled": is_stalled[*r as usize],
+                    "readmitted": count >= survivors,
+                    "declared_dead_ms": fp_declared.get(r).map(|&t| ms(t)),
+                    "readmitted_ms": if count > 0 { Some(ms(last)) } else { None },
+                })
+            })
             .collect(),
         broadcast_messages: stats.0,
         relay_repairs: stats.1,
@@ -388,6 +445,22 @@ mod tests {
         let off = sim(480, 16, Pattern::Sequential, BcastAlgo::Chord, false);
         assert!(on.all_consistent && off.all_consistent);
         assert!(on.consistent_ms * 3.0 < off.consistent_ms, "on {} off {}", on.consistent_ms, off.consistent_ms);
+    }
+
+    #[test]
+    fn stalled_ranks_are_readmitted_and_short_stalls_are_not_noticed() {
+        let r = run(&SimConfig { ranks: 480, failures: 2, stalls: 3, stall_ms: 2500.0, ..SimConfig::default() });
+        assert!(r.all_consistent);
+        assert_eq!(r.false_positives.len(), 3, "{:?}", r.false_positives);
+        for fp in &r.false_positives {
+            assert_eq!(fp["stalled"], true);
+            assert_eq!(fp["readmitted"], true, "{fp}");
+            let d = fp["declared_dead_ms"].as_f64().unwrap();
+            let a = fp["readmitted_ms"].as_f64().unwrap();
+            assert!(d > 800.0 && d < 1300.0 && a > 2500.0 && a < 3000.0, "{fp}");
+        }
+        let r = run(&SimConfig { ranks: 480, failures: 0, stalls: 5, stall_ms: 400.0, ..SimConfig::default() });
+        assert!(r.false_positives.is_empty(), "{:?}", r.false_positives);
     }
 
     #[test]

@@ -44,6 +44,9 @@ struct Args {
     /// Simulator: always print per-survivor notified_ms (default: only up to 2048 ranks).
     #[arg(long)]
     full: bool,
+    /// Simulator: number of ranks frozen at the failure instant for `--for-ms`.
+    #[arg(long, default_value_t = 0)]
+    stalls: usize,
     /// Simulator: one-way latency in microseconds.
     #[arg(long, default_value_t = 5)]
     latency_us: u64,
@@ -157,6 +160,8 @@ fn simulate(args: &Args) {
         latency_us: args.latency_us,
         seed: args.seed,
         full: args.full || args.ranks <= 2048,
+        stalls: args.stalls,
+        stall_ms: args.for_ms as f64,
         ..SimConfig::default()
     };
     if args.ranks < 2 {
