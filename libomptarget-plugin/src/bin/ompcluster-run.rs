@@ -61,8 +61,9 @@ fn is_executable(p: &Path) -> bool {
 enum ProgramKind {
     /// Carries device code in `.llvm.offloading`.
     Offloading,
-    /// A plain MPI program (links libmpi): allowed, e.g. `ompcluster-ftbench`.
-    PlainMpi,
+    /// An OpenMP program without device code of its own (it may `dlopen` a library that
+    /// has some), or a plain MPI program such as `ompcluster-ftbench`.
+    Other,
 }
 
 fn program_kind(path: &Path) -> Result<ProgramKind, String> {
@@ -71,12 +72,17 @@ fn program_kind(path: &Path) -> Result<ProgramKind, String> {
     if file.section_by_name(".llvm.offloading").is_some() {
         return Ok(ProgramKind::Offloading);
     }
-    let links_mpi = file
+    let openmp_or_mpi = file
         .imports()
-        .map(|imps| imps.iter().any(|i| i.name().starts_with(b"MPI_") || i.name().starts_with(b"PMPI_")))
+        .map(|imps| {
+            imps.iter().any(|i| {
+                let n = i.name();
+                n.starts_with(b"MPI_") || n.starts_with(b"__kmpc_") || n.starts_with(b"omp_") || n.starts_with(b"__tgt_")
+            })
+        })
         .unwrap_or(false);
-    if links_mpi {
-        return Ok(ProgramKind::PlainMpi);
+    if openmp_or_mpi {
+        return Ok(ProgramKind::Other);
     }
     Err(format!(
         "{} was not compiled for offloading (it has no .llvm.offloading section): compile it with clang-16 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu",
@@ -154,6 +160,9 @@ fn main() -> ExitCode {
             None => return fail(format!("program {} not found", program.display())),
         }
     };
+    if !program.exists() {
+        return fail(format!("program {} not found", program.display()));
+    }
     if !is_executable(&program) {
         return fail(format!("{} is not an executable file", program.display()));
     }
@@ -201,6 +210,22 @@ fn main() -> ExitCode {
         Ok(status) => {
             use std::os::unix::process::ExitStatusExt;
             let code = status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1);
+            // mpirun reports a rank killed by signal N as exit code 128 + N. Die of the same
+            // signal for the fatal ones, so that shells and test harnesses see a crash as a
+            // crash, as they would running the program directly.
+            let crash = [libc::SIGILL, libc::SIGABRT, libc::SIGBUS, libc::SIGFPE, libc::SIGSEGV, libc::SIGKILL];
+            if let Some(&sig) = crash.iter().find(|&&s| code == 128 + s) {
+                drop(_guard);
+                // SAFETY: resetting a signal to its default action, disabling core files (this
+                // process did not crash; the rank did) and raising the signal have no memory
+                // effects on this single-threaded process.
+                unsafe {
+                    libc::signal(sig, libc::SIG_DFL);
+                    let none = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+                    libc::setrlimit(libc::RLIMIT_CORE, &none);
+                    libc::raise(sig);
+                }
+            }
             ExitCode::from(code.clamp(0, 255) as u8)
         }
         Err(e) => fail(format!("cannot start {}: {e}", mpirun.display())),
