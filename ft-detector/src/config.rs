@@ -78,12 +78,19 @@ pub enum ConfigError {
     },
 }
 
-fn ms(var: &'static str, get: &dyn Fn(&str) -> Option<String>, default: Duration) -> Result<Duration, ConfigError> {
+fn ms(
+    var: &'static str,
+    get: &dyn Fn(&str) -> Option<String>,
+    default: Duration,
+) -> Result<Duration, ConfigError> {
     match get(var) {
         None => Ok(default),
         Some(v) => {
             let t = v.trim();
-            let x: u64 = t.parse().map_err(|_| ConfigError::NotANumber { var, value: v.clone() })?;
+            let x: u64 = t.parse().map_err(|_| ConfigError::NotANumber {
+                var,
+                value: v.clone(),
+            })?;
             if x == 0 {
                 return Err(ConfigError::Zero { var });
             }
@@ -154,7 +161,14 @@ impl Config {
                 }
             },
         };
-        Ok(Config { enabled, timestep, period, timeout, bcast, shuffle })
+        Ok(Config {
+            enabled,
+            timestep,
+            period,
+            timeout,
+            bcast,
+            shuffle,
+        })
     }
 }
 
@@ -164,7 +178,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn cfg(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         Config::from_lookup(|k| m.get(k).cloned())
     }
 
@@ -179,7 +196,11 @@ mod tests {
 
     #[test]
     fn rejects_bad_values_naming_the_variable() {
-        let e = cfg(&[("OMPCLUSTER_HB_PERIOD", "2000"), ("OMPCLUSTER_HB_TIMEOUT", "1000")]).unwrap_err();
+        let e = cfg(&[
+            ("OMPCLUSTER_HB_PERIOD", "2000"),
+            ("OMPCLUSTER_HB_TIMEOUT", "1000"),
+        ])
+        .unwrap_err();
         assert!(e.to_string().contains("OMPCLUSTER_HB_PERIOD"), "{e}");
         let e = cfg(&[("OMPCLUSTER_HB_TIMEOUT", "0")]).unwrap_err();
         assert!(e.to_string().contains("OMPCLUSTER_HB_TIMEOUT"), "{e}");

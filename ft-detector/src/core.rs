@@ -78,14 +78,20 @@ pub(crate) enum Msg {
     /// Heartbeat from an emitter to its observer, with a digest of the sender's view and
     /// the status updates it learnt recently (gossip along the ring: a broadcast that lost
     /// a relay still reaches everyone within a few periods).
-    Beat { digest: u64, recent: Vec<(u32, u32)> },
+    Beat {
+        digest: u64,
+        recent: Vec<(u32, u32)>,
+    },
     /// "I am your new observer": sent by an observer to its new emitter after a failure,
     /// with the versions of the ranks between them (the dead ones), so the emitter agrees
     /// at once on who its observer is.
     NewObserver { between: Vec<(u32, u32)> },
     /// View repair: the sender's non-zero versions. `reply` asks the receiver to answer
     /// with its own view if it knew something the sender did not.
-    View { versions: Vec<(u32, u32)>, reply: bool },
+    View {
+        versions: Vec<(u32, u32)>,
+        reply: bool,
+    },
     /// A broadcast.
     Bcast(Bcast),
 }
@@ -278,7 +284,9 @@ impl Core {
     /// The latest time at which the driver must call [`Core::on_tick`].
     pub(crate) fn next_wakeup(&self) -> Time {
         match self.emitter {
-            Some(_) => self.next_beat.min(self.last_heard + self.current_timeout() + 1),
+            Some(_) => self
+                .next_beat
+                .min(self.last_heard + self.current_timeout() + 1),
             None => self.next_beat,
         }
     }
@@ -298,7 +306,9 @@ impl Core {
     /// First rank alive in my view at ring offset >= `from` (relative to `base_pos`),
     /// strictly before offset `to`. Returns (offset, rank).
     fn first_live(&self, base_pos: usize, from: usize, to: usize) -> Option<(usize, u32)> {
-        (from..to).map(|o| (o, self.ring.rank_at(base_pos + o))).find(|&(_, r)| self.alive_for_ring(r))
+        (from..to)
+            .map(|o| (o, self.ring.rank_at(base_pos + o)))
+            .find(|&(_, r)| self.alive_for_ring(r))
     }
 
     fn recompute_neighbours(&mut self, now: Time) {
@@ -352,7 +362,14 @@ impl Core {
                 // I was declared dead but I am running: announce my re-admission.
                 let v = version + 1;
                 self.apply_status(self.me, v, now, net);
-                self.originate(Payload::Status { subject: self.me, version: v }, now, net);
+                self.originate(
+                    Payload::Status {
+                        subject: self.me,
+                        version: v,
+                    },
+                    now,
+                    net,
+                );
             } else {
                 self.repair_relays(subject, now, net);
             }
@@ -365,7 +382,12 @@ impl Core {
     /// applied locally; other notices are delivered locally here.
     pub(crate) fn originate(&mut self, payload: Payload, now: Time, net: &mut dyn Net) {
         self.seq = self.seq.wrapping_add(1);
-        let b = Bcast { origin: self.me, seq: self.seq, route: 0, payload };
+        let b = Bcast {
+            origin: self.me,
+            seq: self.seq,
+            route: 0,
+            payload,
+        };
         self.seen.insert(Self::bcast_key(&b), now);
         match payload {
             Payload::Checkpoint => net.notice(Notice::Checkpoint),
@@ -402,7 +424,11 @@ impl Core {
     fn send_bcast(&mut self, to: u32, b: Bcast, now: Time, net: &mut dyn Net, log: bool) {
         self.stats.bcast_msgs += 1;
         if log {
-            self.relay_log.push(RelayEntry { child: to, msg: b, sent_at: now });
+            self.relay_log.push(RelayEntry {
+                child: to,
+                msg: b,
+                sent_at: now,
+            });
         }
         net.send(to, Msg::Bcast(b));
     }
@@ -415,7 +441,11 @@ impl Core {
             BcastAlgo::Chord => {
                 let origin_pos = self.ring.pos_of(b.origin);
                 let k = (my_pos + n - origin_pos) % n;
-                let limit = if b.origin == self.me { n } else { b.route as usize };
+                let limit = if b.origin == self.me {
+                    n
+                } else {
+                    b.route as usize
+                };
                 // fingers k+2^i, each covering [k+2^i, min(limit, k+2^(i+1))); biggest first
                 let mut fingers = Vec::new();
                 let mut step = 1usize;
@@ -426,7 +456,10 @@ impl Core {
                 }
                 for &(start, end) in fingers.iter().rev() {
                     if let Some((_, r)) = self.first_live(origin_pos, start, end) {
-                        let m = Bcast { route: end as u32, ..b };
+                        let m = Bcast {
+                            route: end as u32,
+                            ..b
+                        };
                         self.send_bcast(r, m, now, net, true);
                     }
                 }
@@ -439,7 +472,10 @@ impl Core {
                     if let Some((_, r)) = self.first_live(my_pos, step, n) {
                         targets.push(r);
                     }
-                    if let Some(r) = (step..n).map(|o| self.ring.rank_at(my_pos + n - o)).find(|&r| self.alive_for_ring(r)) {
+                    if let Some(r) = (step..n)
+                        .map(|o| self.ring.rank_at(my_pos + n - o))
+                        .find(|&r| self.alive_for_ring(r))
+                    {
                         targets.push(r);
                     }
                     step *= 2;
@@ -459,7 +495,11 @@ impl Core {
                 let origin_pos = self.ring.pos_of(b.origin);
                 let k = (my_pos + n - origin_pos) % n;
                 let dims = usize::BITS - (n - 1).max(1).leading_zeros();
-                let arrival = if b.origin == self.me { u32::MAX } else { b.route };
+                let arrival = if b.origin == self.me {
+                    u32::MAX
+                } else {
+                    b.route
+                };
                 for d in 0..dims {
                     if d == arrival {
                         continue;
@@ -493,14 +533,21 @@ impl Core {
             return;
         }
         self.last_prune = now;
-        self.relay_log.retain(|e| now.saturating_sub(e.sent_at) <= keep);
+        self.relay_log
+            .retain(|e| now.saturating_sub(e.sent_at) <= keep);
         self.seen.retain(|_, t| now.saturating_sub(*t) <= 2 * keep);
     }
 
     fn repair_relays(&mut self, dead: u32, now: Time, net: &mut dyn Net) {
         let keep = self.relay_keep();
-        self.relay_log.retain(|e| now.saturating_sub(e.sent_at) <= keep);
-        let entries: Vec<RelayEntry> = self.relay_log.iter().filter(|e| e.child == dead).cloned().collect();
+        self.relay_log
+            .retain(|e| now.saturating_sub(e.sent_at) <= keep);
+        let entries: Vec<RelayEntry> = self
+            .relay_log
+            .iter()
+            .filter(|e| e.child == dead)
+            .cloned()
+            .collect();
         let n = self.n();
         for e in entries {
             let origin_pos = self.ring.pos_of(e.msg.origin);
@@ -518,7 +565,14 @@ impl Core {
         let v = self.version(r);
         let v = if v % 2 == 0 { v + 1 } else { return };
         self.apply_status(r, v, now, net);
-        self.originate(Payload::Status { subject: r, version: v }, now, net);
+        self.originate(
+            Payload::Status {
+                subject: r,
+                version: v,
+            },
+            now,
+            net,
+        );
     }
 
     /// Periodic step: send a beat if due, check the emitter's timeout.
@@ -536,11 +590,21 @@ impl Core {
             if let Some(o) = self.observer {
                 self.stats.beats += 1;
                 let keep = self.cfg.timeout;
-                while self.recent.front().is_some_and(|e| now.saturating_sub(e.0) > keep) {
+                while self
+                    .recent
+                    .front()
+                    .is_some_and(|e| now.saturating_sub(e.0) > keep)
+                {
                     self.recent.pop_front();
                 }
                 let recent = self.recent.iter().map(|&(_, r, v)| (r, v)).collect();
-                net.send(o, Msg::Beat { digest: self.digest, recent });
+                net.send(
+                    o,
+                    Msg::Beat {
+                        digest: self.digest,
+                        recent,
+                    },
+                );
             }
             self.next_beat = now + self.cfg.period;
         }
@@ -580,7 +644,14 @@ impl Core {
                     // A rank we consider dead is beating: it was only stalled. Re-admit it.
                     let v = self.version(from) + 1;
                     self.apply_status(from, v, now, net);
-                    self.originate(Payload::Status { subject: from, version: v }, now, net);
+                    self.originate(
+                        Payload::Status {
+                            subject: from,
+                            version: v,
+                        },
+                        now,
+                        net,
+                    );
                 }
                 if Some(from) == self.emitter {
                     self.last_heard = now;
@@ -607,7 +678,14 @@ impl Core {
                 if self.is_dead(from) {
                     let v = self.version(from) + 1;
                     self.apply_status(from, v, now, net);
-                    self.originate(Payload::Status { subject: from, version: v }, now, net);
+                    self.originate(
+                        Payload::Status {
+                            subject: from,
+                            version: v,
+                        },
+                        now,
+                        net,
+                    );
                 }
                 if self.observer != Some(from) {
                     self.observer = Some(from);
@@ -754,12 +832,20 @@ pub(crate) mod wire {
                 let kind = *b.get(at)?;
                 at += 1;
                 let payload = match kind {
-                    1 => Payload::Status { subject: get32(b, &mut at)?, version: get32(b, &mut at)? },
+                    1 => Payload::Status {
+                        subject: get32(b, &mut at)?,
+                        version: get32(b, &mut at)?,
+                    },
                     2 => Payload::Checkpoint,
                     3 => Payload::CheckpointDone,
                     _ => return None,
                 };
-                Some(Msg::Bcast(Bcast { origin, seq, route, payload }))
+                Some(Msg::Bcast(Bcast {
+                    origin,
+                    seq,
+                    route,
+                    payload,
+                }))
             }
             _ => None,
         }
@@ -779,13 +865,18 @@ mod tests {
                 seen[ring.rank_at(p) as usize] = true;
                 let a = ring.rank_at(p) as i64;
                 let b = ring.rank_at(p + 1) as i64;
-                let d = (a - b).rem_euclid(n as i64).min((b - a).rem_euclid(n as i64));
+                let d = (a - b)
+                    .rem_euclid(n as i64)
+                    .min((b - a).rem_euclid(n as i64));
                 assert!(d >= 2, "n={n}: ranks {a},{b} adjacent in ring");
             }
             assert!(seen.iter().all(|&s| s), "not a permutation");
         }
         let id = Ring::new(8, false);
-        assert_eq!((0..8).map(|p| id.rank_at(p)).collect::<Vec<_>>(), (0..8).collect::<Vec<u32>>());
+        assert_eq!(
+            (0..8).map(|p| id.rank_at(p)).collect::<Vec<_>>(),
+            (0..8).collect::<Vec<u32>>()
+        );
     }
 
     struct Rec(Vec<(u32, Msg)>, Vec<Notice>);
@@ -804,7 +895,12 @@ mod tests {
     }
 
     fn status(origin: u32, seq: u32, subject: u32, version: u32) -> Msg {
-        Msg::Bcast(Bcast { origin, seq, route: 8, payload: Payload::Status { subject, version } })
+        Msg::Bcast(Bcast {
+            origin,
+            seq,
+            route: 8,
+            payload: Payload::Status { subject, version },
+        })
     }
 
     #[test]
@@ -827,20 +923,42 @@ mod tests {
         let mut net = Rec(vec![], vec![]);
         assert_eq!(c.emitter(), Some(1));
         assert_eq!(c.observer(), Some(3));
-        c.on_message(50_000, 1, Msg::Beat { digest: 0, recent: vec![] }, &mut net);
+        c.on_message(
+            50_000,
+            1,
+            Msg::Beat {
+                digest: 0,
+                recent: vec![],
+            },
+            &mut net,
+        );
         c.on_tick(900_000, &mut net);
         assert!(net.1.is_empty(), "declared too early");
         c.on_tick(1_060_000, &mut net);
         assert_eq!(net.1, vec![Notice::Failure(1)]);
         assert_eq!(c.emitter(), Some(0));
-        assert!(net.0.iter().any(|(to, m)| *to == 0 && matches!(m, Msg::NewObserver { between } if between == &vec![(1, 1)])));
+        assert!(net.0.iter().any(|(to, m)| *to == 0
+            && matches!(m, Msg::NewObserver { between } if between == &vec![(1, 1)])));
         // the failure is broadcast to every other live rank (chord from position 2)
-        let mut told: Vec<u32> = net.0.iter().filter(|(_, m)| matches!(m, Msg::Bcast(_))).map(|(to, _)| *to).collect();
+        let mut told: Vec<u32> = net
+            .0
+            .iter()
+            .filter(|(_, m)| matches!(m, Msg::Bcast(_)))
+            .map(|(to, _)| *to)
+            .collect();
         told.sort();
         assert_eq!(told, vec![0, 3]);
         // the dead rank beats again: false positive, re-admitted and broadcast
         net.0.clear();
-        c.on_message(1_100_000, 1, Msg::Beat { digest: 0, recent: vec![] }, &mut net);
+        c.on_message(
+            1_100_000,
+            1,
+            Msg::Beat {
+                digest: 0,
+                recent: vec![],
+            },
+            &mut net,
+        );
         assert_eq!(net.1, vec![Notice::Failure(1), Notice::FalsePositive(1)]);
         assert_eq!(c.emitter(), Some(1));
         assert!(net.0.iter().any(|(_, m)| matches!(m, Msg::Bcast(b) if b.payload == Payload::Status { subject: 1, version: 2 })));
@@ -851,7 +969,9 @@ mod tests {
         for n in [2usize, 3, 8, 13, 64] {
             let ring = Arc::new(Ring::new(n, true));
             let cfg = CoreConfig::new(100_000, 1_000_000, 10_000, BcastAlgo::Chord);
-            let mut cores: Vec<Core> = (0..n as u32).map(|r| Core::new(r, ring.clone(), cfg.clone(), 0)).collect();
+            let mut cores: Vec<Core> = (0..n as u32)
+                .map(|r| Core::new(r, ring.clone(), cfg.clone(), 0))
+                .collect();
             let mut net = Rec(vec![], vec![]);
             cores[1 % n].originate(Payload::Checkpoint, 0, &mut net);
             let mut got = vec![0usize; n];
@@ -877,26 +997,65 @@ mod tests {
         for i in 0..10_000u32 {
             t += 50_000;
             c.originate(Payload::Checkpoint, t, &mut net);
-            c.on_message(t, 3, Msg::Bcast(Bcast { origin: 3, seq: i + 1, route: 8, payload: Payload::CheckpointDone }), &mut net);
+            c.on_message(
+                t,
+                3,
+                Msg::Bcast(Bcast {
+                    origin: 3,
+                    seq: i + 1,
+                    route: 8,
+                    payload: Payload::CheckpointDone,
+                }),
+                &mut net,
+            );
             c.on_tick(t, &mut net);
             net.0.clear();
         }
         // keep = 2 s + 1 s = 3 s of relay entries (60 broadcasts x 3 children) and 6 s of keys
-        assert!(c.relay_log.len() <= 2 * 60 * 3 + 3, "relay log {}", c.relay_log.len());
+        assert!(
+            c.relay_log.len() <= 2 * 60 * 3 + 3,
+            "relay log {}",
+            c.relay_log.len()
+        );
         assert!(c.seen.len() <= 2 * 2 * 120 + 2, "seen {}", c.seen.len());
         // (no beats arrive in this test, so the emitters are declared dead too)
-        let ckpt = net.1.iter().filter(|n| matches!(n, Notice::Checkpoint | Notice::CheckpointDone)).count();
+        let ckpt = net
+            .1
+            .iter()
+            .filter(|n| matches!(n, Notice::Checkpoint | Notice::CheckpointDone))
+            .count();
         assert_eq!(ckpt, 20_000);
     }
 
     #[test]
     fn wire_roundtrip() {
         let msgs = vec![
-            Msg::Beat { digest: 0xdead_beef_1234, recent: vec![(4, 1)] },
-            Msg::NewObserver { between: vec![(1, 1)] },
-            Msg::View { versions: vec![(3, 1), (7, 2)], reply: true },
-            Msg::Bcast(Bcast { origin: 5, seq: 9, route: 3, payload: Payload::Status { subject: 2, version: 1 } }),
-            Msg::Bcast(Bcast { origin: 5, seq: 10, route: 0, payload: Payload::CheckpointDone }),
+            Msg::Beat {
+                digest: 0xdead_beef_1234,
+                recent: vec![(4, 1)],
+            },
+            Msg::NewObserver {
+                between: vec![(1, 1)],
+            },
+            Msg::View {
+                versions: vec![(3, 1), (7, 2)],
+                reply: true,
+            },
+            Msg::Bcast(Bcast {
+                origin: 5,
+                seq: 9,
+                route: 3,
+                payload: Payload::Status {
+                    subject: 2,
+                    version: 1,
+                },
+            }),
+            Msg::Bcast(Bcast {
+                origin: 5,
+                seq: 10,
+                route: 0,
+                payload: Payload::CheckpointDone,
+            }),
         ];
         for m in msgs {
             assert_eq!(wire::decode(&wire::encode(&m)), Some(m));

@@ -126,7 +126,11 @@ impl Shared {
         if rank < 0 {
             return ProcState::Dead;
         }
-        self.states.read().get(rank as usize).copied().unwrap_or(ProcState::Dead)
+        self.states
+            .read()
+            .get(rank as usize)
+            .copied()
+            .unwrap_or(ProcState::Dead)
     }
 }
 
@@ -207,15 +211,17 @@ impl Detector {
         let spares: Vec<RawComm> = (0..SHRINK_SPARES).map(|_| dup(comm)).collect();
         let sh = shared.clone();
         let c2 = cfg.clone();
-        let handle = std::thread::Builder::new().name("ft-heartbeat".into()).spawn(move || {
-            let sh2 = sh.clone();
-            let r = catch_unwind(AssertUnwindSafe(move || heartbeat_thread(hb, sh2, c2)));
-            if let Err(p) = r {
-                let msg = panic_message(&p);
-                eprintln!("ft-detector[{}]: heartbeat thread panicked: {msg}", sh.rank);
-                *sh.panicked.lock() = Some(msg);
-            }
-        })?;
+        let handle = std::thread::Builder::new()
+            .name("ft-heartbeat".into())
+            .spawn(move || {
+                let sh2 = sh.clone();
+                let r = catch_unwind(AssertUnwindSafe(move || heartbeat_thread(hb, sh2, c2)));
+                if let Err(p) = r {
+                    let msg = panic_message(&p);
+                    eprintln!("ft-detector[{}]: heartbeat thread panicked: {msg}", sh.rank);
+                    *sh.panicked.lock() = Some(msg);
+                }
+            })?;
         Ok(Detector {
             shared,
             enabled: true,
@@ -308,7 +314,9 @@ impl Detector {
         }
         match notice {
             Notice::FalsePositive(_) => return Err(BroadcastError::NotAllowed(notice)),
-            Notice::Failure(r) if r < 0 || r as usize >= self.shared.size || r == self.shared.rank => {
+            Notice::Failure(r)
+                if r < 0 || r as usize >= self.shared.size || r == self.shared.rank =>
+            {
                 return Err(BroadcastError::NotAllowed(notice))
             }
             _ => {}
@@ -413,7 +421,11 @@ impl Net for MpiNet<'_> {
         let cbs: Vec<Callback> = self.shared.callbacks.lock().clone();
         for cb in cbs {
             if let Err(p) = catch_unwind(AssertUnwindSafe(|| cb(notice))) {
-                eprintln!("ft-detector[{}]: a notice callback panicked: {}", self.shared.rank, panic_message(&p));
+                eprintln!(
+                    "ft-detector[{}]: a notice callback panicked: {}",
+                    self.shared.rank,
+                    panic_message(&p)
+                );
             }
         }
     }
@@ -427,7 +439,16 @@ fn poll_messages(comm: RawComm, mut f: impl FnMut(u32, Vec<u8>)) {
         let mut msg: ffi::MPI_Message = unsafe { std::mem::zeroed() };
         let mut st: ffi::MPI_Status = unsafe { std::mem::zeroed() };
         // SAFETY: `comm` is a live communicator (never freed); pointers are to locals.
-        unsafe { ffi::MPI_Improbe(ffi::RSMPI_ANY_SOURCE, HB_TAG, comm.0, &mut flag, &mut msg, &mut st) };
+        unsafe {
+            ffi::MPI_Improbe(
+                ffi::RSMPI_ANY_SOURCE,
+                HB_TAG,
+                comm.0,
+                &mut flag,
+                &mut msg,
+                &mut st,
+            )
+        };
         if flag == 0 {
             return;
         }
@@ -437,7 +458,15 @@ fn poll_messages(comm: RawComm, mut f: impl FnMut(u32, Vec<u8>)) {
         let mut buf = vec![0u8; count.max(0) as usize];
         // SAFETY: `msg` is the matched message from MPI_Improbe, `buf` holds `count` bytes;
         // a matched small message has fully arrived so MPI_Mrecv returns promptly.
-        unsafe { ffi::MPI_Mrecv(buf.as_mut_ptr() as *mut _, count, ffi::RSMPI_UINT8_T, &mut msg, &mut st) };
+        unsafe {
+            ffi::MPI_Mrecv(
+                buf.as_mut_ptr() as *mut _,
+                count,
+                ffi::RSMPI_UINT8_T,
+                &mut msg,
+                &mut st,
+            )
+        };
         f(st.MPI_SOURCE as u32, buf);
     }
 }
@@ -446,8 +475,12 @@ fn heartbeat_thread(comm: RawComm, shared: Arc<Shared>, cfg: Config) {
     let start = Instant::now();
     let now_us = || start.elapsed().as_micros() as Time;
     let ts = cfg.timestep;
-    let core_cfg =
-        CoreConfig::new(cfg.period.as_micros() as Time, cfg.timeout.as_micros() as Time, ts.as_micros() as Time, cfg.bcast);
+    let core_cfg = CoreConfig::new(
+        cfg.period.as_micros() as Time,
+        cfg.timeout.as_micros() as Time,
+        ts.as_micros() as Time,
+        cfg.bcast,
+    );
     let ring = Arc::new(Ring::new(shared.size, cfg.shuffle));
     let mut core = Core::new(shared.rank as u32, ring, core_cfg, now_us());
     let mut pending: Vec<PendingSend> = Vec::new();
@@ -455,7 +488,11 @@ fn heartbeat_thread(comm: RawComm, shared: Arc<Shared>, cfg: Config) {
     while !shared.stop.load(Ordering::SeqCst) {
         let tick_start = Instant::now();
         {
-            let mut net = MpiNet { comm, pending: &mut pending, shared: &shared };
+            let mut net = MpiNet {
+                comm,
+                pending: &mut pending,
+                shared: &shared,
+            };
             let cmds: Vec<Notice> = std::mem::take(&mut *shared.commands.lock());
             for c in cmds {
                 core.user_broadcast(c, now_us(), &mut net);
@@ -464,7 +501,10 @@ fn heartbeat_thread(comm: RawComm, shared: Arc<Shared>, cfg: Config) {
             for (from, buf) in inbox.drain(..) {
                 match wire::decode(&buf) {
                     Some(m) => core.on_message(now_us(), from, m, &mut net),
-                    None => eprintln!("ft-detector[{}]: malformed message from {from}", shared.rank),
+                    None => eprintln!(
+                        "ft-detector[{}]: malformed message from {from}",
+                        shared.rank
+                    ),
                 }
             }
             core.on_tick(now_us(), &mut net);
@@ -488,8 +528,12 @@ fn heartbeat_thread(comm: RawComm, shared: Arc<Shared>, cfg: Config) {
         });
         {
             let s = core.stats;
-            *shared.stats.lock() =
-                DetectorStats { bcast_msgs: s.bcast_msgs, relay_repairs: s.relay_repairs, view_msgs: s.view_msgs, beats: s.beats };
+            *shared.stats.lock() = DetectorStats {
+                bcast_msgs: s.bcast_msgs,
+                relay_repairs: s.relay_repairs,
+                view_msgs: s.view_msgs,
+                beats: s.beats,
+            };
             *shared.neighbours.lock() = (core.emitter(), core.observer());
         }
         // idle: sleep until the next timestep

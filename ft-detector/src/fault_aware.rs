@@ -41,7 +41,10 @@ pub struct Backoff {
 impl Default for Backoff {
     /// 10 us doubling up to 2 ms.
     fn default() -> Self {
-        Backoff { initial: Duration::from_micros(10), max: Duration::from_millis(2) }
+        Backoff {
+            initial: Duration::from_micros(10),
+            max: Duration::from_millis(2),
+        }
     }
 }
 
@@ -52,7 +55,10 @@ struct Pacer {
 
 impl Pacer {
     fn new(b: Backoff) -> Pacer {
-        Pacer { cur: b.initial.max(Duration::from_micros(1)), max: b.max.max(b.initial) }
+        Pacer {
+            cur: b.initial.max(Duration::from_micros(1)),
+            max: b.max.max(b.initial),
+        }
     }
     fn pause(&mut self) {
         std::thread::sleep(self.cur);
@@ -71,12 +77,18 @@ pub struct PeerDead<R = ()> {
 
 impl<R> fmt::Debug for PeerDead<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PeerDead").field("rank", &self.rank).finish_non_exhaustive()
+        f.debug_struct("PeerDead")
+            .field("rank", &self.rank)
+            .finish_non_exhaustive()
     }
 }
 impl<R> fmt::Display for PeerDead<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "rank {} was declared dead before the operation completed", self.rank)
+        write!(
+            f,
+            "rank {} was declared dead before the operation completed",
+            self.rank
+        )
     }
 }
 impl<R> std::error::Error for PeerDead<R> {}
@@ -84,7 +96,13 @@ impl<R> std::error::Error for PeerDead<R> {}
 impl<R> PeerDead<R> {
     /// Drop the request part (after releasing it, e.g. with [`abandon`]).
     pub fn without_request(self) -> (PeerDead, R) {
-        (PeerDead { rank: self.rank, request: () }, self.request)
+        (
+            PeerDead {
+                rank: self.rank,
+                request: (),
+            },
+            self.request,
+        )
     }
 }
 
@@ -100,16 +118,26 @@ pub enum TestOutcome<R> {
 }
 
 fn first_dead(det: &Detector, members: &[i32]) -> Option<i32> {
-    members.iter().copied().find(|&m| det.state(m) == ProcState::Dead)
+    members
+        .iter()
+        .copied()
+        .find(|&m| det.state(m) == ProcState::Dead)
 }
 
 /// Test `req` once: complete, pending, or its peer is dead.
-pub fn test_or_dead<'a, D: ?Sized, S: Scope<'a>>(det: &Detector, req: Request<'a, D, S>, peer: i32) -> TestOutcome<Request<'a, D, S>> {
+pub fn test_or_dead<'a, D: ?Sized, S: Scope<'a>>(
+    det: &Detector,
+    req: Request<'a, D, S>,
+    peer: i32,
+) -> TestOutcome<Request<'a, D, S>> {
     match req.test() {
         Ok(st) => TestOutcome::Complete(st),
         Err(req) => {
             if det.state(peer) == ProcState::Dead {
-                TestOutcome::PeerDead(PeerDead { rank: peer, request: req })
+                TestOutcome::PeerDead(PeerDead {
+                    rank: peer,
+                    request: req,
+                })
             } else {
                 TestOutcome::Pending(req)
             }
@@ -119,13 +147,21 @@ pub fn test_or_dead<'a, D: ?Sized, S: Scope<'a>>(det: &Detector, req: Request<'a
 
 /// Wait for `req` (a point-to-point request with `peer`) with the default back-off;
 /// returns `Err` as soon as the detector reports `peer` dead.
-pub fn wait_or_dead<'a, D: ?Sized, S: Scope<'a>>(det: &Detector, req: Request<'a, D, S>, peer: i32) -> Result<Status, PeerDead<Request<'a, D, S>>> {
+pub fn wait_or_dead<'a, D: ?Sized, S: Scope<'a>>(
+    det: &Detector,
+    req: Request<'a, D, S>,
+    peer: i32,
+) -> Result<Status, PeerDead<Request<'a, D, S>>> {
     wait_members_or_dead(det, req, &[peer], Backoff::default())
 }
 
 /// Wait for a collective request (e.g. `immediate_barrier`, `immediate_broadcast_into`);
 /// returns `Err` as soon as any of `members` (all ranks of the detector if `None`) is dead.
-pub fn wait_collective_or_dead<'a, D: ?Sized, S: Scope<'a>>(det: &Detector, req: Request<'a, D, S>, members: Option<&[i32]>) -> Result<Status, PeerDead<Request<'a, D, S>>> {
+pub fn wait_collective_or_dead<'a, D: ?Sized, S: Scope<'a>>(
+    det: &Detector,
+    req: Request<'a, D, S>,
+    members: Option<&[i32]>,
+) -> Result<Status, PeerDead<Request<'a, D, S>>> {
     let all: Vec<i32>;
     let m = match members {
         Some(m) => m,
@@ -138,7 +174,12 @@ pub fn wait_collective_or_dead<'a, D: ?Sized, S: Scope<'a>>(det: &Detector, req:
 }
 
 /// The general form: wait for `req` while none of `members` is dead, with `backoff`.
-pub fn wait_members_or_dead<'a, D: ?Sized, S: Scope<'a>>(det: &Detector, mut req: Request<'a, D, S>, members: &[i32], backoff: Backoff) -> Result<Status, PeerDead<Request<'a, D, S>>> {
+pub fn wait_members_or_dead<'a, D: ?Sized, S: Scope<'a>>(
+    det: &Detector,
+    mut req: Request<'a, D, S>,
+    members: &[i32],
+    backoff: Backoff,
+) -> Result<Status, PeerDead<Request<'a, D, S>>> {
     let mut pacer = Pacer::new(backoff);
     loop {
         match req.test() {
@@ -146,7 +187,10 @@ pub fn wait_members_or_dead<'a, D: ?Sized, S: Scope<'a>>(det: &Detector, mut req
             Err(r) => req = r,
         }
         if let Some(d) = first_dead(det, members) {
-            return Err(PeerDead { rank: d, request: req });
+            return Err(PeerDead {
+                rank: d,
+                request: req,
+            });
         }
         pacer.pause();
     }
@@ -165,20 +209,33 @@ pub fn abandon<D: ?Sized>(req: Request<'static, D, StaticScope>) {
 
 /// Fault-aware probe: wait until a message with `tag` from `peer` is available, or `peer`
 /// is dead.
-pub fn probe_or_dead(det: &Detector, comm: &impl Communicator, peer: i32, tag: i32) -> Result<Status, PeerDead> {
+pub fn probe_or_dead(
+    det: &Detector,
+    comm: &impl Communicator,
+    peer: i32,
+    tag: i32,
+) -> Result<Status, PeerDead> {
     let mut pacer = Pacer::new(Backoff::default());
     loop {
         if let Some(st) = comm.process_at_rank(peer).immediate_probe_with_tag(tag) {
             return Ok(st);
         }
         if det.state(peer) == ProcState::Dead {
-            return Err(PeerDead { rank: peer, request: () });
+            return Err(PeerDead {
+                rank: peer,
+                request: (),
+            });
         }
         pacer.pause();
     }
 }
 
-fn wait_raw(det: &Detector, req: &mut ffi::MPI_Request, peers: &[i32], pacer: &mut Pacer) -> Result<ffi::MPI_Status, i32> {
+fn wait_raw(
+    det: &Detector,
+    req: &mut ffi::MPI_Request,
+    peers: &[i32],
+    pacer: &mut Pacer,
+) -> Result<ffi::MPI_Status, i32> {
     loop {
         let mut flag: c_int = 0;
         // SAFETY: zeroed MPI_Status is a valid out-parameter.
@@ -198,11 +255,25 @@ fn wait_raw(det: &Detector, req: &mut ffi::MPI_Request, peers: &[i32], pacer: &m
 /// Fault-aware send of an owned buffer to `peer` on `comm`. Returns when the send is
 /// complete, or `Err` once `peer` is declared dead (the request is then released and the
 /// buffer leaked).
-pub fn send_or_dead(det: &Detector, comm: &impl Communicator, peer: i32, tag: i32, data: Vec<u8>) -> Result<(), PeerDead> {
+pub fn send_or_dead(
+    det: &Detector,
+    comm: &impl Communicator,
+    peer: i32,
+    tag: i32,
+    data: Vec<u8>,
+) -> Result<(), PeerDead> {
     let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
     // SAFETY: `data` stays alive until the request completes or is leaked below.
     unsafe {
-        ffi::MPI_Isend(data.as_ptr() as *const _, data.len() as c_int, ffi::RSMPI_UINT8_T, peer, tag, comm.as_raw(), &mut req)
+        ffi::MPI_Isend(
+            data.as_ptr() as *const _,
+            data.len() as c_int,
+            ffi::RSMPI_UINT8_T,
+            peer,
+            tag,
+            comm.as_raw(),
+            &mut req,
+        )
     };
     let mut pacer = Pacer::new(Backoff::default());
     match wait_raw(det, &mut req, &[peer], &mut pacer) {
@@ -211,13 +282,21 @@ pub fn send_or_dead(det: &Detector, comm: &impl Communicator, peer: i32, tag: i3
             // SAFETY: active request freed; buffer leaked so it outlives any MPI access.
             unsafe { ffi::MPI_Request_free(&mut req) };
             std::mem::forget(data);
-            Err(PeerDead { rank: d, request: () })
+            Err(PeerDead {
+                rank: d,
+                request: (),
+            })
         }
     }
 }
 
 /// Fault-aware receive of a byte message with `tag` from `peer` on `comm`.
-pub fn recv_or_dead(det: &Detector, comm: &impl Communicator, peer: i32, tag: i32) -> Result<(Vec<u8>, Status), PeerDead> {
+pub fn recv_or_dead(
+    det: &Detector,
+    comm: &impl Communicator,
+    peer: i32,
+    tag: i32,
+) -> Result<(Vec<u8>, Status), PeerDead> {
     let mut pacer = Pacer::new(Backoff::default());
     let raw = comm.as_raw();
     let (mut msg, st) = loop {
@@ -231,7 +310,10 @@ pub fn recv_or_dead(det: &Detector, comm: &impl Communicator, peer: i32, tag: i3
             break (msg, st);
         }
         if det.state(peer) == ProcState::Dead {
-            return Err(PeerDead { rank: peer, request: () });
+            return Err(PeerDead {
+                rank: peer,
+                request: (),
+            });
         }
         pacer.pause();
     };
@@ -241,14 +323,25 @@ pub fn recv_or_dead(det: &Detector, comm: &impl Communicator, peer: i32, tag: i3
     let mut buf = vec![0u8; count.max(0) as usize];
     let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
     // SAFETY: `msg` is the matched message; `buf` holds `count` bytes and outlives the request.
-    unsafe { ffi::MPI_Imrecv(buf.as_mut_ptr() as *mut _, count, ffi::RSMPI_UINT8_T, &mut msg, &mut req) };
+    unsafe {
+        ffi::MPI_Imrecv(
+            buf.as_mut_ptr() as *mut _,
+            count,
+            ffi::RSMPI_UINT8_T,
+            &mut msg,
+            &mut req,
+        )
+    };
     match wait_raw(det, &mut req, &[peer], &mut pacer) {
         Ok(st) => Ok((buf, Status::from_raw(st))),
         Err(d) => {
             // SAFETY: as in send_or_dead.
             unsafe { ffi::MPI_Request_free(&mut req) };
             std::mem::forget(buf);
-            Err(PeerDead { rank: d, request: () })
+            Err(PeerDead {
+                rank: d,
+                request: (),
+            })
         }
     }
 }
@@ -293,17 +386,21 @@ const MAX_ROUNDS: u32 = 64;
 /// itself with SIGKILL in [`Detector::shrink`] after the member list is decided and just
 /// before `MPI_Comm_create_group`, to check that the other survivors still complete.
 #[doc(hidden)]
-pub static DIE_BEFORE_CREATE_GROUP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+pub static DIE_BEFORE_CREATE_GROUP: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
 
 /// Test hook: called right before dying by [`DIE_BEFORE_CREATE_GROUP`] (to record the time).
 #[doc(hidden)]
-pub static BEFORE_DYING: parking_lot::Mutex<Option<Box<dyn Fn() + Send>>> = parking_lot::Mutex::new(None);
+pub static BEFORE_DYING: parking_lot::Mutex<Option<Box<dyn Fn() + Send>>> =
+    parking_lot::Mutex::new(None);
 
 fn enc(v: &[i32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 fn dec(b: &[u8]) -> Vec<i32> {
-    b.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    b.chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }
 
 /// A borrowed view of a raw communicator as an rsmpi communicator (never freed).
@@ -312,7 +409,9 @@ impl Borrowed {
     fn new(c: RawComm) -> Borrowed {
         // SAFETY: `c` is a live duplicate communicator owned by the detector; ManuallyDrop
         // keeps rsmpi from freeing it.
-        Borrowed(std::mem::ManuallyDrop::new(unsafe { SimpleCommunicator::from_raw(c.0) }))
+        Borrowed(std::mem::ManuallyDrop::new(unsafe {
+            SimpleCommunicator::from_raw(c.0)
+        }))
     }
 }
 
@@ -333,7 +432,10 @@ impl Detector {
     /// can be lost this way before `shrink` returns [`ShrinkError::TooManyRounds`].
     pub fn shrink(&self) -> Result<SimpleCommunicator, ShrinkError> {
         let ctl = self.ctl.ok_or(ShrinkError::NotRunning)?;
-        let epoch = self.shrink_epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst) as i32 % 5000;
+        let epoch = self
+            .shrink_epoch
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst) as i32
+            % 5000;
         let tag_req = 1000 + 2 * epoch;
         let tag_dec = 1001 + 2 * epoch;
         let me = self.rank();
@@ -347,7 +449,13 @@ impl Detector {
                 return Err(ShrinkError::TooManyRounds(round));
             }
             let live: Vec<i32> = self.live_ranks();
-            let leader = live.iter().copied().filter(|&r| r != me).chain([me]).min().unwrap_or(me);
+            let leader = live
+                .iter()
+                .copied()
+                .filter(|&r| r != me)
+                .chain([me])
+                .min()
+                .unwrap_or(me);
             let members: Vec<i32>;
             if leader == me {
                 let mut pacer = Pacer::new(Backoff::default());
@@ -373,7 +481,9 @@ impl Detector {
                                 excluded.extend(d.iter().copied());
                             }
                         }
-                        members = (0..self.size() as i32).filter(|r| !excluded.contains(r)).collect();
+                        members = (0..self.size() as i32)
+                            .filter(|r| !excluded.contains(r))
+                            .collect();
                         break;
                     }
                     pacer.pause();
@@ -419,20 +529,27 @@ impl Detector {
                 unsafe { libc::raise(libc::SIGKILL) };
             }
             if std::env::var_os("FT_DETECTOR_DEBUG").is_some() {
-                eprintln!("ft-detector[{me}]: shrink round {round}: members {members:?}, dead {:?}", self.dead_ranks());
+                eprintln!(
+                    "ft-detector[{me}]: shrink round {round}: members {members:?}, dead {:?}",
+                    self.dead_ranks()
+                );
             }
             // Open MPI lets only the pending communicator creation with the lowest parent
             // context id progress; a creation stuck on a dead member would block every later
             // one on the same or a higher parent. So each round uses a fresh parent with a
             // lower context id than the previous round's.
-            let used = self.shrink_rounds_lost.load(std::sync::atomic::Ordering::SeqCst) as usize + round as usize;
+            let used = self
+                .shrink_rounds_lost
+                .load(std::sync::atomic::Ordering::SeqCst) as usize
+                + round as usize;
             let parent = match self.spares.len().checked_sub(1 + used) {
                 Some(i) => self.spares[i],
                 None => return Err(ShrinkError::TooManyRounds(round)),
             };
             match create_group(self, parent, &members, 25000 + round as i32) {
                 Ok(c) => {
-                    self.shrink_rounds_lost.fetch_add(round as u64, std::sync::atomic::Ordering::SeqCst);
+                    self.shrink_rounds_lost
+                        .fetch_add(round as u64, std::sync::atomic::Ordering::SeqCst);
                     return Ok(c);
                 }
                 Err(CreateError::Mpi(code)) => return Err(ShrinkError::Mpi(code)),
@@ -447,7 +564,12 @@ enum CreateError {
     MemberDied,
 }
 
-fn create_group(det: &Detector, ctl: RawComm, members: &[i32], tag: i32) -> Result<SimpleCommunicator, CreateError> {
+fn create_group(
+    det: &Detector,
+    ctl: RawComm,
+    members: &[i32],
+    tag: i32,
+) -> Result<SimpleCommunicator, CreateError> {
     let m = members.to_vec();
     let (tx, rx) = std::sync::mpsc::channel::<(i32, RawComm)>();
     std::thread::Builder::new()
@@ -469,7 +591,10 @@ fn create_group(det: &Detector, ctl: RawComm, members: &[i32], tag: i32) -> Resu
             let _ = tx.send(r);
         })
         .map_err(|_| CreateError::Mpi(-1))?;
-    let mut pacer = Pacer::new(Backoff { initial: Duration::from_micros(50), max: Duration::from_millis(5) });
+    let mut pacer = Pacer::new(Backoff {
+        initial: Duration::from_micros(50),
+        max: Duration::from_millis(5),
+    });
     loop {
         match rx.try_recv() {
             Ok((rc, c)) => {

@@ -33,8 +33,9 @@ pub mod sim;
 pub use config::{Config, ConfigError};
 pub use detector::{BroadcastError, Detector, DetectorStats, StartError, StopError};
 pub use fault_aware::{
-    abandon, barrier_or_dead, probe_or_dead, recv_or_dead, send_or_dead, test_or_dead, wait_collective_or_dead,
-    wait_members_or_dead, wait_or_dead, Backoff, PeerDead, ShrinkError, TestOutcome,
+    abandon, barrier_or_dead, probe_or_dead, recv_or_dead, send_or_dead, test_or_dead,
+    wait_collective_or_dead, wait_members_or_dead, wait_or_dead, Backoff, PeerDead, ShrinkError,
+    TestOutcome,
 };
 #[doc(hidden)]
 pub use fault_aware::{BEFORE_DYING, DIE_BEFORE_CREATE_GROUP};

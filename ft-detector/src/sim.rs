@@ -1,4 +1,4 @@
-//! Discrete-event simulator: runs the same [`Core`] state machines as the MPI driver over a
+//! Discrete-event simulator: runs the same `Core` state machines as the MPI driver over a
 //! simulated network and clock, on one thread.
 //!
 //! Model: each rank's detector thread wakes on a grid of `timestep` (with a per-rank random
@@ -147,7 +147,9 @@ impl Net for Collect<'_> {
 }
 
 fn lcg(state: &mut u64) -> u64 {
-    *state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    *state = state
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     *state >> 33
 }
 
@@ -212,8 +214,10 @@ pub fn run(cfg: &SimConfig) -> SimReport {
     }
     let survivors = n - victims.len();
     // first failure notice per (victim index, survivor)
-    let victim_idx: BTreeMap<u32, usize> = victims.iter().enumerate().map(|(i, &v)| (v, i)).collect();
-    let mut notified: Vec<Vec<Option<Time>>> = vec![vec![None; if cfg.full { n } else { 0 }]; victims.len()];
+    let victim_idx: BTreeMap<u32, usize> =
+        victims.iter().enumerate().map(|(i, &v)| (v, i)).collect();
+    let mut notified: Vec<Vec<Option<Time>>> =
+        vec![vec![None; if cfg.full { n } else { 0 }]; victims.len()];
     let mut count_notified = vec![0usize; victims.len()];
     let mut first_notice: Vec<Option<Time>> = vec![None; victims.len()];
     let mut last_notice: Vec<Option<Time>> = vec![None; victims.len()];
@@ -258,7 +262,11 @@ pub fn run(cfg: &SimConfig) -> SimReport {
             break;
         }
         if let Some(c) = consistent_at {
-            let quiet = if stalled.is_empty() { c } else { c.max(stall_end + 2 * core_cfg.timeout) };
+            let quiet = if stalled.is_empty() {
+                c
+            } else {
+                c.max(stall_end + 2 * core_cfg.timeout)
+            };
             if t > quiet + 2 * core_cfg.period {
                 break;
             }
@@ -286,7 +294,12 @@ pub fn run(cfg: &SimConfig) -> SimReport {
                     continue;
                 }
                 wake_at[r as usize] = Time::MAX;
-                let mut net = Collect { me: r, now: t, out: &mut out, notices: &mut notices };
+                let mut net = Collect {
+                    me: r,
+                    now: t,
+                    out: &mut out,
+                    notices: &mut notices,
+                };
                 cores[r as usize].on_tick(t, &mut net);
                 r
             }
@@ -296,7 +309,12 @@ pub fn run(cfg: &SimConfig) -> SimReport {
                 if dead[to as usize] {
                     continue;
                 }
-                let mut net = Collect { me: to, now: t, out: &mut out, notices: &mut notices };
+                let mut net = Collect {
+                    me: to,
+                    now: t,
+                    out: &mut out,
+                    notices: &mut notices,
+                };
                 cores[to as usize].on_message(t, from, msg, &mut net);
                 to
             }
@@ -313,7 +331,15 @@ pub fn run(cfg: &SimConfig) -> SimReport {
                 }
             };
             let at = grid(to as usize, t + cfg.latency_us);
-            heap.push(Reverse((at, evseq, Ev::Deliver { to, from, msg_id: id })));
+            heap.push(Reverse((
+                at,
+                evseq,
+                Ev::Deliver {
+                    to,
+                    from,
+                    msg_id: id,
+                },
+            )));
             evseq += 1;
         }
         for (who, when, notice) in notices.drain(..) {
@@ -378,7 +404,13 @@ pub fn run(cfg: &SimConfig) -> SimReport {
         .collect();
     let all_consistent = count_notified.iter().all(|&c| c >= survivors);
     let consistent_ms = failures.iter().map(|f| f.consistent_ms).fold(0.0, f64::max);
-    let stats = cores.iter().fold((0, 0, 0), |a, c| (a.0 + c.stats.bcast_msgs, a.1 + c.stats.relay_repairs, a.2 + c.stats.view_msgs));
+    let stats = cores.iter().fold((0, 0, 0), |a, c| {
+        (
+            a.0 + c.stats.bcast_msgs,
+            a.1 + c.stats.relay_repairs,
+            a.2 + c.stats.view_msgs,
+        )
+    });
     SimReport {
         ranks: n,
         simulated: true,
@@ -416,7 +448,14 @@ mod tests {
     use super::*;
 
     fn sim(n: usize, f: usize, pattern: Pattern, bcast: BcastAlgo, shuffle: bool) -> SimReport {
-        run(&SimConfig { ranks: n, failures: f, pattern, bcast, shuffle, ..SimConfig::default() })
+        run(&SimConfig {
+            ranks: n,
+            failures: f,
+            pattern,
+            bcast,
+            shuffle,
+            ..SimConfig::default()
+        })
     }
 
     #[test]
@@ -444,12 +483,23 @@ mod tests {
         let on = sim(480, 16, Pattern::Sequential, BcastAlgo::Chord, true);
         let off = sim(480, 16, Pattern::Sequential, BcastAlgo::Chord, false);
         assert!(on.all_consistent && off.all_consistent);
-        assert!(on.consistent_ms * 3.0 < off.consistent_ms, "on {} off {}", on.consistent_ms, off.consistent_ms);
+        assert!(
+            on.consistent_ms * 3.0 < off.consistent_ms,
+            "on {} off {}",
+            on.consistent_ms,
+            off.consistent_ms
+        );
     }
 
     #[test]
     fn stalled_ranks_are_readmitted_and_short_stalls_are_not_noticed() {
-        let r = run(&SimConfig { ranks: 480, failures: 2, stalls: 3, stall_ms: 2500.0, ..SimConfig::default() });
+        let r = run(&SimConfig {
+            ranks: 480,
+            failures: 2,
+            stalls: 3,
+            stall_ms: 2500.0,
+            ..SimConfig::default()
+        });
         assert!(r.all_consistent);
         assert_eq!(r.false_positives.len(), 3, "{:?}", r.false_positives);
         for fp in &r.false_positives {
@@ -459,7 +509,13 @@ mod tests {
             let a = fp["readmitted_ms"].as_f64().unwrap();
             assert!(d > 800.0 && d < 1300.0 && a > 2500.0 && a < 3000.0, "{fp}");
         }
-        let r = run(&SimConfig { ranks: 480, failures: 0, stalls: 5, stall_ms: 400.0, ..SimConfig::default() });
+        let r = run(&SimConfig {
+            ranks: 480,
+            failures: 0,
+            stalls: 5,
+            stall_ms: 400.0,
+            ..SimConfig::default()
+        });
         assert!(r.false_positives.is_empty(), "{:?}", r.false_positives);
     }
 

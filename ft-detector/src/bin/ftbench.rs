@@ -24,7 +24,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 #[derive(Parser, Debug)]
-#[command(name = "ompcluster-ftbench", about = "Failure-detector experiments (real MPI or simulated)")]
+#[command(
+    name = "ompcluster-ftbench",
+    about = "Failure-detector experiments (real MPI or simulated)"
+)]
 struct Args {
     /// Run the simulator instead of MPI.
     #[arg(long)]
@@ -100,7 +103,10 @@ struct Args {
 }
 
 fn realtime_ms() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64() * 1000.0).unwrap_or(0.0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64() * 1000.0)
+        .unwrap_or(0.0)
 }
 
 fn exit_now(code: i32) -> ! {
@@ -129,7 +135,8 @@ fn main() {
 fn algo(args: &Args, default: BcastAlgo) -> BcastAlgo {
     match &args.bcast {
         None => default,
-        Some(s) => BcastAlgo::parse(s).unwrap_or_else(|| fail(&format!("--bcast {s:?}: expected chord, bmg or hba"))),
+        Some(s) => BcastAlgo::parse(s)
+            .unwrap_or_else(|| fail(&format!("--bcast {s:?}: expected chord, bmg or hba"))),
     }
 }
 
@@ -195,7 +202,8 @@ struct RankReport {
 const RESULT_TAG: i32 = 77;
 
 fn real(args: &Args) {
-    let (universe, level) = mpi::initialize_with_threading(mpi::Threading::Multiple).unwrap_or_else(|| fail("MPI init failed"));
+    let (universe, level) = mpi::initialize_with_threading(mpi::Threading::Multiple)
+        .unwrap_or_else(|| fail("MPI init failed"));
     if level != mpi::Threading::Multiple {
         fail("MPI does not provide MPI_THREAD_MULTIPLE");
     }
@@ -217,14 +225,27 @@ fn real(args: &Args) {
     if cfg.period > cfg.timeout || cfg.timestep > cfg.period {
         fail("need timestep <= period <= timeout");
     }
-    for &r in args.kill.iter().chain(&args.kill_on_notice).chain(&args.stall) {
+    for &r in args
+        .kill
+        .iter()
+        .chain(&args.kill_on_notice)
+        .chain(&args.stall)
+    {
         if r < 0 || r >= size {
             fail(&format!("rank {r} out of range 0..{size}"));
         }
     }
-    let special: BTreeSet<i32> =
-        args.kill.iter().chain(&args.kill_on_notice).chain(&args.stall).chain(&args.die_in_shrink).copied().collect();
-    let controller = (0..size).find(|r| !special.contains(r)).unwrap_or_else(|| fail("no rank left to control the run"));
+    let special: BTreeSet<i32> = args
+        .kill
+        .iter()
+        .chain(&args.kill_on_notice)
+        .chain(&args.stall)
+        .chain(&args.die_in_shrink)
+        .copied()
+        .collect();
+    let controller = (0..size)
+        .find(|r| !special.contains(r))
+        .unwrap_or_else(|| fail("no rank left to control the run"));
 
     // pids of everyone, and a shared start time and job key
     let pid = std::process::id() as i32;
@@ -238,7 +259,8 @@ fn real(args: &Args) {
     }
     let results = world.duplicate();
 
-    let det = Arc::new(Detector::start(&world, cfg.clone()).unwrap_or_else(|e| fail(&e.to_string())));
+    let det =
+        Arc::new(Detector::start(&world, cfg.clone()).unwrap_or_else(|e| fail(&e.to_string())));
     let notices: Arc<Mutex<Vec<(Notice, f64)>>> = Arc::new(Mutex::new(Vec::new()));
     {
         let notices = notices.clone();
@@ -263,8 +285,15 @@ fn real(args: &Args) {
         let inp_ptr: *mut i32 = Box::into_raw(Box::new(-1));
         // SAFETY: a fresh, never freed allocation; this is the only reference made from it.
         let inp: &'static mut i32 = unsafe { &mut *inp_ptr };
-        let rreq = world.process_at_rank(left).immediate_receive_into_with_tag(mpi::request::StaticScope, inp, 5);
-        let sreq = world.process_at_rank(right).immediate_send_with_tag(mpi::request::StaticScope, out, 5);
+        let rreq = world.process_at_rank(left).immediate_receive_into_with_tag(
+            mpi::request::StaticScope,
+            inp,
+            5,
+        );
+        let sreq =
+            world
+                .process_at_rank(right)
+                .immediate_send_with_tag(mpi::request::StaticScope, out, 5);
         let mut ok = true;
         let mut r = rreq;
         loop {
@@ -305,7 +334,10 @@ fn real(args: &Args) {
         let limit = Duration::from_millis(args.run_ms + grace);
         std::thread::spawn(move || {
             std::thread::sleep(limit);
-            println!("{}", json!({"error": "watchdog: the run did not finish in time", "rank": rank}));
+            println!(
+                "{}",
+                json!({"error": "watchdog: the run did not finish in time", "rank": rank})
+            );
             exit_now(3);
         });
     }
@@ -327,9 +359,11 @@ fn real(args: &Args) {
                 if wait > 0.0 {
                     std::thread::sleep(Duration::from_secs_f64(wait / 1000.0));
                 }
-                det2.broadcast(Notice::Checkpoint).expect("broadcast checkpoint");
+                det2.broadcast(Notice::Checkpoint)
+                    .expect("broadcast checkpoint");
                 std::thread::sleep(Duration::from_millis(100));
-                det2.broadcast(Notice::CheckpointDone).expect("broadcast checkpoint done");
+                det2.broadcast(Notice::CheckpointDone)
+                    .expect("broadcast checkpoint done");
             }
             let wait = start + after - realtime_ms();
             if wait > 0.0 {
@@ -374,7 +408,11 @@ fn real(args: &Args) {
         }
     }
 
-    let mut report = RankReport { rank, fault_aware_live_ok: live_ok, ..Default::default() };
+    let mut report = RankReport {
+        rank,
+        fault_aware_live_ok: live_ok,
+        ..Default::default()
+    };
     if args.die_in_shrink == Some(rank) {
         let dir = key_dir.clone();
         *ft_detector::BEFORE_DYING.lock() = Some(Box::new(move || {
@@ -389,7 +427,11 @@ fn real(args: &Args) {
         let mut ok = true;
         for &v in &dead_now {
             let buf: &'static mut [u8] = Box::leak(vec![0u8; 16].into_boxed_slice());
-            let req = world.process_at_rank(v).immediate_receive_into_with_tag(mpi::request::StaticScope, buf, 999);
+            let req = world.process_at_rank(v).immediate_receive_into_with_tag(
+                mpi::request::StaticScope,
+                buf,
+                999,
+            );
             match ft_detector::wait_or_dead(&det, req, v) {
                 Ok(_) => ok = false,
                 Err(e) => {
@@ -416,7 +458,11 @@ fn real(args: &Args) {
     }
 
     // notices up to the end of the run (or up to now when a rank died in the shrink)
-    let cutoff = if args.die_in_shrink.is_some() { realtime_ms() } else { t_end };
+    let cutoff = if args.die_in_shrink.is_some() {
+        realtime_ms()
+    } else {
+        t_end
+    };
     report.notices = notices
         .lock()
         .iter()
@@ -438,7 +484,12 @@ fn real(args: &Args) {
 
     // gather at the lowest live rank, fault-aware
     loop {
-        let reporter = det.live_ranks().into_iter().chain([rank]).min().unwrap_or(rank);
+        let reporter = det
+            .live_ranks()
+            .into_iter()
+            .chain([rank])
+            .min()
+            .unwrap_or(rank);
         if reporter == rank {
             let mut all = vec![report.clone()];
             for r in det.live_ranks() {
@@ -467,7 +518,14 @@ fn real(args: &Args) {
     }
 }
 
-fn assemble(args: &Args, cfg: &Config, size: i32, key_dir: &str, all: &[RankReport], t_end: f64) -> String {
+fn assemble(
+    args: &Args,
+    cfg: &Config,
+    size: i32,
+    key_dir: &str,
+    all: &[RankReport],
+    t_end: f64,
+) -> String {
     let mut kill_times: BTreeMap<i32, f64> = BTreeMap::new();
     let mut stall = None;
     for r in all {
@@ -486,7 +544,11 @@ fn assemble(args: &Args, cfg: &Config, size: i32, key_dir: &str, all: &[RankRepo
     let _ = std::fs::remove_dir_all(key_dir);
     let survivors: Vec<i32> = all.iter().map(|r| r.rank).collect();
     let first_notice = |r: &RankReport, kind: &str, subject: i32| -> Option<f64> {
-        r.notices.iter().filter(|(k, s, _)| k == kind && *s == subject).map(|(_, _, t)| *t).reduce(f64::min)
+        r.notices
+            .iter()
+            .filter(|(k, s, _)| k == kind && *s == subject)
+            .map(|(_, _, t)| *t)
+            .reduce(f64::min)
     };
     let mut failures = Vec::new();
     for (&v, &tk) in &kill_times {
@@ -494,7 +556,13 @@ fn assemble(args: &Args, cfg: &Config, size: i32, key_dir: &str, all: &[RankRepo
         let mut missing = Vec::new();
         let duplicates: Vec<i32> = all
             .iter()
-            .filter(|r| r.notices.iter().filter(|(k, s, _)| k == "failure" && *s == v).count() > 1)
+            .filter(|r| {
+                r.notices
+                    .iter()
+                    .filter(|(k, s, _)| k == "failure" && *s == v)
+                    .count()
+                    > 1
+            })
             .map(|r| r.rank)
             .collect();
         let mut worst: f64 = 0.0;
@@ -529,10 +597,19 @@ fn assemble(args: &Args, cfg: &Config, size: i32, key_dir: &str, all: &[RankRepo
     for x in fp_ranks {
         let reported = survivors.contains(&x);
         let alive_everywhere = all.iter().all(|r| !r.dead_at_end.contains(&x));
-        let all_got_fp = all.iter().filter(|r| r.rank != x).all(|r| first_notice(r, "false_positive", x).is_some());
+        let all_got_fp = all
+            .iter()
+            .filter(|r| r.rank != x)
+            .all(|r| first_notice(r, "false_positive", x).is_some());
         let base = stall.filter(|s| s.0 == x).map(|s| s.1);
-        let declared = all.iter().filter_map(|r| first_notice(r, "failure", x)).reduce(f64::min);
-        let readmit = all.iter().filter_map(|r| first_notice(r, "false_positive", x)).reduce(f64::max);
+        let declared = all
+            .iter()
+            .filter_map(|r| first_notice(r, "failure", x))
+            .reduce(f64::min);
+        let readmit = all
+            .iter()
+            .filter_map(|r| first_notice(r, "false_positive", x))
+            .reduce(f64::max);
         false_positives.push(json!({
             "rank": x,
             "readmitted": reported && alive_everywhere && all_got_fp,
@@ -553,11 +630,18 @@ fn assemble(args: &Args, cfg: &Config, size: i32, key_dir: &str, all: &[RankRepo
         .iter()
         .map(|r| {
             let c = r.notices.iter().filter(|n| n.0 == "checkpoint").count();
-            let d = r.notices.iter().filter(|n| n.0 == "checkpoint_done").count();
+            let d = r
+                .notices
+                .iter()
+                .filter(|n| n.0 == "checkpoint_done")
+                .count();
             (r.rank.to_string(), json!([c, d]))
         })
         .collect();
-    let shrink: Vec<serde_json::Value> = all.iter().map(|r| json!([r.rank, r.shrink_size, r.shrink_ms])).collect();
+    let shrink: Vec<serde_json::Value> = all
+        .iter()
+        .map(|r| json!([r.rank, r.shrink_size, r.shrink_ms]))
+        .collect();
     let _ = t_end;
     json!({
         "ranks": size,

@@ -39,12 +39,18 @@ struct Args {
 /// CPU time (ns) used so far by this process's heartbeat thread, from
 /// /proc/self/task/*/schedstat (first field: time on CPU).
 fn heartbeat_cpu_ns() -> u64 {
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return 0 };
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
     for e in dir.flatten() {
         let p = e.path();
         if std::fs::read_to_string(p.join("comm")).is_ok_and(|c| c.trim() == "ft-heartbeat") {
             if let Ok(s) = std::fs::read_to_string(p.join("schedstat")) {
-                return s.split_whitespace().next().and_then(|x| x.parse().ok()).unwrap_or(0);
+                return s
+                    .split_whitespace()
+                    .next()
+                    .and_then(|x| x.parse().ok())
+                    .unwrap_or(0);
             }
         }
     }
@@ -63,8 +69,13 @@ fn median(v: &mut [f64]) -> f64 {
 
 fn main() {
     let args = Args::parse();
-    let (universe, level) = mpi::initialize_with_threading(mpi::Threading::Multiple).expect("MPI init");
-    assert_eq!(level, mpi::Threading::Multiple, "MPI_THREAD_MULTIPLE needed");
+    let (universe, level) =
+        mpi::initialize_with_threading(mpi::Threading::Multiple).expect("MPI init");
+    assert_eq!(
+        level,
+        mpi::Threading::Multiple,
+        "MPI_THREAD_MULTIPLE needed"
+    );
     let world = universe.world();
     let rank = world.rank();
     let size = world.size();
@@ -84,7 +95,12 @@ fn main() {
         let t = Instant::now();
         let mut acc = [0f64; 8];
         for i in 0..iters {
-            p2p::send_receive_into(&send[..], &world.process_at_rank(right), &mut recv[..], &world.process_at_rank(left));
+            p2p::send_receive_into(
+                &send[..],
+                &world.process_at_rank(right),
+                &mut recv[..],
+                &world.process_at_rank(left),
+            );
             let x = [i as f64; 8];
             world.all_reduce_into(&x[..], &mut acc[..], SystemOperation::sum());
         }
@@ -100,7 +116,11 @@ fn main() {
     let mut on = Vec::new();
     let mut hb_cpu_s = 0.0f64;
     for round in 0..args.rounds {
-        let order = if round % 2 == 0 { [false, true] } else { [true, false] };
+        let order = if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
         for detector in order {
             if detector {
                 let det = Detector::start(&world, cfg.clone()).expect("start detector");
@@ -113,7 +133,10 @@ fn main() {
                 world.all_reduce_into(&(c1 - c0), &mut cpu, SystemOperation::sum());
                 hb_cpu_s += cpu as f64 / 1e9;
                 det.stop().expect("stop");
-                assert!(det.dead_ranks().is_empty(), "false positive during the benchmark");
+                assert!(
+                    det.dead_ranks().is_empty(),
+                    "false positive during the benchmark"
+                );
                 on.push(t);
             } else {
                 // same structure as the "on" phase: the communicator dups and the settle pause
