@@ -132,7 +132,8 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 }
 
 impl Ring {
-    /// Identity ring (shuffle off) or golden-ratio stride ring (shuffle on).
+    /// Identity ring (shuffle off) or golden-ratio stride ring (shuffle on; for n <= 4 no
+    /// ring without consecutive neighbours exists and the identity is used).
     ///
     /// With stride `s` coprime with `n`, position `p` holds rank `p*s mod n`, so ring
     /// neighbours differ by `s` or `n-s` in rank number. Choosing `s` close to `n/phi`
@@ -160,7 +161,12 @@ impl Ring {
         } else {
             1
         };
-        let rank_at: Vec<u32> = (0..n64).map(|p| ((p * stride) % n64) as u32).collect();
+        let rank_at: Vec<u32> = if shuffle && n == 6 {
+            // the only size above 4 with no suitable stride (5 = -1 mod 6)
+            vec![0, 2, 4, 1, 5, 3]
+        } else {
+            (0..n64).map(|p| ((p * stride) % n64) as u32).collect()
+        };
         let mut pos_of = vec![0u32; n];
         for (p, &r) in rank_at.iter().enumerate() {
             pos_of[r as usize] = p as u32;
@@ -858,7 +864,7 @@ mod tests {
 
     #[test]
     fn shuffle_separates_consecutive_ranks() {
-        for n in [8usize, 16, 480, 1000] {
+        for n in [5usize, 6, 7, 8, 9, 16, 480, 1000] {
             let ring = Ring::new(n, true);
             let mut seen = vec![false; n];
             for p in 0..n {
