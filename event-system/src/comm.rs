@@ -300,25 +300,8 @@ impl Comm {
         len: usize,
         live: &dyn Liveness,
     ) -> Result<(), CommError> {
-        let mut reqs = Vec::with_capacity(len / self.fragment + 1);
-        for (off, n) in self.pieces(len) {
-            let mut req = null_request();
-            // SAFETY: the caller guarantees the range is readable for the duration.
-            check("MPI_Isend", unsafe {
-                ffi::MPI_Isend(ptr.add(off).cast(), n as c_int, ffi::RSMPI_UINT8_T, dst, tag, self.raw, &mut req)
-            })?;
-            reqs.push(req);
-        }
-        if len == 0 {
-            // A zero-length transfer still sends one empty message so both sides agree.
-            let mut req = null_request();
-            // SAFETY: zero bytes are read from a dangling-but-non-null pointer.
-            check("MPI_Isend", unsafe {
-                ffi::MPI_Isend(ptr.cast(), 0, ffi::RSMPI_UINT8_T, dst, tag, self.raw, &mut req)
-            })?;
-            reqs.push(req);
-        }
-        self.wait_all(&mut reqs, dst, live, Backoff::new(std::time::Duration::from_millis(2), std::time::Duration::from_millis(1)))
+        // SAFETY: forwarded contract; a send only reads through the pointer.
+        unsafe { self.transfer(Direction::Send, dst, tag, ptr.cast_mut(), len, live) }
     }
 
     /// Receive `len` bytes from `src` on `tag` into `ptr`, in the fragments `send_bytes` uses.
@@ -334,24 +317,57 @@ impl Comm {
         len: usize,
         live: &dyn Liveness,
     ) -> Result<(), CommError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.transfer(Direction::Recv, src, tag, ptr, len, live) }
+    }
+
+    /// Post one request per fragment (one empty message for `len == 0`, so both sides agree)
+    /// and wait for all of them.
+    ///
+    /// # Safety
+    /// As for `send_bytes` (Send) or `recv_bytes` (Recv).
+    unsafe fn transfer(
+        &self,
+        dir: Direction,
+        peer: i32,
+        tag: i32,
+        ptr: *mut u8,
+        len: usize,
+        live: &dyn Liveness,
+    ) -> Result<(), CommError> {
         let mut reqs = Vec::with_capacity(len / self.fragment + 1);
-        for (off, n) in self.pieces(len) {
+        let pieces: Vec<(usize, usize)> = if len == 0 { vec![(0, 0)] } else { self.pieces(len).collect() };
+        for (off, n) in pieces {
             let mut req = null_request();
-            // SAFETY: the caller guarantees the range is writable and exclusive.
-            check("MPI_Irecv", unsafe {
-                ffi::MPI_Irecv(ptr.add(off).cast(), n as c_int, ffi::RSMPI_UINT8_T, src, tag, self.raw, &mut req)
-            })?;
+            // SAFETY: the caller guarantees the range is readable (Send) or writable and
+            // exclusive (Recv) until the requests complete; `off + n <= len`.
+            let code = unsafe {
+                let p = ptr.add(off).cast();
+                match dir {
+                    Direction::Send => ffi::MPI_Isend(p, n as c_int, ffi::RSMPI_UINT8_T, peer, tag, self.raw, &mut req),
+                    Direction::Recv => ffi::MPI_Irecv(p, n as c_int, ffi::RSMPI_UINT8_T, peer, tag, self.raw, &mut req),
+                }
+            };
+            check(dir.call(), code)?;
             reqs.push(req);
         }
-        if len == 0 {
-            let mut req = null_request();
-            // SAFETY: zero bytes are written.
-            check("MPI_Irecv", unsafe {
-                ffi::MPI_Irecv(ptr.cast(), 0, ffi::RSMPI_UINT8_T, src, tag, self.raw, &mut req)
-            })?;
-            reqs.push(req);
+        let spin = Backoff::new(std::time::Duration::from_millis(2), std::time::Duration::from_millis(1));
+        self.wait_all(&mut reqs, peer, live, spin)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Direction {
+    Send,
+    Recv,
+}
+
+impl Direction {
+    fn call(self) -> &'static str {
+        match self {
+            Direction::Send => "MPI_Isend",
+            Direction::Recv => "MPI_Irecv",
         }
-        self.wait_all(&mut reqs, src, live, Backoff::new(std::time::Duration::from_millis(2), std::time::Duration::from_millis(1)))
     }
 }
 
