@@ -104,7 +104,7 @@ fn refuses_missing_program_path() {
 fn killed_worker_ends_the_job() {
     let prog = compile("sleepy.c");
     let _ = launcher();
-    let mut job = Job::spawn(4, &prog, &["400", "50"], &[]);
+    let mut job = Job::spawn(4, &prog, &["4000", "50"], &[]);
     // Wait until all 4 ranks run, then let the tasks get going.
     let t0 = Instant::now();
     let ranks = loop {
