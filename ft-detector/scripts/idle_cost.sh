@@ -4,7 +4,7 @@
 #   bash ft-detector/scripts/idle_cost.sh [NP] [ITERS] [ROUNDS] [TIMESTEP_MS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/work/target-ft}" MPICC="${MPICC:-mpicc.openmpi}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" MPICC="${MPICC:-mpicc.openmpi}"
 cargo build --release -q -p ft-detector --bin ft-idle-cost
 mpirun --allow-run-as-root --oversubscribe --enable-recovery --mca pml ob1 --mca btl self,vader \
   -np "${1:-4}" "$CARGO_TARGET_DIR/release/ft-idle-cost" \

@@ -6,9 +6,9 @@ Every number comes from `ompcluster-ftbench --simulate ...` runs (the commands a
 beside each table). Times are ms from the failures (all at once) to the notice; the
 simulated detector uses timestep 10 ms, period 100 ms, timeout 1000 ms, latency 5 us.
 """
-import json, subprocess, sys, statistics
+import json, os, subprocess, sys, statistics
 
-BENCH = sys.argv[1] if len(sys.argv) > 1 else "/work/target-ft/release/ompcluster-ftbench"
+BENCH = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "target", "release", "ompcluster-ftbench")
 
 def sim(ranks, failures, pattern, bcast, shuffle, seed=1):
     cmd = [BENCH, "--simulate", "--ranks", str(ranks), "--failures", str(failures), "--pattern", pattern,
