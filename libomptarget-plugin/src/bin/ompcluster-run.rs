@@ -62,8 +62,11 @@ enum ProgramKind {
     /// Carries device code in `.llvm.offloading`.
     Offloading,
     /// An OpenMP program without device code of its own (it may `dlopen` a library that
-    /// has some), or a plain MPI program such as `ompcluster-ftbench`.
-    Other,
+    /// has some).
+    OpenMp,
+    /// A plain MPI program such as `ompcluster-ftbench`: it handles rank failures itself, so
+    /// mpirun must let survivors go on (`--enable-recovery`).
+    PlainMpi,
 }
 
 fn program_kind(path: &Path) -> Result<ProgramKind, String> {
@@ -72,17 +75,13 @@ fn program_kind(path: &Path) -> Result<ProgramKind, String> {
     if file.section_by_name(".llvm.offloading").is_some() {
         return Ok(ProgramKind::Offloading);
     }
-    let openmp_or_mpi = file
-        .imports()
-        .map(|imps| {
-            imps.iter().any(|i| {
-                let n = i.name();
-                n.starts_with(b"MPI_") || n.starts_with(b"__kmpc_") || n.starts_with(b"omp_") || n.starts_with(b"__tgt_")
-            })
-        })
-        .unwrap_or(false);
-    if openmp_or_mpi {
-        return Ok(ProgramKind::Other);
+    let imports = file.imports().unwrap_or_default();
+    let imports_any = |prefixes: &[&[u8]]| imports.iter().any(|i| prefixes.iter().any(|p| i.name().starts_with(p)));
+    if imports_any(&[b"MPI_", b"PMPI_"]) {
+        return Ok(ProgramKind::PlainMpi);
+    }
+    if imports_any(&[b"__kmpc_", b"omp_", b"__tgt_"]) {
+        return Ok(ProgramKind::OpenMp);
     }
     Err(format!(
         "{} was not compiled for offloading (it has no .llvm.offloading section): compile it with clang-16 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu",
@@ -166,9 +165,10 @@ fn main() -> ExitCode {
     if !is_executable(&program) {
         return fail(format!("{} is not an executable file", program.display()));
     }
-    if let Err(e) = program_kind(&program) {
-        return fail(e);
-    }
+    let kind = match program_kind(&program) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
     let (dir, _guard) = match plugin_dir(&plugin) {
         Ok(d) => d,
         Err(e) => return fail(e),
@@ -187,6 +187,9 @@ fn main() -> ExitCode {
     // ob1 over shared memory/TCP is the path on which survivors outlive a dead rank (UCX
     // hangs; see shared/FINDINGS.md). Ranks may outnumber cores; don't pin them to one.
     cmd.args(["--oversubscribe", "--bind-to", "none", "--mca", "pml", "ob1", "--mca", "btl", "self,vader,tcp"]);
+    if matches!(kind, ProgramKind::PlainMpi) {
+        cmd.arg("--enable-recovery");
+    }
     if let Some(h) = &args.hostfile {
         cmd.arg("--hostfile").arg(h);
     }
