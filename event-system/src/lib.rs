@@ -5,10 +5,12 @@
 //! * [`comm`]: non-blocking point-to-point transport over a communicator: tags, control
 //!   messages, fragmented data transfers, and waits that give up when the peer is dead.
 //! * [`heap`]: the symmetric device heap, reserved at the same address on every rank.
+//! * [`elf`]: device images as ELF files, placed at the same address on every rank.
 //! * [`worker`]: the event loop that ranks 1..N-1 run instead of `main`.
 
 mod backoff;
 pub mod comm;
+pub mod elf;
 pub mod heap;
 pub mod protocol;
 pub mod worker;
@@ -16,7 +18,7 @@ pub mod worker;
 pub use backoff::Backoff;
 pub use comm::{Comm, CommError, Liveness, NeverDead, TagAllocator};
 pub use heap::{ExtentAllocator, HeapError, SymmetricHeap};
-pub use protocol::{Event, GlobalDesc, ProtocolError, Region, Reply};
+pub use protocol::{Event, ProtocolError, Region, Reply};
 pub use worker::CheckpointSink;
 
 /// Rank of the head process (the one that runs the user's `main`).

@@ -32,31 +32,23 @@ impl Region {
     }
 }
 
-/// A `declare target` global of a device image: its name in the image and the alias address
-/// the head gave it in the symmetric heap.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GlobalDesc {
-    /// Symbol name.
-    pub name: String,
-    /// Alias address (in the symmetric heap) under which the head refers to it.
-    pub alias: u64,
-    /// Size in bytes.
-    pub size: u64,
-}
-
 /// An event sent by the head to a worker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Event {
-    /// Load a device image: its `size` bytes follow on the request tag.
+    /// Load a device image at `base` (the same address on every worker): its `size` bytes
+    /// follow on the request tag.
     LoadBinary {
         /// Image number chosen by the head (dense, from 0).
         image: u32,
         /// Image size in bytes.
         size: u64,
+        /// Where the image goes: a page-aligned range of the symmetric heap that the head
+        /// reserved for it (`extent` bytes; no buffer of the head's lies in it).
+        base: u64,
+        /// Bytes reserved at `base`.
+        extent: u64,
         /// Kernel symbols, in the order EXECUTE refers to them.
         kernels: Vec<String>,
-        /// Global variables and their alias addresses.
-        globals: Vec<GlobalDesc>,
     },
     /// Back a buffer's pages (zero-filled). No reply.
     Alloc(Region),
@@ -206,17 +198,17 @@ impl Event {
             }
         };
         match self {
-            Event::LoadBinary { size, kernels, globals, .. } => {
+            Event::LoadBinary { size, base, extent, kernels, .. } => {
                 if *size == 0 || *size > (4 << 30) {
                     return Err(ProtocolError::Invalid(format!("image size {size}")));
                 }
-                if kernels.len() > MAX_LIST || globals.len() > MAX_LIST {
+                if kernels.len() > MAX_LIST {
                     return Err(ProtocolError::Invalid("too many entries".into()));
                 }
-                for g in globals {
-                    in_heap(&Region { addr: g.alias, size: g.size })?;
+                if *extent == 0 || base % crate::heap::PAGE != 0 || extent % crate::heap::PAGE != 0 {
+                    return Err(ProtocolError::Invalid(format!("image range {base:#x}+{extent} is not whole pages")));
                 }
-                Ok(())
+                in_heap(&Region { addr: *base, size: *extent })
             }
             Event::Alloc(r)
             | Event::Delete(r)
@@ -316,5 +308,10 @@ mod tests {
         assert!(overflow.validate(0, u64::MAX).is_err());
         let copy = Event::Copy { src: 0x1000, dst: 0x5000, size: 8 };
         assert!(copy.validate(0x1000, 0x3000).is_err());
+        let load = |base, extent| Event::LoadBinary { image: 0, size: 1, base, extent, kernels: vec![] };
+        assert!(load(0x1000, 0x2000).validate(0x1000, 0x3000).is_ok());
+        assert!(load(0x1000, 0x3000).validate(0x1000, 0x3000).is_err());
+        assert!(load(0x1800, 0x1000).validate(0x1000, 0x3000).is_err());
+        assert!(load(0x1000, 0).validate(0x1000, 0x3000).is_err());
     }
 }

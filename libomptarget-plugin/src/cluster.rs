@@ -21,7 +21,7 @@ use crate::config::Config;
 use crate::data::{Buffers, PointsTo, HEAD};
 use crate::report::{Report, Stats};
 use event_system::comm::{CommError, CONTROL_TAG};
-use event_system::protocol::{Envelope, Event, FoundPointers, GlobalDesc, Region, Reply};
+use event_system::protocol::{Envelope, Event, FoundPointers, Region, Reply};
 use event_system::{Comm, Liveness, SymmetricHeap, TagAllocator};
 use parking_lot::{Condvar, Mutex, RwLock};
 use scheduler::{Candidate, Scheduler};
@@ -213,7 +213,7 @@ impl Cluster {
         let mut plan: BTreeMap<i32, Vec<SaveItem>> = BTreeMap::new();
         {
             let bufs = self.buffers.lock();
-            for b in bufs.iter().filter(|b| b.version > 0 && saved.get(&b.id) != Some(&b.version)) {
+            for b in bufs.iter().filter(|b| b.version > b.pristine_version() && saved.get(&b.id) != Some(&b.version)) {
                 let saver = if b.holders.contains(&HEAD) { Some(HEAD) } else { self.least_busy(&b.holders) };
                 match saver {
                     Some(r) => plan.entry(r).or_default().push((b.id, b.addr, b.size, b.version)),
@@ -296,33 +296,43 @@ impl Cluster {
 
     /// Send a device image to every worker and build libomptarget's entry table.
     ///
+    /// The image gets a range of the symmetric heap, and every worker loads it there, so its
+    /// code and data have the same addresses everywhere: libomptarget gets the real device
+    /// address of each global (`base + st_value`), and the image's writable data (`.data`,
+    /// `.bss`, ..., everything past RELRO) becomes one device buffer, held by every worker
+    /// after loading and moved like any buffer once a kernel changes it.
+    ///
     /// `entries` are the image's offload entries (names valid for the program's lifetime).
     pub(crate) fn load_binary(&self, image: &[u8], entries: &[crate::abi::OffloadEntry]) -> Result<*mut crate::abi::TargetTable> {
         let _gate = self.enter()?;
         let mut images = self.images.lock();
         let idx = images.len() as u32;
+        let elf = event_system::elf::ElfImage::parse(image).map_err(|e| ClusterError::BadImage(e.to_string()))?;
+        let data = elf.writable_data().map_err(|e| ClusterError::BadImage(e.to_string()))?;
+        let extent = elf.extent();
         let tokens: Box<[u8]> = vec![0u8; entries.len().max(1)].into_boxed_slice();
         let mut table_entries: Box<[crate::abi::OffloadEntry]> = entries.to_vec().into_boxed_slice();
         let mut kernels = Vec::new();
-        let mut globals = Vec::new();
+        let mut globals = 0;
         let mut new_kernels = Vec::new();
-        for (i, e) in table_entries.iter_mut().enumerate() {
+        // Check every entry before reserving anything.
+        for e in table_entries.iter() {
             let name = e.name_str().ok_or_else(|| ClusterError::BadImage("entry without a name".into()))?;
+            if e.size != 0 && elf.symbol(&name).is_none() {
+                return Err(ClusterError::BadImage(format!("global {name} is not in the image's dynamic symbol table")));
+            }
+        }
+        let base = self.buffers.lock().reserve_image(extent)?;
+        for (i, e) in table_entries.iter_mut().enumerate() {
+            let name = e.name_str().expect("checked above");
             if e.size == 0 {
                 let token = tokens.as_ptr() as usize + i;
                 new_kernels.push((token, Kernel { image: idx, index: kernels.len() as u32, name: name.clone(), last_ns: Arc::new(u64::MAX.into()) }));
                 kernels.push(name);
                 e.addr = token as *mut libc::c_void;
             } else {
-                let mut bufs = self.buffers.lock();
-                let b = bufs.create(e.size as u64, e.addr as u64, Some(idx))?;
-                // The image on every worker starts with the global's initial value.
-                b.version = 1;
-                let all: BTreeSet<i32> = (1..self.comm.size()).collect();
-                b.holders = all.clone();
-                b.backed = all;
-                globals.push(GlobalDesc { name, alias: b.addr, size: e.size as u64 });
-                e.addr = b.addr as *mut libc::c_void;
+                e.addr = (base + elf.symbol(&name).expect("checked above")) as *mut libc::c_void;
+                globals += 1;
             }
         }
         let workers: Vec<i32> = self.workers().collect();
@@ -330,7 +340,7 @@ impl Cluster {
         for &w in &workers {
             let tag = self.post(
                 w,
-                Event::LoadBinary { image: idx, size: image.len() as u64, kernels: kernels.clone(), globals: globals.clone() },
+                Event::LoadBinary { image: idx, size: image.len() as u64, base, extent, kernels: kernels.clone() },
             )?;
             // SAFETY: `image` is the device image libomptarget keeps alive for the program.
             unsafe { self.comm.send_bytes(w, tag, image.as_ptr(), image.len(), self.live.as_ref())? };
@@ -339,7 +349,20 @@ impl Cluster {
         for (w, tag) in tags {
             self.expect_ok(w, tag)?;
         }
-        self.log(format_args!("LOAD_BINARY image {idx}: {} bytes, {} kernels, {} globals", image.len(), kernels.len(), globals.len()));
+        if let Some((start, end)) = data {
+            // Every worker now holds the loaded image's initial data (after its constructors,
+            // which are deterministic: the same on every worker).
+            let mut bufs = self.buffers.lock();
+            let b = bufs.add_image_data(base + start, end - start, idx);
+            b.version = 1;
+            b.holders = workers.iter().copied().collect();
+            b.backed = b.holders.clone();
+        }
+        self.log(format_args!(
+            "LOAD_BINARY image {idx}: {} bytes at {base:#x}+{extent:#x}, {} kernels, {globals} globals, data {data:x?}",
+            image.len(),
+            kernels.len()
+        ));
         self.kernels.write().extend(new_kernels);
         let begin = table_entries.as_mut_ptr();
         // SAFETY: one past the end of the same boxed slice.
@@ -367,7 +390,14 @@ impl Cluster {
             return Ok(()); // the workers are gone; the range dies with the process
         }
         let _gate = self.enter()?;
-        let b = self.buffers.lock().remove(addr).ok_or(ClusterError::UnknownAddress(addr))?;
+        let b = {
+            let mut bufs = self.buffers.lock();
+            if bufs.get(addr).is_some_and(|b| b.global_of.is_some()) {
+                // An image's data lives as long as the image: not libomptarget's to free.
+                return Err(ClusterError::UnknownAddress(addr));
+            }
+            bufs.remove(addr).ok_or(ClusterError::UnknownAddress(addr))?
+        };
         self.device_bytes.fetch_sub(b.size, Ordering::Relaxed);
         if let Some(cp) = &self.ckpt {
             cp.forget(b.id);

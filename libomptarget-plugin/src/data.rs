@@ -37,7 +37,7 @@ impl PointsTo {
     }
 }
 
-/// One device buffer (or a `declare target` global under its alias range).
+/// One device buffer, or the writable data of a loaded device image (its globals and statics).
 #[derive(Debug, Clone)]
 pub(crate) struct Buffer {
     /// Never reused, unlike addresses.
@@ -53,12 +53,12 @@ pub(crate) struct Buffer {
     pub(crate) version: u64,
     /// Ranks holding the current version (HEAD = the head's staging copy).
     pub(crate) holders: BTreeSet<i32>,
-    /// Ranks that have pages (or, for globals, the image) for it.
+    /// Ranks that have pages (or, for an image's data, the loaded image) for it.
     pub(crate) backed: BTreeSet<i32>,
     /// Workers a copy is being sent to right now.
     pub(crate) incoming: BTreeSet<i32>,
     pub(crate) points_to: PointsTo,
-    /// For a global: the image it belongs to.
+    /// For an image's writable data: the image.
     pub(crate) global_of: Option<u32>,
     /// Kernels in flight that map it `from` (write it): their worker and how many. Every
     /// kernel that can reach the buffer meanwhile runs on that worker, so that concurrent
@@ -67,6 +67,12 @@ pub(crate) struct Buffer {
 }
 
 impl Buffer {
+    /// The version whose contents need no saving: what allocation (zeros, version 0) or the
+    /// loading of its image (an image's initial data, version 1) gives back on any rank.
+    pub(crate) fn pristine_version(&self) -> u64 {
+        u64::from(self.global_of.is_some())
+    }
+
     /// Can rank `r` use its copy as the current version?
     pub(crate) fn held_by(&self, r: i32) -> bool {
         if self.version == 0 {
@@ -119,6 +125,36 @@ impl Buffers {
             writing: None,
         };
         Ok(self.by_addr.entry(addr).or_insert(b))
+    }
+
+    /// Reserve page-aligned address space for a device image of `extent` bytes (after a
+    /// guard gap, like a buffer); returns its base. It is never given back: images stay
+    /// loaded for the life of the program.
+    pub(crate) fn reserve_image(&mut self, extent: u64) -> Result<u64, HeapError> {
+        let (start, _) = self.alloc.alloc(extent.max(1) + GUARD_GAP)?;
+        Ok(start + GUARD_GAP)
+    }
+
+    /// Track `[addr, addr+size)`, the writable data of image `image` loaded inside a range
+    /// from [`Buffers::reserve_image`] (`addr` page-aligned), as a buffer.
+    pub(crate) fn add_image_data(&mut self, addr: u64, size: u64, image: u32) -> &mut Buffer {
+        let id = self.next_id;
+        self.next_id += 1;
+        let b = Buffer {
+            id,
+            addr,
+            host: 0,
+            size,
+            span: event_system::heap::page_round(size),
+            version: 0,
+            holders: BTreeSet::new(),
+            backed: BTreeSet::new(),
+            incoming: BTreeSet::new(),
+            points_to: PointsTo::none(),
+            global_of: Some(image),
+            writing: None,
+        };
+        self.by_addr.entry(addr).or_insert(b)
     }
 
     /// Forget a buffer (its range stays allocated until [`Buffers::free_range`]).
@@ -184,7 +220,7 @@ impl Buffers {
 
     /// Every buffer a kernel can reach from `roots` (device addresses among its arguments),
     /// from `translated` (device value, host pointer) pairs of its mapped arguments, and from
-    /// the globals of `image`, following recorded pointers. Sorted by address.
+    /// the writable data of its `image`, following recorded pointers. Sorted by address.
     pub(crate) fn reachable(&self, roots: &[u64], translated: &[(u64, u64)], image: u32) -> Vec<u64> {
         let mut seen: BTreeSet<u64> = BTreeSet::new();
         let mut todo: Vec<u64> = roots.iter().flat_map(|&a| self.near(a)).collect();
@@ -215,13 +251,16 @@ mod tests {
         let a = bs.create(100, 0x7000_0100, None).unwrap().addr;
         let b = bs.create(5000, 0, None).unwrap().addr;
         let c = bs.create(8, 0, None).unwrap().addr;
-        let g = bs.create(4, 0x6000, Some(7)).unwrap().addr;
+        let img = bs.reserve_image(3 * 4096).unwrap();
+        let g = bs.add_image_data(img + 2 * 4096, 40, 7).addr;
         let lone = bs.create(4, 0, None).unwrap().addr;
         // a holds a pointer into the middle of b; b points to c.
         bs.get_mut(a).unwrap().points_to.add(PointsTo::Some([b + 4100].into()));
         bs.get_mut(b).unwrap().points_to.add(PointsTo::Some([c].into()));
         assert_eq!(bs.reachable(&[a + 8, 12345], &[], 0), vec![a, b, c]);
         assert_eq!(bs.reachable(&[c], &[], 7), vec![c, g]);
+        // A global inside the image's data is a partial range of that buffer.
+        assert_eq!(bs.containing_range(g + 16, 8).map(|x| x.addr), Some(g));
         // A pointer 0x100 bytes before a's host start, translated the same way, is a's.
         assert_eq!(bs.reachable(&[], &[(a - 0x100, 0x7000_0000)], 0), vec![a, b, c]);
         assert!(bs.reachable(&[], &[(a - 0x100, 0x7000_0001)], 0).is_empty());

@@ -8,7 +8,7 @@
 #[cfg(test)]
 use crate::protocol::{scan_pointers, FoundPointers};
 use libffi::middle::{Arg, Cif, CodePtr, Type};
-use xxhash_rust::xxh3::xxh3_64;
+use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 /// Call `entry` with `args`.
 ///
@@ -23,13 +23,20 @@ pub(crate) unsafe fn call_kernel(entry: usize, args: &[u64]) {
     unsafe { cif.call::<()>(CodePtr(entry as *mut libc::c_void), &ffi_args) };
 }
 
-/// Hash of a region's bytes.
+/// Hash of the bytes of a region at `ptr` in `pieces` (offset ranges, in order).
 ///
 /// # Safety
-/// `ptr..ptr+len` must be readable.
-pub(crate) unsafe fn hash(ptr: *const u8, len: usize) -> u64 {
-    // SAFETY: the caller guarantees readability.
-    xxh3_64(unsafe { std::slice::from_raw_parts(ptr, len) })
+/// Every piece `ptr+start..ptr+end` must be readable.
+pub(crate) unsafe fn hash(ptr: *const u8, pieces: &[(usize, usize)]) -> u64 {
+    pieces.iter().fold(0, |h, &(s, e)| {
+        // SAFETY: the caller guarantees readability of each piece.
+        let bytes = unsafe { std::slice::from_raw_parts(ptr.add(s), e - s) };
+        if h == 0 && s == 0 {
+            xxh3_64(bytes)
+        } else {
+            xxh3_64_with_seed(bytes, h ^ s as u64)
+        }
+    })
 }
 
 #[cfg(test)]

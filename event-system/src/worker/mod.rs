@@ -4,6 +4,7 @@
 
 mod exec;
 mod images;
+mod loader;
 mod memory;
 
 use crate::backoff::Backoff;
@@ -37,7 +38,6 @@ struct Worker {
     live: Arc<dyn Liveness>,
     memory: RwLock<Memory>,
     images: RwLock<Vec<Option<Image>>>,
-    scratch: tempfile::TempDir,
     /// Held by the one thread that polls for control messages.
     poll: Mutex<()>,
     exit: AtomicBool,
@@ -56,17 +56,12 @@ pub fn run(
     live: Arc<dyn Liveness>,
     ckpt: Option<Arc<dyn CheckpointSink>>,
 ) -> Result<(), CommError> {
-    let scratch = tempfile::Builder::new()
-        .prefix("ompcluster-worker-")
-        .tempdir()
-        .map_err(|e| CommError::Protocol { rank: comm.rank(), source: protocol::ProtocolError::Invalid(format!("cannot create scratch dir: {e}")) })?;
     let w = Arc::new(Worker {
         comm,
         heap,
         live,
         memory: RwLock::new(Memory::default()),
         images: RwLock::new(Vec::new()),
-        scratch,
         poll: Mutex::new(()),
         exit: AtomicBool::new(false),
         idle: AtomicUsize::new(1),
@@ -202,14 +197,12 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
     let live = w.live.as_ref();
     let resolve = |addr: u64, size: u64| w.memory.read().resolve(addr, size);
     Ok(Some(match &env.event {
-        Event::LoadBinary { image, size, kernels, globals } => {
+        Event::LoadBinary { image, size, base, extent, kernels } => {
             let mut bytes = vec![0u8; *size as usize];
             // SAFETY: `bytes` is a private buffer of exactly `size` bytes.
             unsafe { w.comm.recv_bytes(HEAD, env.tag, bytes.as_mut_ptr(), bytes.len(), live)? };
-            let names: Vec<String> = globals.iter().map(|g| g.name.clone()).collect();
-            match Image::load(w.scratch.path(), &bytes, kernels, &names) {
-                Ok((img, locals)) => {
-                    w.memory.write().add_aliases(globals, &locals);
+            match Image::load(&w.heap, &w.memory, &bytes, *base, *extent, kernels) {
+                Ok(img) => {
                     let mut images = w.images.write();
                     let idx = *image as usize;
                     if images.len() <= idx {
@@ -225,7 +218,7 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
             // SAFETY: `p` points to `r.size` bytes this worker holds; the head does not run a
             // kernel on a buffer while it is being submitted.
             Ok(p) => {
-                unsafe { w.comm.recv_bytes(HEAD, env.tag, p, r.size as usize, live)? };
+                unsafe { recv_into(w, HEAD, env.tag, r, p)? };
                 Reply::Ok
             }
             Err(e) => {
@@ -256,7 +249,7 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
         Event::ExchangeRecv { region: r, peer } => match resolve(r.addr, r.size) {
             Ok(p) => {
                 // SAFETY: as for Submit.
-                unsafe { w.comm.recv_bytes(*peer, env.tag, p, r.size as usize, live)? };
+                unsafe { recv_into(w, *peer, env.tag, r, p)? };
                 Reply::Ok
             }
             Err(e) => Reply::Error(e),
@@ -304,6 +297,31 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
     }))
 }
 
+/// Receive the bytes of device range `r` (held here at `p`) from rank `from`. Into an image's
+/// data they go through a private buffer first, and only the pieces that are the program's
+/// data are written ([`Memory::pieces_to_write`]): the words holding this process's library
+/// addresses and the OpenMP runtime's lock words stay as they are, never holding another
+/// rank's values, not even briefly (the image's code may be running meanwhile).
+///
+/// # Safety
+/// `p` must point to the `r.size` writable bytes of `r`, held by this worker.
+unsafe fn recv_into(w: &Worker, from: i32, tag: i32, r: &protocol::Region, p: *mut u8) -> Result<(), CommError> {
+    let live = w.live.as_ref();
+    if !w.memory.read().needs_care(r.addr, r.size) {
+        // SAFETY: forwarded contract.
+        return unsafe { w.comm.recv_bytes(from, tag, p, r.size as usize, live) };
+    }
+    let mut bytes = vec![0u8; r.size as usize];
+    // SAFETY: private buffer of the right size.
+    unsafe { w.comm.recv_bytes(from, tag, bytes.as_mut_ptr(), bytes.len(), live)? };
+    for (s, e) in w.memory.read().pieces_to_write(r.addr, &bytes, w.heap.base(), w.heap.end()) {
+        // SAFETY: `s..e` lies within the `r.size` bytes at `p` (forwarded contract) and within
+        // `bytes`, a separate allocation.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr().add(s), p.add(s), e - s) };
+    }
+    Ok(())
+}
+
 fn execute(w: &Worker, image: u32, kernel: u32, args: &[u64], regions: &[protocol::Region], assume_written: &[bool]) -> Reply {
     let entry = {
         let images = w.images.read();
@@ -312,17 +330,20 @@ fn execute(w: &Worker, image: u32, kernel: u32, args: &[u64], regions: &[protoco
             None => return Reply::Error(format!("no kernel {kernel} in image {image}")),
         }
     };
-    let ptrs = {
+    // Each region's local pointer, and the pieces of it whose changes count (an image's data
+    // without the OpenMP runtime's lock words, which libomp sets on first use).
+    let (ptrs, pieces) = {
         let mem = w.memory.read();
         match regions.iter().map(|r| mem.resolve(r.addr, r.size)).collect::<Result<Vec<_>, _>>() {
-            Ok(p) => p,
+            Ok(p) => (p, regions.iter().map(|r| mem.pieces_to_hash(r.addr, r.size)).collect::<Vec<_>>()),
             Err(e) => return Reply::Error(e),
         }
     };
     // SAFETY (all three blocks below): every pointer was resolved to a held range of the
-    // stated size, and the head keeps these buffers allocated while the kernel runs.
-    let hash = |r: &protocol::Region, p: *mut u8, written: bool| if written { 0 } else { unsafe { exec::hash(p, r.size as usize) } };
-    let before: Vec<u64> = regions.iter().zip(&ptrs).zip(assume_written).map(|((r, &p), &aw)| hash(r, p, aw)).collect();
+    // stated size (the pieces lie inside it), and the head keeps these buffers allocated
+    // while the kernel runs.
+    let hash = |i: usize, written: bool| if written { 0 } else { unsafe { exec::hash(ptrs[i], &pieces[i]) } };
+    let before: Vec<u64> = (0..regions.len()).map(|i| hash(i, assume_written[i])).collect();
     let start = Instant::now();
     // SAFETY: `entry` was resolved by name from a loaded image; libomptarget generated the
     // argument list for exactly this kernel.
@@ -330,8 +351,8 @@ fn execute(w: &Worker, image: u32, kernel: u32, args: &[u64], regions: &[protoco
     let seconds = start.elapsed().as_secs_f64();
     let mut changed = Vec::with_capacity(regions.len());
     let mut pointers = Vec::new();
-    for (((r, &p), h), &aw) in regions.iter().zip(&ptrs).zip(before).zip(assume_written) {
-        let c = aw || hash(r, p, false) != h;
+    for (i, (((r, &p), h), &aw)) in regions.iter().zip(&ptrs).zip(before).zip(assume_written).enumerate() {
+        let c = aw || hash(i, false) != h;
         if c {
             pointers.push(unsafe { protocol::scan_pointers(p, r.size as usize, w.heap.base(), w.heap.end()) });
         }
