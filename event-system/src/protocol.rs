@@ -147,6 +147,11 @@ pub enum Reply {
         pointers: Vec<FoundPointers>,
         /// Time spent in the kernel, seconds.
         seconds: f64,
+        /// For changed regions that are a device image's writable data (and not too large):
+        /// what the kernel changed, as (region index, [(offset, new bytes)]). Lets the head
+        /// merge the changes of regions that wrote different globals at the same time on
+        /// different workers.
+        patches: Vec<(u32, Vec<(u64, Vec<u8>)>)>,
     },
     /// A checkpoint flush is durable: the store's records of it, serialised by the store.
     Flushed(Vec<u8>),

@@ -66,9 +66,13 @@ pub enum ClusterError {
     Stopped,
     /// Two regions changed one buffer concurrently on different workers.
     #[error(
-        "regions running at the same time on workers {others:?} and {worker} both changed the device buffer at {addr:#x} ({size} bytes) in their own copies, which cannot be merged; map it with map(from:) or map(tofrom:) in the regions that write it (they then share one worker) or order them with depend"
+        "regions running at the same time on workers {others:?} and {worker} both changed {what} at {addr:#x} ({size} bytes) in their own copies, which cannot be merged; {advice}"
     )]
     Conflict {
+        /// What the buffer is: a device buffer, or the globals and statics of an image.
+        what: String,
+        /// How to avoid it.
+        advice: &'static str,
         /// Buffer address.
         addr: u64,
         /// Its size.
@@ -91,6 +95,10 @@ struct Kernel {
     /// Duration of its last run, nanoseconds (u64::MAX before the first run).
     last_ns: Arc<std::sync::atomic::AtomicU64>,
 }
+
+/// A worker's report of a kernel run: changed regions, pointers found in them, seconds in
+/// the kernel, and the changes to image data regions (see `Reply::Executed`).
+type Executed = (Vec<bool>, Vec<FoundPointers>, f64, Vec<(u32, Vec<(u64, Vec<u8>)>)>);
 
 /// Kernels whose last run took less than this run on the worker's polling thread.
 const SHORT_KERNEL_NS: u64 = 50_000;
@@ -755,7 +763,11 @@ impl Cluster {
             release_writes(&mut self.buffers.lock());
             self.moved.notify_all();
         }
-        let (changed, pointers, kernel_s) = result?;
+        let (changed, pointers, kernel_s, patches) = result?;
+        let mut patches: HashMap<usize, Vec<(u64, Vec<u8>)>> = patches.into_iter().map(|(i, p)| (i as usize, p)).collect();
+        // Image data this kernel changed while another worker changed it too: its changes,
+        // to apply on top of the other's (below, once the lock is released).
+        let mut merges: Vec<(u64, Vec<(u64, Vec<u8>)>)> = Vec::new();
         // Record the new versions.
         let mut reads = Vec::with_capacity(reach.len());
         let mut writes = Vec::new();
@@ -764,17 +776,31 @@ impl Cluster {
             let mut bufs = self.buffers.lock();
             release_writes(&mut bufs);
             let mut found = pointers.into_iter();
-            for ((addr, _, id, version), c) in reach.iter().zip(changed) {
+            for (i, ((addr, _, id, version), c)) in reach.iter().zip(changed).enumerate() {
                 reads.push(Access { buffer: *id, version: *version });
                 if !c {
                     continue;
                 }
                 let f = found.next().unwrap_or(FoundPointers::Many);
                 if let Some(b) = bufs.get_mut(*addr) {
+                    if b.version != *version && !b.holders.contains(&w) && b.global_of.is_some() {
+                        if let Some(p) = patches.remove(&i) {
+                            // The globals and statics of one image are one buffer: regions
+                            // writing different ones at the same time on different workers
+                            // change different bytes. Patch this kernel's bytes into the
+                            // copies holding the other change (as a partial submit would).
+                            b.points_to.add(match f {
+                                FoundPointers::Many => PointsTo::All,
+                                FoundPointers::Some(v) => PointsTo::Some(v.into_iter().collect()),
+                            });
+                            merges.push((b.addr, p));
+                            continue;
+                        }
+                    }
                     if b.version != *version && !b.holders.contains(&w) {
                         // Another worker changed it meanwhile, in its own copy: two copies with
                         // different changes cannot be merged. Say so rather than lose either.
-                        conflict = Some((b.addr, b.size, b.holders.clone()));
+                        conflict = Some((b.addr, b.size, b.holders.clone(), b.global_of));
                     }
                     b.version += 1;
                     b.holders = [w].into();
@@ -791,8 +817,30 @@ impl Cluster {
             }
         }
         self.moved.notify_all();
-        if let Some((addr, size, others)) = conflict {
-            return Err(ClusterError::Conflict { addr, size, worker: w, others: others.into_iter().collect() });
+        for (addr, runs) in merges {
+            for (off, bytes) in runs {
+                // SAFETY: `bytes` is a readable local vector; the gate is held (`_gate`).
+                unsafe { self.submit_inner(addr + off, bytes.as_ptr(), bytes.len() as u64)? };
+            }
+            if let Some(b) = self.buffers.lock().get(addr) {
+                writes.push(Access { buffer: b.id, version: b.version });
+            }
+            self.log(format_args!("MERGE image data {addr:#x}: changes of {} on {w} applied to the current copies", kernel.name));
+        }
+        if let Some((addr, size, others, image)) = conflict {
+            // An image's globals and statics are one buffer: regions writing different ones
+            // also conflict when they run at the same time on different workers.
+            let (what, advice) = match image {
+                Some(i) => (
+                    format!("the device globals and statics of device image {i} (.data and .bss)"),
+                    "regions writing device globals or statics, even different ones, must not overlap in time: order them with depend or taskwait",
+                ),
+                None => (
+                    "the device buffer".to_string(),
+                    "map it with map(from:) or map(tofrom:) in the regions that write it (they then share one worker) or order them with depend",
+                ),
+            };
+            return Err(ClusterError::Conflict { what, advice, addr, size, worker: w, others: others.into_iter().collect() });
         }
         self.sched.task_finished(kernel_s);
         kernel.last_ns.store((kernel_s * 1e9) as u64, Ordering::Relaxed);
@@ -820,7 +868,7 @@ impl Cluster {
         args: &[u64],
         reach: &[(u64, u64, u64, u64)],
         assume_written: Vec<bool>,
-    ) -> Result<(Vec<bool>, Vec<FoundPointers>, f64)> {
+    ) -> Result<Executed> {
         for (addr, ..) in reach {
             self.ensure_present(*addr, w)?;
         }
@@ -832,7 +880,7 @@ impl Cluster {
             Event::Execute { image: kernel.image, kernel: kernel.index, args: args.to_vec(), regions, assume_written, short },
         )?;
         match self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref())? {
-            Reply::Executed { changed, pointers, seconds } if changed.len() == n => Ok((changed, pointers, seconds)),
+            Reply::Executed { changed, pointers, seconds, patches } if changed.len() == n => Ok((changed, pointers, seconds, patches)),
             Reply::Error(msg) => Err(ClusterError::Worker { rank: w, msg }),
             other => Err(ClusterError::Worker { rank: w, msg: format!("bad reply to EXECUTE: {other:?}") }),
         }

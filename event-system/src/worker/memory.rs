@@ -138,6 +138,11 @@ impl Memory {
         complement(addr, end, self.private_in(addr, end).collect())
     }
 
+    /// Is `addr` the start of an image's writable data?
+    pub(crate) fn is_image_data(&self, addr: u64) -> bool {
+        self.image_data.contains_key(&addr)
+    }
+
     /// Translate a device range to a local pointer: inside one backed buffer, or inside one
     /// image's writable data. Addresses are the same on every rank, so this is the identity.
     pub(crate) fn resolve(&self, addr: u64, size: u64) -> Result<*mut u8, String> {

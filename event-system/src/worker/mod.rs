@@ -28,6 +28,10 @@ pub trait CheckpointSink: Send + Sync {
     fn flush(&self, ckpt: u64) -> Result<Vec<u8>, String>;
 }
 
+/// Largest image data region whose changes a worker reports byte by byte (see
+/// `Reply::Executed::patches`).
+const MAX_PATCHED: u64 = 1 << 20;
+
 /// Most threads a worker runs (kernels in flight plus the poller).
 const MAX_THREADS: usize = 512;
 
@@ -344,6 +348,19 @@ fn execute(w: &Worker, image: u32, kernel: u32, args: &[u64], regions: &[protoco
     // while the kernel runs.
     let hash = |i: usize, written: bool| if written { 0 } else { unsafe { exec::hash(ptrs[i], &pieces[i]) } };
     let before: Vec<u64> = (0..regions.len()).map(|i| hash(i, assume_written[i])).collect();
+    // A copy of each (small enough) image data region, to tell the head what changed.
+    let snapshots: Vec<Option<Vec<u8>>> = {
+        let mem = w.memory.read();
+        regions
+            .iter()
+            .zip(&ptrs)
+            .zip(assume_written)
+            .map(|((r, &p), &aw)| {
+                // SAFETY: `p` points to the `r.size` held bytes of `r`.
+                (!aw && r.size <= MAX_PATCHED && mem.is_image_data(r.addr)).then(|| unsafe { std::slice::from_raw_parts(p, r.size as usize) }.to_vec())
+            })
+            .collect()
+    };
     let start = Instant::now();
     // SAFETY: `entry` was resolved by name from a loaded image; libomptarget generated the
     // argument list for exactly this kernel.
@@ -359,5 +376,13 @@ fn execute(w: &Worker, image: u32, kernel: u32, args: &[u64], regions: &[protoco
         changed.push(c);
     }
     let _: &[FoundPointers] = &pointers;
-    Reply::Executed { changed, pointers, seconds }
+    let mut patches = Vec::new();
+    for (i, snap) in snapshots.into_iter().enumerate() {
+        if let Some(old) = snap.filter(|_| changed[i]) {
+            // SAFETY: as above.
+            let now = unsafe { std::slice::from_raw_parts(ptrs[i], old.len()) };
+            patches.push((i as u32, exec::diff(&old, now, &pieces[i])));
+        }
+    }
+    Reply::Executed { changed, pointers, seconds, patches }
 }
