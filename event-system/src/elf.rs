@@ -8,7 +8,7 @@
 
 use crate::heap::{page_round, PAGE};
 use object::elf;
-use object::read::elf::{Dyn as _, FileHeader as _, ProgramHeader as _, Sym as _};
+use object::read::elf::{Dyn as _, FileHeader as _, ProgramHeader as _, SectionHeader as _, Sym as _};
 use object::LittleEndian as LE;
 use thiserror::Error;
 
@@ -85,6 +85,8 @@ pub struct ElfImage<'a> {
     pub symbols: Vec<DynSymbol>,
     /// Objects of the OpenMP runtime's own state (see [`ElfImage::runtime_private`]).
     private: Vec<(u64, u64)>,
+    /// Address of `.eh_frame` (relative to the base), if the image has one.
+    pub eh_frame: Option<u64>,
 }
 
 /// Objects that the OpenMP runtime (libomp) of each process fills with that process's own
@@ -171,7 +173,11 @@ impl<'a> ElfImage<'a> {
         }
         private.sort_unstable();
         private.dedup();
-        Ok(ElfImage { bytes, segments, relro, dynamic, symbols, private })
+        let eh_frame = sections
+            .section_by_name(endian, b".eh_frame")
+            .map(|(_, sh)| sh.sh_addr(endian))
+            .filter(|&a| a != 0 && segments.iter().any(|s| a >= s.vaddr && a < s.vaddr + s.memsz));
+        Ok(ElfImage { bytes, segments, relro, dynamic, symbols, private, eh_frame })
     }
 
     /// Bytes of address space the image needs from its base: the end of its highest segment,

@@ -13,9 +13,9 @@
 //! Refused, with a [`LoadError`] naming the reason: thread-local storage (`PT_TLS`, TLS
 //! relocations), IFUNCs (`R_X86_64_IRELATIVE`, `STT_GNU_IFUNC` symbols), copy relocations,
 //! any relocation type not listed in [`relocate`], and images whose writable data does not
-//! start on a page. Not done: `DT_FINI*` (images stay loaded until the process exits), and
-//! registration of `.eh_frame` with the unwinder (a C++ exception thrown in device code and
-//! not caught in the same function cannot be unwound).
+//! start on a page. Not done: `DT_FINI*` (images stay loaded until the process exits). The
+//! image's `.eh_frame` is registered with libgcc's unwinder (`__register_frame`), since the
+//! unwinder cannot find it through `dl_iterate_phdr`; debuggers and `dladdr` do not see it.
 
 use crate::elf::{ElfError, ElfImage, Reloc};
 use crate::heap::{HeapError, SymmetricHeap, PAGE};
@@ -107,6 +107,7 @@ pub(crate) fn load(heap: &SymmetricHeap, bytes: &[u8], base: u64, extent: u64, k
     let local_words = external.into_iter().filter(|&(a, _)| in_data(a, 8)).collect();
     let private = img.runtime_private().iter().map(|&(a, n)| (base + a, n)).filter(|&(a, n)| in_data(a, n)).collect();
     protect(&img, base)?;
+    register_unwind_info(&img, base);
     // SAFETY: the image is mapped, relocated and protected at `base`; its initialisers are
     // ordinary functions of the image expecting exactly this (as after dlopen).
     unsafe { run_initialisers(&img, base) };
@@ -284,6 +285,26 @@ fn protect(img: &ElfImage<'_>, base: u64) -> Result<(), LoadError> {
         }
     }
     Ok(())
+}
+
+/// Tell the unwinder (libgcc's, which libstdc++ uses) where the image's `.eh_frame` is, so
+/// that C++ exceptions thrown in device code can be caught: `dlopen`ed objects are found
+/// through `dl_iterate_phdr`, which does not know this image. Without `__register_frame` in
+/// the process, exceptions stay unsupported (as `terminate`), nothing else changes.
+fn register_unwind_info(img: &ElfImage<'_>, base: u64) {
+    let Some(eh) = img.eh_frame else { return };
+    // SAFETY: RTLD_DEFAULT lookup of a C string literal.
+    let f = unsafe { libc::dlsym(std::ptr::null_mut(), c"__register_frame".as_ptr()) };
+    if f.is_null() {
+        return;
+    }
+    // SAFETY: `__register_frame(void *)` of libgcc takes the start of a zero-terminated
+    // `.eh_frame` (the linker's crtend.o terminates it) and keeps the pointer: the image is
+    // never unloaded, so it stays valid.
+    unsafe {
+        let register: extern "C" fn(*const u8) = std::mem::transmute::<*mut libc::c_void, extern "C" fn(*const u8)>(f);
+        register((base + eh) as *const u8);
+    }
 }
 
 /// Run `DT_INIT` then `DT_INIT_ARRAY` (C++ static constructors of device code).
