@@ -152,6 +152,10 @@ pub enum Reply {
         /// merge the changes of regions that wrote different globals at the same time on
         /// different workers.
         patches: Vec<(u32, Vec<(u64, Vec<u8>)>)>,
+        /// What the worker printed on its standard output since the last reply that carried
+        /// output: the head prints it before the region returns, so it appears in program
+        /// order.
+        output: Vec<u8>,
     },
     /// A checkpoint flush is durable: the store's records of it, serialised by the store.
     Flushed(Vec<u8>),

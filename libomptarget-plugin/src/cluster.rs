@@ -880,7 +880,15 @@ impl Cluster {
             Event::Execute { image: kernel.image, kernel: kernel.index, args: args.to_vec(), regions, assume_written, short },
         )?;
         match self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref())? {
-            Reply::Executed { changed, pointers, seconds, patches } if changed.len() == n => Ok((changed, pointers, seconds, patches)),
+            Reply::Executed { changed, pointers, seconds, patches, output } if changed.len() == n => {
+                if !output.is_empty() {
+                    // What the region printed, after what the program printed before it.
+                    // SAFETY: flushing all C streams is always allowed.
+                    unsafe { libc::fflush(std::ptr::null_mut()) };
+                    event_system::write_all(1, &output);
+                }
+                Ok((changed, pointers, seconds, patches))
+            }
             Reply::Error(msg) => Err(ClusterError::Worker { rank: w, msg }),
             other => Err(ClusterError::Worker { rank: w, msg: format!("bad reply to EXECUTE: {other:?}") }),
         }

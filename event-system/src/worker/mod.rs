@@ -6,6 +6,9 @@ mod exec;
 mod images;
 mod loader;
 mod memory;
+mod output;
+
+pub use output::write_all;
 
 use crate::backoff::Backoff;
 use crate::comm::{Comm, CommError, Liveness, CONTROL_TAG};
@@ -51,6 +54,8 @@ struct Worker {
     /// Events being handled off the poll lock.
     busy: AtomicUsize,
     ckpt: Option<Arc<dyn CheckpointSink>>,
+    /// This worker's standard output, captured to travel with EXECUTE replies.
+    stdout: Option<Arc<output::Capture>>,
 }
 
 /// Serve events from the head until EXIT (`Ok`) or until the head is unreachable (`Err`).
@@ -60,6 +65,7 @@ pub fn run(
     live: Arc<dyn Liveness>,
     ckpt: Option<Arc<dyn CheckpointSink>>,
 ) -> Result<(), CommError> {
+    let rank = comm.rank();
     let w = Arc::new(Worker {
         comm,
         heap,
@@ -72,8 +78,18 @@ pub fn run(
         threads: AtomicUsize::new(1),
         busy: AtomicUsize::new(0),
         ckpt,
+        stdout: match output::Capture::start() {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("ompcluster worker {rank}: cannot capture stdout ({e}); region output goes straight to mpirun");
+                None
+            }
+        },
     });
     let result = serve(&w);
+    if let Some(c) = &w.stdout {
+        c.finish();
+    }
     // Wait (bounded) for the other threads to notice EXIT.
     let deadline = Instant::now() + Duration::from_secs(5);
     while w.threads.load(Ordering::Acquire) > 1 && Instant::now() < deadline {
@@ -384,5 +400,6 @@ fn execute(w: &Worker, image: u32, kernel: u32, args: &[u64], regions: &[protoco
             patches.push((i as u32, exec::diff(&old, now, &pieces[i])));
         }
     }
-    Reply::Executed { changed, pointers, seconds, patches }
+    let output = w.stdout.as_ref().map(|c| c.take()).unwrap_or_default();
+    Reply::Executed { changed, pointers, seconds, patches, output }
 }

@@ -1,0 +1,127 @@
+//! A worker's standard output, captured so that what a region prints reaches the user through
+//! the head, in program order (with the region's EXECUTE reply), instead of whenever mpirun
+//! forwards the worker's stream.
+//!
+//! fd 1 of the worker becomes the write end of a pipe; a reader thread drains the pipe into a
+//! buffer (so a region printing more than the pipe holds never blocks). [`Capture::take`]
+//! flushes C stdio and waits until the pipe is empty under the buffer's lock: the reader reads
+//! and appends under that same lock, so an empty pipe then means every byte written so far is
+//! in the buffer. Concurrent regions on one worker share the buffer; whichever finishes first
+//! takes what both printed, which keeps each line whole and in order.
+
+use parking_lot::Mutex;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The capture of fd 1.
+pub(crate) struct Capture {
+    read_fd: RawFd,
+    /// The worker's original stdout (mpirun's stream), for what is left at exit.
+    orig_fd: RawFd,
+    buf: Mutex<Vec<u8>>,
+    stop: AtomicBool,
+}
+
+fn last_os_error<T>() -> std::io::Result<T> {
+    Err(std::io::Error::last_os_error())
+}
+
+impl Capture {
+    /// Redirect fd 1 into a pipe and start draining it.
+    pub(crate) fn start() -> std::io::Result<Arc<Capture>> {
+        let mut fds = [0 as RawFd; 2];
+        // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return last_os_error();
+        }
+        let (r, w) = (fds[0], fds[1]);
+        // SAFETY: plain descriptor operations on descriptors this function owns (and on fd 1,
+        // which it deliberately replaces); C stdio is flushed first so nothing buffered for the
+        // old fd 1 is lost.
+        let orig = unsafe {
+            libc::fcntl(w, libc::F_SETPIPE_SZ, 1 << 20); // best effort: fewer reader wake-ups
+            libc::fcntl(r, libc::F_SETFL, libc::O_NONBLOCK);
+            libc::fflush(std::ptr::null_mut());
+            let orig = libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3);
+            if orig < 0 || libc::dup2(w, 1) < 0 {
+                return last_os_error();
+            }
+            libc::close(w);
+            orig
+        };
+        let cap = Arc::new(Capture { read_fd: r, orig_fd: orig, buf: Mutex::new(Vec::new()), stop: AtomicBool::new(false) });
+        let c2 = cap.clone();
+        std::thread::Builder::new().name("ompc-stdout".into()).spawn(move || c2.drain_loop())?;
+        Ok(cap)
+    }
+
+    fn read_available(&self, buf: &mut Vec<u8>) {
+        let mut chunk = [0u8; 64 << 10];
+        loop {
+            // SAFETY: reading into a local buffer of the stated size from our pipe's read end.
+            let n = unsafe { libc::read(self.read_fd, chunk.as_mut_ptr().cast(), chunk.len()) };
+            if n <= 0 {
+                return;
+            }
+            buf.extend_from_slice(&chunk[..n as usize]);
+        }
+    }
+
+    fn drain_loop(&self) {
+        while !self.stop.load(Ordering::Acquire) {
+            let mut pfd = libc::pollfd { fd: self.read_fd, events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd; a timeout keeps the loop able to see `stop`.
+            let ready = unsafe { libc::poll(&mut pfd, 1, 100) };
+            if ready > 0 {
+                let mut b = self.buf.lock();
+                self.read_available(&mut b);
+            }
+        }
+    }
+
+    fn pipe_empty(&self) -> bool {
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int.
+        unsafe { libc::ioctl(self.read_fd, libc::FIONREAD, &mut n) == 0 && n == 0 }
+    }
+
+    /// Everything printed so far (C stdio flushed first).
+    pub(crate) fn take(&self) -> Vec<u8> {
+        // SAFETY: flushing all C streams is always allowed.
+        unsafe { libc::fflush(std::ptr::null_mut()) };
+        loop {
+            let mut b = self.buf.lock();
+            if self.pipe_empty() {
+                return std::mem::take(&mut *b);
+            }
+            self.read_available(&mut b);
+            drop(b);
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+
+    /// At exit: write what nobody collected to the original stdout and stop the reader.
+    pub(crate) fn finish(&self) {
+        let rest = self.take();
+        write_all(self.orig_fd, &rest);
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+/// Write all of `bytes` to `fd` (retrying short writes; errors end it quietly: there is
+/// nowhere better to report them).
+pub fn write_all(fd: RawFd, mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        // SAFETY: writing from a valid slice.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n <= 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return;
+        }
+        bytes = &bytes[n as usize..];
+    }
+}
