@@ -7,7 +7,7 @@
 //! and exits with the program's exit code.
 
 use clap::Parser;
-use object::Object;
+use object::{Object, ObjectSection};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -37,6 +37,7 @@ struct Args {
     /// Print the mpirun command instead of running it.
     #[arg(long)]
     dry_run: bool,
+
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM [ARGS]")]
     command: Vec<OsString>,
@@ -80,7 +81,10 @@ fn program_kind(path: &Path) -> Result<ProgramKind, String> {
     if imports_any(&[b"MPI_", b"PMPI_"]) {
         return Ok(ProgramKind::PlainMpi);
     }
-    if imports_any(&[b"__kmpc_", b"omp_", b"__tgt_"]) {
+    // Linked with libomptarget or libomp (it may dlopen a library that has device code).
+    let dynstr = file.section_by_name(".dynstr").and_then(|s| s.data().ok()).unwrap_or_default();
+    let needs = |lib: &[u8]| dynstr.windows(lib.len()).any(|w| w == lib);
+    if imports_any(&[b"__kmpc_", b"omp_", b"__tgt_"]) || needs(b"libomptarget.so") || needs(b"libomp.so") {
         return Ok(ProgramKind::OpenMp);
     }
     Err(format!(
