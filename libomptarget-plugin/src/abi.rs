@@ -279,8 +279,8 @@ pub unsafe extern "C" fn __tgt_rtl_load_binary(dev: i32, image: *mut c_void) -> 
     })
 }
 
-/// Allocate device memory. Host and shared kinds (`llvm_omp_target_alloc_host/shared`) would
-/// have to be reachable from the host and every worker at once: refused.
+/// Allocate device memory, or host memory for the host kind (`llvm_omp_target_alloc_host`).
+/// The shared kind would have to be reachable from the host and every worker at once: refused.
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_data_alloc(dev: i32, size: i64, host: *mut c_void, kind: i32) -> *mut c_void {
     const TARGET_ALLOC_HOST: i32 = 1;
@@ -290,9 +290,18 @@ pub extern "C" fn __tgt_rtl_data_alloc(dev: i32, size: i64, host: *mut c_void, k
         if dev != 0 || size < 0 {
             return std::ptr::null_mut();
         }
-        if kind == TARGET_ALLOC_HOST || kind == TARGET_ALLOC_SHARED {
-            eprintln!("ompcluster: host and shared device allocations are not supported by the cluster device (memory cannot be shared across processes)");
+        if kind == TARGET_ALLOC_SHARED {
+            eprintln!("ompcluster: shared (managed) allocations are not supported by the cluster device: memory cannot be shared with other processes");
             return std::ptr::null_mut();
+        }
+        if kind == TARGET_ALLOC_HOST {
+            return match c.alloc_host(size as u64) {
+                Ok(a) => a as *mut c_void,
+                Err(e) => {
+                    eprintln!("ompcluster: host allocation of {size} bytes failed: {e}");
+                    std::ptr::null_mut()
+                }
+            };
         }
         match c.alloc(size as u64, host as u64) {
             Ok(a) => a as *mut c_void,

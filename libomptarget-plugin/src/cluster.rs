@@ -125,6 +125,8 @@ pub struct Cluster {
     ckpt: Option<Checkpointer>,
     /// Bytes of all live device buffers (for the checkpoint interval).
     device_bytes: AtomicU64,
+    /// Host allocations (`alloc_host`): address -> extent.
+    host_allocs: Mutex<HashMap<u64, u64>>,
     cfg: Config,
     buffers: Mutex<Buffers>,
     moved: Condvar,
@@ -147,6 +149,7 @@ impl Cluster {
             gate: RwLock::new(()),
             ckpt,
             device_bytes: AtomicU64::new(0),
+            host_allocs: Mutex::new(HashMap::new()),
             buffers: Mutex::new(Buffers::new(heap.base(), heap.end() - heap.base())),
             moved: Condvar::new(),
             kernels: RwLock::new(HashMap::new()),
@@ -392,8 +395,26 @@ impl Cluster {
         Ok(addr)
     }
 
-    /// Free a device buffer.
+    /// Allocate host memory for `llvm_omp_target_alloc_host`: pages of the symmetric heap that
+    /// only the head backs. The program uses it as host memory (maps copy it like any host
+    /// data); a region that dereferences it directly faults on its worker, where the range is
+    /// reserved but never backed, instead of reading whatever the worker has at that address.
+    pub(crate) fn alloc_host(&self, size: u64) -> Result<u64> {
+        self.check_running()?;
+        let (addr, span) = self.buffers.lock().reserve_raw(size)?;
+        self.heap.back(addr, span)?;
+        self.host_allocs.lock().insert(addr, span);
+        self.log(format_args!("ALLOC_HOST {addr:#x} {size} bytes"));
+        Ok(addr)
+    }
+
+    /// Free a device buffer, or host memory from [`Cluster::alloc_host`].
     pub(crate) fn delete(&self, addr: u64) -> Result<()> {
+        if let Some(span) = self.host_allocs.lock().remove(&addr) {
+            self.heap.release(addr, span)?;
+            self.buffers.lock().free_range(addr);
+            return Ok(());
+        }
         if self.stopped.load(Ordering::Acquire) {
             return Ok(()); // the workers are gone; the range dies with the process
         }

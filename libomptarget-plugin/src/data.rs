@@ -172,6 +172,13 @@ impl Buffers {
         Some(b)
     }
 
+    /// Reserve a page-aligned range that is not a device buffer (host memory the head backs);
+    /// returns its address and extent.
+    pub(crate) fn reserve_raw(&mut self, size: u64) -> Result<(u64, u64), HeapError> {
+        let (start, extent) = self.alloc.alloc(size.max(1) + GUARD_GAP)?;
+        Ok((start + GUARD_GAP, extent - GUARD_GAP))
+    }
+
     /// Return a removed buffer's range (and its guard gap) to the allocator.
     pub(crate) fn free_range(&mut self, addr: u64) {
         self.alloc.free(addr - GUARD_GAP);
