@@ -7,7 +7,7 @@
 //! | `OMPCLUSTER_CP_WSPEED` | write speed in MB/s (10^6 bytes/s, > 0) | 10 |
 //! | `OMPCLUSTER_CP_MTBF` | mean time between failures in seconds (> 0) | 86400 |
 //! | `OMPCLUSTER_CP_DALY` | `1`: Daly's refinement instead of Young | 0 |
-//! | `OMPCLUSTER_CP_SCRATCH` | base of the per-rank scratch directory | `$XDG_RUNTIME_DIR`, else `$TMPDIR`, else `/tmp` |
+//! | `OMPCLUSTER_CP_SCRATCH` | base of the per-rank scratch directory | `$XDG_RUNTIME_DIR`, else `/dev/shm`, else `$TMPDIR`, else `/tmp` |
 //! | `OMPCLUSTER_CP_PERSISTENT` | persistent (shared) directory | `./ompcluster-ckpt` |
 //! | `OMPCLUSTER_CP_KEEP` | published versions kept (>= 1) | 2 |
 //! | `OMPCLUSTER_CP_USEVELOC` | `1`: use the VeloC store | 0 |
@@ -75,7 +75,8 @@ pub enum Backend {
 /// Where the per-rank scratch directory is made.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ScratchBase {
-    /// `$XDG_RUNTIME_DIR` if set, else the system temporary directory.
+    /// `$XDG_RUNTIME_DIR` if set, else `/dev/shm` if writable, else the system temporary
+    /// directory.
     Default,
     /// `OMPCLUSTER_CP_SCRATCH`.
     Dir(PathBuf),
@@ -89,10 +90,21 @@ impl ScratchBase {
             ScratchBase::Dir(p) => p.clone(),
             ScratchBase::Default => match std::env::var_os("XDG_RUNTIME_DIR") {
                 Some(d) if !d.is_empty() && Path::new(&d).is_dir() => PathBuf::from(d),
+                // Memory-backed node-local storage: the pause then costs a memory copy, and
+                // the flush is the only write to disk. The store makes its own uniquely named
+                // 0700 directory inside it.
+                _ if is_writable_dir(Path::new("/dev/shm")) => PathBuf::from("/dev/shm"),
                 _ => std::env::temp_dir(),
             },
         }
     }
+}
+
+fn is_writable_dir(p: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else { return false };
+    // SAFETY: access() only reads the NUL-terminated path.
+    p.is_dir() && unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0
 }
 
 /// Everything a rank needs to open its checkpoint store.
