@@ -2,10 +2,13 @@
 //!
 //! Ranks poll MPI (progress only happens inside MPI calls), but four ranks share two cores on
 //! the development machines, so a poller must not spin for long. A poller spins briefly (the
-//! low-latency case: the answer is already on its way), then yields, then sleeps with a
-//! doubling period capped at `max_sleep`.
+//! low-latency case: the answer is already on its way; the first 30 us without any system
+//! call), then yields, then sleeps with a doubling period capped at `max_sleep`.
 
 use std::time::{Duration, Instant};
+
+/// How long a wait polls without any system call before it starts yielding.
+const PURE_SPIN: Duration = Duration::from_micros(30);
 
 /// Back-off state of one polling loop. Create one per wait.
 #[derive(Debug)]
@@ -29,7 +32,14 @@ impl Backoff {
 
     /// Wait a little before the next poll.
     pub fn snooze(&mut self) {
-        if self.start.elapsed() < self.spin_for {
+        let waited = self.start.elapsed();
+        if waited < PURE_SPIN.min(self.spin_for) {
+            // The answer to a short request is usually microseconds away: poll again without
+            // a system call (a yield costs more than the probe itself).
+            for _ in 0..64 {
+                std::hint::spin_loop();
+            }
+        } else if waited < self.spin_for {
             std::thread::yield_now();
         } else {
             std::thread::sleep(self.sleep);
