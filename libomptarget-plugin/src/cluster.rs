@@ -18,7 +18,7 @@
 
 use crate::checkpoint::{Checkpointer, SaveItem};
 use crate::config::Config;
-use crate::data::{Buffers, PointsTo, HEAD};
+use crate::data::{Buffer, Buffers, PointsTo, HEAD};
 use crate::report::{Report, Stats};
 use event_system::comm::{CommError, CONTROL_TAG};
 use event_system::protocol::{Envelope, Event, FoundPointers, Region, Reply};
@@ -228,7 +228,7 @@ impl Cluster {
         {
             let bufs = self.buffers.lock();
             for b in bufs.iter().filter(|b| b.version > b.pristine_version() && saved.get(&b.id) != Some(&b.version)) {
-                let saver = if b.holders.contains(&HEAD) { Some(HEAD) } else { self.least_busy(&b.holders) };
+                let saver = self.current_holder(b);
                 match saver {
                     Some(r) => plan.entry(r).or_default().push((b.id, b.addr, b.size, b.version)),
                     None => eprintln!("ompcluster: checkpoint {ckpt}: no live holder of buffer {}", b.id),
@@ -577,10 +577,8 @@ impl Cluster {
             let b = bufs.containing_range(tgt, len).ok_or(ClusterError::UnknownAddress(tgt))?;
             if b.version == 0 {
                 None
-            } else if b.holders.contains(&HEAD) {
-                Some(HEAD)
             } else {
-                Some(self.least_busy(&b.holders).ok_or(ClusterError::NoWorker)?)
+                Some(self.current_holder(b).ok_or(ClusterError::NoWorker)?)
             }
         };
         match src {
@@ -600,6 +598,26 @@ impl Cluster {
         Ok(())
     }
 
+    /// Where to take a buffer's current version from: the head's staged copy if it holds
+    /// one, else the least busy live worker holding it.
+    fn current_holder(&self, b: &Buffer) -> Option<i32> {
+        if b.holders.contains(&HEAD) {
+            Some(HEAD)
+        } else {
+            self.least_busy(&b.holders)
+        }
+    }
+
+    /// Give worker `w` pages for the buffer if it has none. Called with the buffer lock held,
+    /// so the ALLOC reaches `w` before anything another thread sends it for this buffer.
+    fn back_on(&self, b: &mut Buffer, w: i32) -> Result<()> {
+        if !b.backed.contains(&w) {
+            self.comm.send_msg(w, CONTROL_TAG, &Envelope { tag: 0, event: Event::Alloc(Region { addr: b.addr, size: b.span }) }, self.live.as_ref())?;
+            b.backed.insert(w);
+        }
+        Ok(())
+    }
+
     fn least_busy(&self, ranks: &BTreeSet<i32>) -> Option<i32> {
         ranks
             .iter()
@@ -614,29 +632,16 @@ impl Cluster {
         let mut bufs = self.buffers.lock();
         let (src, version, size) = loop {
             let b = bufs.get_mut(addr).ok_or(ClusterError::UnknownAddress(addr))?;
-            if b.version == 0 || b.holders.contains(&w) {
-                if !b.backed.contains(&w) {
-                    // Version 0: fresh zero pages are the contents.
-                    self.comm.send_msg(w, CONTROL_TAG, &Envelope { tag: 0, event: Event::Alloc(Region { addr: b.addr, size: b.span }) }, self.live.as_ref())?;
-                    b.backed.insert(w);
-                }
+            if b.held_by(w) {
+                self.back_on(b, w)?;
                 return Ok(0);
             }
             if b.incoming.contains(&w) {
                 self.moved.wait(&mut bufs);
                 continue;
             }
-            let src = if b.holders.contains(&HEAD) {
-                HEAD
-            } else {
-                let holders = b.holders.clone();
-                self.least_busy(&holders).ok_or(ClusterError::NoWorker)?
-            };
-            let b = bufs.get_mut(addr).expect("still there");
-            if !b.backed.contains(&w) {
-                self.comm.send_msg(w, CONTROL_TAG, &Envelope { tag: 0, event: Event::Alloc(Region { addr: b.addr, size: b.span }) }, self.live.as_ref())?;
-                b.backed.insert(w);
-            }
+            let src = self.current_holder(b).ok_or(ClusterError::NoWorker)?;
+            self.back_on(b, w)?;
             b.incoming.insert(w);
             break (src, b.version, b.size);
         };
@@ -692,11 +697,7 @@ impl Cluster {
             let bufs = self.buffers.lock();
             let s = bufs.containing_range(src, len).ok_or(ClusterError::UnknownAddress(src))?;
             let d = bufs.containing_range(dst, len).ok_or(ClusterError::UnknownAddress(dst))?;
-            let at = if s.version == 0 || s.holders.contains(&HEAD) {
-                HEAD
-            } else {
-                self.least_busy(&s.holders).ok_or(ClusterError::NoWorker)?
-            };
+            let at = if s.version == 0 { HEAD } else { self.current_holder(s).ok_or(ClusterError::NoWorker)? };
             (s.addr, d.addr, at, dst == d.addr && len >= d.size)
         };
         if at == HEAD {
@@ -713,10 +714,7 @@ impl Cluster {
         } else {
             let mut bufs = self.buffers.lock();
             let b = bufs.get_mut(dst_buf).ok_or(ClusterError::UnknownAddress(dst))?;
-            if !b.backed.contains(&at) {
-                self.comm.send_msg(at, CONTROL_TAG, &Envelope { tag: 0, event: Event::Alloc(Region { addr: b.addr, size: b.span }) }, self.live.as_ref())?;
-                b.backed.insert(at);
-            }
+            self.back_on(b, at)?;
         }
         let tag = self.post(at, Event::Copy { src, dst, size: len })?;
         self.expect_ok(at, tag)?;
@@ -780,7 +778,7 @@ impl Cluster {
                         rank: w,
                         missing_bytes: reach
                             .iter()
-                            .filter(|(a, ..)| !bufs.get(*a).is_some_and(|b| b.held_by(w) || b.version == 0))
+                            .filter(|(a, ..)| !bufs.get(*a).is_some_and(|b| b.held_by(w)))
                             .map(|(_, s, ..)| *s)
                             .sum(),
                         in_flight: self.in_flight[w as usize].load(Ordering::Relaxed),

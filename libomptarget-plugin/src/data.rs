@@ -73,13 +73,10 @@ impl Buffer {
         u64::from(self.global_of.is_some())
     }
 
-    /// Can rank `r` use its copy as the current version?
+    /// Can rank `r` have the current version without a transfer? Version 0 is zero pages,
+    /// which any rank gets by backing the buffer.
     pub(crate) fn held_by(&self, r: i32) -> bool {
-        if self.version == 0 {
-            self.backed.contains(&r)
-        } else {
-            self.holders.contains(&r)
-        }
+        self.version == 0 || self.holders.contains(&r)
     }
 }
 

@@ -13,7 +13,7 @@ pub use output::write_all;
 use crate::backoff::Backoff;
 use crate::comm::{Comm, CommError, Liveness, CONTROL_TAG};
 use crate::heap::SymmetricHeap;
-use crate::protocol::{self, Envelope, Event, FoundPointers, Reply};
+use crate::protocol::{self, Envelope, Event, Reply};
 use crate::HEAD;
 use images::Image;
 use memory::Memory;
@@ -391,7 +391,6 @@ fn execute(w: &Worker, image: u32, kernel: u32, args: &[u64], regions: &[protoco
         }
         changed.push(c);
     }
-    let _: &[FoundPointers] = &pointers;
     let mut patches = Vec::new();
     for (i, snap) in snapshots.into_iter().enumerate() {
         if let Some(old) = snap.filter(|_| changed[i]) {
