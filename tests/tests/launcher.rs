@@ -1,6 +1,6 @@
 //! The launcher: exit codes, refusals with a one-line message, and a worker killed mid-run.
 
-use ompcluster_tests::{compile, compile_plain, describe, launcher, run, stderr, stdout, Job, NPS};
+use ompcluster_tests::{compile, compile_plain, describe, launcher, run, stderr, stdout, Job, DEFAULT_TIMEOUT, NPS};
 use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -36,9 +36,12 @@ fn timed(np: u32, prog: &Path) -> (Output, Duration) {
     timed_env(np, prog, &[])
 }
 
+/// Run and time the job itself: the clock starts once the job holds the global run lock
+/// (`Job::spawn` waits for it), so time spent queued behind other tests does not count.
 fn timed_env(np: u32, prog: &Path, envs: &[(&str, &str)]) -> (Output, Duration) {
+    let job = Job::spawn(np, prog, &[], envs);
     let t = Instant::now();
-    let o = run(np, prog, &[], envs);
+    let o = job.wait(DEFAULT_TIMEOUT);
     (o, t.elapsed())
 }
 
