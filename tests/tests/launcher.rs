@@ -107,7 +107,9 @@ fn refuses_missing_program_path() {
 fn killed_worker_ends_the_job() {
     let prog = compile("sleepy.c");
     let _ = launcher();
-    let mut job = Job::spawn(4, &prog, &["4000", "50"], &[]);
+    // About 125 s of work (20,000 regions of 50 ms, 8 at a time): the kill lands mid-run even
+    // when finding the ranks is slow on a loaded machine (4,000 regions once finished first).
+    let mut job = Job::spawn(4, &prog, &["20000", "50"], &[]);
     // Wait until all 4 ranks run, then let the tasks get going.
     let t0 = Instant::now();
     let ranks = loop {
