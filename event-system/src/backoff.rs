@@ -35,8 +35,10 @@ impl Backoff {
         let waited = self.start.elapsed();
         if waited < PURE_SPIN.min(self.spin_for) {
             // The answer to a short request is usually microseconds away: poll again without
-            // a system call (a yield costs more than the probe itself).
-            for _ in 0..64 {
+            // a system call (a yield costs more than the probe itself). A few PAUSEs only:
+            // one costs up to ~140 cycles on recent Xeons, and 64 of them added microseconds
+            // to every empty target region (measured: 6.6-8.2 us with 64, 5.2-7.0 us with 4).
+            for _ in 0..4 {
                 std::hint::spin_loop();
             }
         } else if waited < self.spin_for {
