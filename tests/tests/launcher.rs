@@ -101,19 +101,19 @@ fn refuses_missing_program_path() {
     assert_refused(&o, took, "");
 }
 
-/// SIGKILL one worker in the middle of a run of slow tasks: the job must end within 30 s,
-/// with a non-zero exit code and a message naming the dead rank.
-#[test]
-fn killed_worker_ends_the_job() {
-    let prog = compile("sleepy.c");
-    let _ = launcher();
-    // About 125 s of work (20,000 regions of 50 ms, 8 at a time): the kill lands mid-run even
-    // when finding the ranks is slow on a loaded machine (4,000 regions once finished first).
-    let mut job = Job::spawn(4, &prog, &["20000", "50"], &[]);
-    // Wait until all 4 ranks run, then let the tasks get going.
+/// Heartbeat settings for the failure tests: a dead or frozen worker is declared dead within
+/// 2 s by our own detector, whatever mpirun notices by itself.
+const FAST_DETECTOR: &[(&str, &str)] = &[("OMPCLUSTER_HB_PERIOD", "250"), ("OMPCLUSTER_HB_TIMEOUT", "2000")];
+
+/// Start a run of slow tasks on 4 ranks and return it once every rank runs and the tasks got
+/// going, with each rank's pid.
+fn start_slow_job(prog: &std::path::Path) -> (Job, Vec<(u32, i32)>) {
+    // About 125 s of work (20,000 regions of 50 ms, 8 at a time): the failure lands mid-run
+    // even when finding the ranks is slow on a loaded machine.
+    let mut job = Job::spawn(4, prog, &["20000", "50"], FAST_DETECTOR);
     let t0 = Instant::now();
     let ranks = loop {
-        let r = job.ranks(&prog);
+        let r = job.ranks(prog);
         if r.len() == 4 {
             break r;
         }
@@ -124,23 +124,44 @@ fn killed_worker_ends_the_job() {
         std::thread::sleep(Duration::from_millis(50));
     };
     std::thread::sleep(Duration::from_millis(2000));
-    assert!(job.wait_timeout(Duration::ZERO).is_none(), "the job ended before the kill");
+    assert!(job.wait_timeout(Duration::ZERO).is_none(), "the job ended before the failure");
+    (job, ranks)
+}
+
+/// Send `sig` to one worker in the middle of a run of slow tasks: the job must end within
+/// 30 s, with a non-zero exit code and a message naming that rank.
+fn worker_failure_ends_the_job(sig: i32) {
+    let prog = compile("sleepy.c");
+    let _ = launcher();
+    let (job, ranks) = start_slow_job(&prog);
     let (victim_rank, victim) = ranks[2];
     assert_ne!(victim_rank, 0);
     // SAFETY: kill has no memory-safety preconditions; the pid is a rank of our job.
-    unsafe { libc::kill(victim, libc::SIGKILL) };
-    let killed_at = Instant::now();
+    unsafe { libc::kill(victim, sig) };
+    let hit_at = Instant::now();
     let o = job.wait(Duration::from_secs(30));
-    let took = killed_at.elapsed();
-    eprintln!("killed rank {victim_rank} (pid {victim}); the job ended {took:?} later with {}", o.status);
-    assert!(!o.status.success(), "the job succeeded although rank {victim_rank} was killed\n{}", describe(&o));
+    let took = hit_at.elapsed();
+    eprintln!("signal {sig} to rank {victim_rank} (pid {victim}); the job ended {took:?} later with {}", o.status);
+    assert!(!o.status.success(), "the job succeeded although rank {victim_rank} failed\n{}", describe(&o));
     let all = format!("{}{}", stdout(&o), stderr(&o));
     assert!(
         all.contains(&format!("rank {victim_rank}")),
-        "no message names rank {victim_rank} (killed after {took:?})\n{}",
+        "no message names rank {victim_rank} (after {took:?})\n{}",
         describe(&o)
     );
     assert!(!stdout(&o).contains("PASS"), "{}", describe(&o));
+}
+
+#[test]
+fn killed_worker_ends_the_job() {
+    worker_failure_ends_the_job(libc::SIGKILL);
+}
+
+/// A frozen worker (SIGSTOP) is invisible to mpirun: only the failure detector can end the
+/// job, after its heartbeat timeout.
+#[test]
+fn frozen_worker_ends_the_job() {
+    worker_failure_ends_the_job(libc::SIGSTOP);
 }
 
 /// A region that aborts on its worker (the 4th of 10): the job ends quickly with a non-zero
