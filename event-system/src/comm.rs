@@ -300,8 +300,27 @@ impl Comm {
         len: usize,
         live: &dyn Liveness,
     ) -> Result<(), CommError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.send_bytes_during(dst, tag, ptr, len, live, || ()) }
+    }
+
+    /// [`Comm::send_bytes`], running `during` on this thread while the data travels (after
+    /// the sends are posted, before waiting for them): work that only reads the same bytes,
+    /// such as scanning them, then costs no extra time.
+    ///
+    /// # Safety
+    /// As for [`Comm::send_bytes`]; `during` must not write the range.
+    pub unsafe fn send_bytes_during<R>(
+        &self,
+        dst: i32,
+        tag: i32,
+        ptr: *const u8,
+        len: usize,
+        live: &dyn Liveness,
+        during: impl FnOnce() -> R,
+    ) -> Result<R, CommError> {
         // SAFETY: forwarded contract; a send only reads through the pointer.
-        unsafe { self.transfer(Direction::Send, dst, tag, ptr.cast_mut(), len, live) }
+        unsafe { self.transfer(Direction::Send, dst, tag, ptr.cast_mut(), len, live, during) }
     }
 
     /// Receive `len` bytes from `src` on `tag` into `ptr`, in the fragments `send_bytes` uses.
@@ -318,15 +337,16 @@ impl Comm {
         live: &dyn Liveness,
     ) -> Result<(), CommError> {
         // SAFETY: forwarded contract.
-        unsafe { self.transfer(Direction::Recv, src, tag, ptr, len, live) }
+        unsafe { self.transfer(Direction::Recv, src, tag, ptr, len, live, || ()) }
     }
 
-    /// Post one request per fragment (one empty message for `len == 0`, so both sides agree)
-    /// and wait for all of them.
+    /// Post one request per fragment (one empty message for `len == 0`, so both sides agree),
+    /// run `during`, and wait for all of them.
     ///
     /// # Safety
     /// As for `send_bytes` (Send) or `recv_bytes` (Recv).
-    unsafe fn transfer(
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn transfer<R>(
         &self,
         dir: Direction,
         peer: i32,
@@ -334,7 +354,8 @@ impl Comm {
         ptr: *mut u8,
         len: usize,
         live: &dyn Liveness,
-    ) -> Result<(), CommError> {
+        during: impl FnOnce() -> R,
+    ) -> Result<R, CommError> {
         let mut reqs = Vec::with_capacity(len / self.fragment + 1);
         let pieces: Vec<(usize, usize)> = if len == 0 { vec![(0, 0)] } else { self.pieces(len).collect() };
         for (off, n) in pieces {
@@ -351,8 +372,10 @@ impl Comm {
             check(dir.call(), code)?;
             reqs.push(req);
         }
+        let r = during();
         let spin = Backoff::new(std::time::Duration::from_millis(2), std::time::Duration::from_millis(1));
-        self.wait_all(&mut reqs, peer, live, spin)
+        self.wait_all(&mut reqs, peer, live, spin)?;
+        Ok(r)
     }
 }
 

@@ -100,9 +100,6 @@ struct Kernel {
 /// the kernel, and the changes to image data regions (see `Reply::Executed`).
 type Executed = (Vec<bool>, Vec<FoundPointers>, f64, Vec<(u32, Vec<(u64, Vec<u8>)>)>);
 
-/// Submits at least this large are scanned for device pointers while they travel.
-const SCAN_IN_PARALLEL: u64 = 4 << 20;
-
 /// Kernels whose last run took less than this run on the worker's polling thread.
 const SHORT_KERNEL_NS: u64 = 50_000;
 
@@ -475,47 +472,41 @@ impl Cluster {
             return Ok(());
         }
         let (lo, hi) = (self.heap.base(), self.heap.end());
-        let host_addr = host as usize;
         // SAFETY: the caller guarantees `host..host+len` is readable until we return.
-        let scan = move || match unsafe { event_system::protocol::scan_pointers(host_addr as *const u8, len as usize, lo, hi) } {
+        let scan = || match unsafe { event_system::protocol::scan_pointers(host, len as usize, lo, hi) } {
             FoundPointers::Many => PointsTo::All,
             FoundPointers::Some(v) => PointsTo::Some(v.into_iter().collect()),
         };
-        // A large submit is scanned for device pointers on a second thread while it travels
-        // (both only read the host bytes); a small one inline.
-        std::thread::scope(|sc| -> Result<()> {
-            let pending = (len >= SCAN_IN_PARALLEL).then(|| sc.spawn(scan));
-            let found = if pending.is_none() { Some(scan()) } else { None };
-            // SAFETY: forwarded contract (readable host bytes).
-            let moved = unsafe { self.submit_bytes(tgt, host, len) };
-            let found = match (found, pending) {
-                (Some(f), _) => f,
-                (None, Some(h)) => h.join().unwrap_or(PointsTo::All),
-                (None, None) => PointsTo::All,
-            };
-            let (addr, targets, whole) = moved?;
-            let mut bufs = self.buffers.lock();
-            if let Some(b) = bufs.get_mut(addr) {
-                b.version += 1;
-                b.holders = targets.into_iter().collect();
-                if whole {
-                    b.points_to = found;
-                } else {
-                    b.points_to.add(found);
-                }
+        // SAFETY: forwarded contract (readable host bytes).
+        let (addr, targets, whole, found) = unsafe { self.submit_bytes(tgt, host, len, scan)? };
+        let mut bufs = self.buffers.lock();
+        if let Some(b) = bufs.get_mut(addr) {
+            b.version += 1;
+            b.holders = targets.into_iter().collect();
+            if whole {
+                b.points_to = found;
+            } else {
+                b.points_to.add(found);
             }
-            Ok(())
-        })?;
+        }
+        drop(bufs);
         self.log(format_args!("SUBMIT {tgt:#x} {len} bytes"));
         Ok(())
     }
 
     /// Move the bytes of a submit where they belong; returns the buffer, where its current
-    /// version now is, and whether the submit covered all of it.
+    /// version now is, whether the submit covered all of it, and what `scan` (which reads
+    /// the host bytes) found: it runs while the bytes travel to the first worker.
     ///
     /// # Safety
     /// `host..host+len` must be readable.
-    unsafe fn submit_bytes(&self, tgt: u64, host: *const u8, len: u64) -> Result<(u64, Vec<i32>, bool)> {
+    unsafe fn submit_bytes(
+        &self,
+        tgt: u64,
+        host: *const u8,
+        len: u64,
+        scan: impl FnOnce() -> PointsTo,
+    ) -> Result<(u64, Vec<i32>, bool, PointsTo)> {
         let (addr, targets, whole) = {
             let mut bufs = self.buffers.lock();
             let b = bufs.containing_range(tgt, len).ok_or(ClusterError::UnknownAddress(tgt))?;
@@ -538,6 +529,8 @@ impl Cluster {
             }
             (addr, targets, whole)
         };
+        let mut scan = Some(scan);
+        let mut found = None;
         for &r in &targets {
             if r == HEAD {
                 // SAFETY: `tgt..tgt+len` lies in a buffer the head has backed (staged above);
@@ -545,13 +538,21 @@ impl Cluster {
                 unsafe { std::ptr::copy_nonoverlapping(host, tgt as *mut u8, len as usize) };
             } else {
                 let tag = self.post(r, Event::Submit(Region { addr: tgt, size: len }))?;
-                // SAFETY: host range readable (caller) and unchanged until we return.
-                unsafe { self.comm.send_bytes(r, tag, host, len as usize, self.live.as_ref())? };
+                let during = || scan.take().map(|s| s());
+                // SAFETY: host range readable (caller) and unchanged until we return; the
+                // scan only reads it.
+                let f = unsafe { self.comm.send_bytes_during(r, tag, host, len as usize, self.live.as_ref(), during)? };
+                found = found.or(f);
                 self.expect_ok(r, tag)?;
                 self.stats.add_submitted(len);
             }
         }
-        Ok((addr, targets, whole))
+        let found = match (found, scan) {
+            (Some(f), _) => f,
+            (None, Some(s)) => s(),
+            (None, None) => PointsTo::All,
+        };
+        Ok((addr, targets, whole, found))
     }
 
     /// Copy `len` bytes at device address `tgt` to host memory at `host`.
