@@ -3,7 +3,8 @@
 //! Ranks poll MPI (progress only happens inside MPI calls), but four ranks share two cores on
 //! the development machines, so a poller must not spin for long. A poller spins briefly (the
 //! low-latency case: the answer is already on its way; the first 30 us without any system
-//! call), then yields, then sleeps with a doubling period capped at `max_sleep`.
+//! call), then yields, then sleeps with a doubling period capped at `max_sleep` and at 1/32
+//! of the time waited so far.
 
 use std::time::{Duration, Instant};
 
@@ -44,7 +45,10 @@ impl Backoff {
         } else if waited < self.spin_for {
             std::thread::yield_now();
         } else {
-            std::thread::sleep(self.sleep);
+            // Never sleep more than a small fraction of the time already waited, so a wait
+            // ends at most ~3% after what it waits for (a 5 ms transfer is not stretched by a
+            // 1 ms nap), while long idle waits still reach `max_sleep`.
+            std::thread::sleep(self.sleep.min(waited / 32));
             self.sleep = (self.sleep * 2).min(self.max_sleep);
         }
     }

@@ -35,6 +35,9 @@ pub trait CheckpointSink: Send + Sync {
 /// `Reply::Executed::patches`).
 const MAX_PATCHED: u64 = 1 << 20;
 
+/// Submits and retrieves up to this size are served on the polling thread.
+const INLINE_TRANSFER: u64 = 8 << 20;
+
 /// Most threads a worker runs (kernels in flight plus the poller).
 const MAX_THREADS: usize = 512;
 
@@ -159,6 +162,15 @@ fn serve(w: &Arc<Worker>) -> Result<(), CommError> {
                 }
                 Event::Exit => {
                     w.exit.store(true, Ordering::Release);
+                    true
+                }
+                Event::Submit(r) | Event::Retrieve(r) if r.size <= INLINE_TRANSFER => {
+                    // A transfer with the head, which is waiting on it right now: handing it to
+                    // another thread would leave two threads of this worker busy (the transfer
+                    // and a new poller) on a machine that may have fewer cores than that.
+                    if let Some(r) = handle(w, &env)? {
+                        w.comm.send_msg(HEAD, env.tag, &r, w.live.as_ref())?;
+                    }
                     true
                 }
                 Event::Execute { short: true, .. } => {
