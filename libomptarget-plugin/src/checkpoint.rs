@@ -2,18 +2,26 @@
 //!
 //! Design note (concurrency). Every offloading request of the head runs under the read side
 //! of `Cluster::gate`; a checkpoint takes the write side, so new requests wait and the ones in
-//! flight (kernels included) finish first. While the gate is held, each holder of a buffer's
-//! current version only copies it to its scratch directory (the head for buffers it stages,
-//! a worker for the others); then the gate is released and the slow flush to the persistent
-//! directory runs on a background thread. A checkpoint counts (manifest published, report
-//! counters) only once every saver's flush is durable. At most one flush is in progress: a
-//! checkpoint that falls due meanwhile is taken at the next request after it finished, so
-//! manifests are published in order and each one lists every region (incremental saves point
-//! to older files).
+//! flight (kernels included) finish first. While the gate is held the head only decides who
+//! saves what (the holder of each changed buffer's current version) and posts a CHECKPOINT
+//! event to each saving worker; then it releases the gate. The saves themselves run after the
+//! pause, yet each buffer is saved exactly as it was at the pause:
+//! - a worker saves on its polling thread, before it looks at any later event, and only later
+//!   events (a kernel, a transfer, a delete) can change the copies it holds;
+//! - the head saves its staged copies on the background thread, and whoever would change or
+//!   free a staged copy still listed in [`PendingSaves`] waits until it is saved.
+//!
+//! The background thread then collects the workers' save replies and runs the flush to the
+//! persistent directory. A checkpoint counts (manifest published, report counters) only once
+//! every save succeeded and every saver's flush is durable; if any failed, the versions it was
+//! to save count as unsaved again, so the next checkpoint saves them. At most one checkpoint is
+//! in progress: one that falls due meanwhile is taken at the next request after it finished,
+//! so manifests are published in order and each one lists every region (incremental saves
+//! point to older files).
 
-use ckpt_veloc::{CheckpointMap, CheckpointStore, RegionRecord, StoreConfig};
+use ckpt_veloc::{CheckpointMap, CheckpointStore, FlushError, FlushHandle, RegionRecord, StoreConfig};
 use event_system::CheckpointSink;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -24,10 +32,39 @@ use std::time::{Duration, Instant};
 pub(crate) struct Checkpointer {
     pub(crate) store: Arc<dyn CheckpointStore>,
     pub(crate) cfg: StoreConfig,
-    inner: Mutex<Inner>,
+    inner: Arc<Mutex<Inner>>,
     flushing: Arc<AtomicBool>,
     flusher: Mutex<Option<JoinHandle<()>>>,
     pub(crate) published: Arc<Mutex<Published>>,
+    /// Staged buffers on the head that the checkpoint in progress has yet to save.
+    pub(crate) head_pending: Arc<PendingSaves>,
+}
+
+/// Addresses of the head's staged buffers still to be saved by the checkpoint in progress.
+#[derive(Default)]
+pub(crate) struct PendingSaves {
+    addrs: Mutex<HashSet<u64>>,
+    saved: Condvar,
+}
+
+impl PendingSaves {
+    fn add(&self, addrs: impl IntoIterator<Item = u64>) {
+        self.addrs.lock().extend(addrs);
+    }
+
+    fn done(&self, addr: u64) {
+        self.addrs.lock().remove(&addr);
+        self.saved.notify_all();
+    }
+
+    /// Wait until the staged copy of the buffer at `addr` is saved (if a checkpoint is saving
+    /// it): call before changing or freeing it.
+    pub(crate) fn wait(&self, addr: u64) {
+        let mut a = self.addrs.lock();
+        while a.contains(&addr) {
+            self.saved.wait(&mut a);
+        }
+    }
 }
 
 #[derive(Default)]
@@ -49,7 +86,10 @@ pub(crate) struct Published {
     /// Buffers deleted since: their records leave the next manifest.
     pub(crate) deleted: HashSet<u64>,
     pub(crate) errors: Vec<String>,
-    /// Per completed checkpoint: time from the end of its pause to its publication.
+    /// Per completed checkpoint: time from the end of its pause until every saver had copied
+    /// its regions to scratch.
+    pub(crate) save_seconds: Vec<f64>,
+    /// Per completed checkpoint: time from then to its publication (the flush).
     pub(crate) flush_seconds: Vec<f64>,
 }
 
@@ -61,10 +101,11 @@ impl Checkpointer {
         Checkpointer {
             store,
             cfg,
-            inner: Mutex::new(Inner { next_ckpt: 1, last: Some(Instant::now()), ..Default::default() }),
+            inner: Arc::new(Mutex::new(Inner { next_ckpt: 1, last: Some(Instant::now()), ..Default::default() })),
             flushing: Arc::new(AtomicBool::new(false)),
             flusher: Mutex::new(None),
             published: Arc::new(Mutex::new(Published::default())),
+            head_pending: Arc::new(PendingSaves::default()),
         }
     }
 
@@ -85,14 +126,19 @@ impl Checkpointer {
         (id, i.saved.clone())
     }
 
-    /// The pause is over: remember what was saved and how long it took; start the flush.
-    /// `flush_all` runs on the background thread and returns every saver's records.
+    /// The pause is over (the gate is about to be released): remember what is being saved and
+    /// how long the pause took, and start the background thread. It first saves the head's
+    /// `head_items` (staged copies, read in place) and starts the head's flush, then runs
+    /// `saves` (which collects the workers' save replies) and `flush` (which waits for the
+    /// head's flush, given to it, and every worker's, and returns their records).
     pub(crate) fn end_pause(
         &self,
         ckpt: u64,
         saved: &[SaveItem],
+        head_items: Vec<SaveItem>,
         pause: Duration,
-        flush_all: impl FnOnce() -> Result<Vec<RegionRecord>, String> + Send + 'static,
+        saves: impl FnOnce() -> Result<(), String> + Send + 'static,
+        flush: impl FnOnce(Result<FlushHandle, FlushError>) -> Result<Vec<RegionRecord>, String> + Send + 'static,
     ) {
         {
             let mut i = self.inner.lock();
@@ -102,16 +148,39 @@ impl Checkpointer {
             i.pauses.push(pause.as_secs_f64());
             i.last = Some(Instant::now());
         }
+        self.head_pending.add(head_items.iter().map(|&(_, addr, ..)| addr));
         self.flushing.store(true, Ordering::Release);
         let flushing = self.flushing.clone();
         let published = self.published.clone();
+        let inner = self.inner.clone();
+        let pending = self.head_pending.clone();
+        let store = self.store.clone();
         let dir = self.store.persistent_dir().to_path_buf();
         let keep = self.cfg.keep;
+        let saved = saved.to_vec();
         let handle = std::thread::Builder::new()
             .name("ompc-ckpt-flush".into())
             .spawn(move || {
                 let started = Instant::now();
-                let result = flush_all().and_then(|records| {
+                let mut head_result = Ok(());
+                for (id, addr, size, _) in head_items {
+                    if head_result.is_ok() {
+                        // SAFETY: the head holds this buffer's current version in its staged
+                        // copy, and nothing changes or frees that copy while `addr` is in
+                        // `pending` (see `PendingSaves::wait`).
+                        let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, size as usize) };
+                        head_result = store.save_region(ckpt, id, bytes).map_err(|e| e.to_string());
+                    }
+                    pending.done(addr);
+                }
+                // The head's own flush starts at once (workers start theirs after saving);
+                // the workers' results are collected even if the head failed, so that no
+                // reply is left behind.
+                let own_flush = store.flush(ckpt);
+                let workers_result = saves();
+                let save_s = started.elapsed().as_secs_f64();
+                let flush_started = Instant::now();
+                let result = head_result.and(workers_result).and_then(|()| flush(own_flush)).and_then(|records| {
                     let mut p = published.lock();
                     let bytes: u64 = records.iter().map(|r| r.size).sum();
                     let deleted = p.deleted.clone();
@@ -123,11 +192,20 @@ impl Checkpointer {
                     p.map.publish(&dir, ckpt, keep).map_err(|e| e.to_string())?;
                     p.checkpoints += 1;
                     p.bytes += bytes;
-                    p.flush_seconds.push(started.elapsed().as_secs_f64());
+                    p.save_seconds.push(save_s);
+                    p.flush_seconds.push(flush_started.elapsed().as_secs_f64());
                     Ok(())
                 });
                 if let Err(e) = result {
                     eprintln!("ompcluster: checkpoint {ckpt} failed: {e}");
+                    store.discard(ckpt);
+                    // What it was to save is unsaved again: the next checkpoint saves it.
+                    let mut i = inner.lock();
+                    for (id, _, _, version) in saved {
+                        if i.saved.get(&id) == Some(&version) {
+                            i.saved.remove(&id);
+                        }
+                    }
                     published.lock().errors.push(format!("checkpoint {ckpt}: {e}"));
                 }
                 flushing.store(false, Ordering::Release);
@@ -159,15 +237,80 @@ impl Checkpointer {
 }
 
 /// A worker's side: save and flush through its own store.
-pub(crate) struct WorkerSink(pub(crate) Arc<dyn CheckpointStore>);
+pub(crate) struct WorkerSink {
+    store: Arc<dyn CheckpointStore>,
+    /// The flush started last (checkpoints are flushed one at a time, in order).
+    started: Mutex<Option<(u64, FlushHandle)>>,
+}
+
+impl WorkerSink {
+    pub(crate) fn new(store: Arc<dyn CheckpointStore>) -> Self {
+        WorkerSink { store, started: Mutex::new(None) }
+    }
+}
 
 impl CheckpointSink for WorkerSink {
     fn save(&self, ckpt: u64, region: u64, bytes: &[u8]) -> Result<(), String> {
-        self.0.save_region(ckpt, region, bytes).map_err(|e| e.to_string())
+        self.store.save_region(ckpt, region, bytes).map_err(|e| e.to_string())
+    }
+
+    fn start_flush(&self, ckpt: u64) -> Result<(), String> {
+        let handle = self.store.flush(ckpt).map_err(|e| e.to_string())?;
+        // A flush the head never collected (its checkpoint failed elsewhere) is dropped.
+        *self.started.lock() = Some((ckpt, handle));
+        Ok(())
     }
 
     fn flush(&self, ckpt: u64) -> Result<Vec<u8>, String> {
-        let outcome = self.0.flush(ckpt).and_then(|h| h.wait()).map_err(|e| e.to_string())?;
+        let handle = match self.started.lock().take() {
+            Some((c, h)) if c == ckpt => h,
+            _ => return Err(format!("checkpoint {ckpt} was not saved here")),
+        };
+        let outcome = handle.wait().map_err(|e| e.to_string())?;
         serde_json::to_vec(&outcome.records).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ckpt_veloc::ScratchBase;
+
+    fn checkpointer(dir: &std::path::Path) -> Checkpointer {
+        let mut c = StoreConfig::new(0, dir.join("persistent"));
+        c.scratch = ScratchBase::Dir(dir.join("scratch"));
+        let store: Arc<dyn CheckpointStore> = Arc::from(ckpt_veloc::open(&c).unwrap());
+        Checkpointer::new(store, c)
+    }
+
+    /// A checkpoint whose saves failed publishes nothing, and the versions it was to save
+    /// count as unsaved, so the next checkpoint saves them.
+    #[test]
+    fn failed_checkpoint_leaves_its_versions_unsaved() {
+        let t = tempfile::tempdir().unwrap();
+        let cp = checkpointer(t.path());
+        let data = vec![5u8; 4096];
+        let item = (7, data.as_ptr() as u64, data.len() as u64, 3);
+        let (id, before) = cp.begin();
+        assert!(before.is_empty());
+        cp.end_pause(id, &[item], vec![], Duration::ZERO, || Err("rank 2: disk full".into()), |_| unreachable!());
+        cp.wait();
+        let p = cp.published.lock();
+        assert_eq!(p.checkpoints, 0);
+        assert_eq!(p.errors.len(), 1, "{:?}", p.errors);
+        drop(p);
+        let (_, after) = cp.begin();
+        assert_eq!(after.get(&7), None, "the failed save still counts as saved");
+
+        // The same buffer in a checkpoint that works: saved by the head, published.
+        let (id, _) = cp.begin();
+        cp.end_pause(id, &[item], vec![item], Duration::ZERO, || Ok(()), |own| {
+            Ok(own.and_then(|h| h.wait()).map_err(|e| e.to_string())?.records)
+        });
+        cp.wait();
+        assert_eq!(cp.published.lock().checkpoints, 1);
+        assert_eq!(cp.begin().1.get(&7), Some(&3));
+        let loaded = ckpt_veloc::load_region(&t.path().join("persistent"), id, 7).unwrap();
+        assert_eq!(loaded, data);
     }
 }

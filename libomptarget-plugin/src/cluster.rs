@@ -212,8 +212,9 @@ impl Cluster {
         Ok(self.gate.read())
     }
 
-    /// Take a consistent checkpoint: pause offloading, have each holder of a changed buffer's
-    /// current version save it, resume, flush in the background.
+    /// Take a consistent checkpoint: pause offloading, decide who saves which changed buffer,
+    /// tell the saving workers, resume; the saves that follow and the flush run in the
+    /// background (design note in `checkpoint.rs`).
     fn checkpoint(&self, cp: &Checkpointer) {
         let t0 = Instant::now();
         let gate = self.gate.write();
@@ -232,58 +233,57 @@ impl Cluster {
                 }
             }
         }
-        let mut tags = Vec::new();
-        let mut ok = true;
+        let mut posted = Vec::new();
         for (&r, items) in &plan {
             if r == HEAD {
                 continue;
             }
             let regions = items.iter().map(|&(id, addr, size, _)| (id, Region { addr, size })).collect();
             match self.post(r, Event::Checkpoint { ckpt, regions }) {
-                Ok(tag) => tags.push((r, tag)),
+                Ok(tag) => posted.push((r, tag)),
                 Err(e) => {
+                    // Nothing was saved yet: give this checkpoint up (the replies of the
+                    // workers already told are collected, so that none is left behind).
                     eprintln!("ompcluster: checkpoint {ckpt}: {e}");
-                    ok = false;
+                    for (r, tag) in posted {
+                        let _ = self.expect_ok(r, tag);
+                    }
+                    cp.store.discard(ckpt);
+                    return;
                 }
             }
         }
-        for &(id, addr, size, _) in plan.get(&HEAD).into_iter().flatten() {
-            // SAFETY: the head holds the current version of this buffer in its staged copy,
-            // and the gate keeps every request (and so every change) out meanwhile.
-            let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, size as usize) };
-            if let Err(e) = cp.store.save_region(ckpt, id, bytes) {
-                eprintln!("ompcluster: checkpoint {ckpt}: {e}");
-                ok = false;
-            }
-        }
-        for (r, tag) in tags {
-            if let Err(e) = self.expect_ok(r, tag) {
-                eprintln!("ompcluster: checkpoint {ckpt}: {e}");
-                ok = false;
-            }
-        }
-        let pause = t0.elapsed();
-        drop(gate);
-        if !ok {
-            cp.store.discard(ckpt);
-            return;
-        }
+        let head_items = plan.get(&HEAD).cloned().unwrap_or_default();
         let items: Vec<SaveItem> = plan.values().flatten().copied().collect();
-        let savers: Vec<i32> = plan.keys().copied().collect();
-        let (comm, tags, live, store) = (self.comm.clone(), self.tags.clone(), self.live.clone(), cp.store.clone());
+        let pause = t0.elapsed();
+        let (comm, tags, live) = (self.comm.clone(), self.tags.clone(), self.live.clone());
         self.log(format_args!("CHECKPOINT {ckpt}: {} regions, pause {:.3} ms", items.len(), pause.as_secs_f64() * 1e3));
-        cp.end_pause(ckpt, &items, pause, move || {
+        let waits = posted.clone();
+        let (comm2, live2) = (comm.clone(), live.clone());
+        let saves = move || {
+            // Every save reply, even after a failure, so that none is left behind.
+            let mut failed = None;
+            for &(r, tag) in &waits {
+                match comm2.recv_msg::<Reply>(r, tag, live2.as_ref()) {
+                    Ok(Reply::Ok) => {}
+                    Ok(Reply::Error(e)) => failed = failed.or(Some(format!("rank {r}: {e}"))),
+                    Ok(other) => failed = failed.or(Some(format!("rank {r}: unexpected reply {other:?}"))),
+                    Err(e) => failed = failed.or(Some(e.to_string())),
+                }
+            }
+            failed.map_or(Ok(()), Err)
+        };
+        cp.end_pause(ckpt, &items, head_items, pause, saves, move |own_flush| {
+            // Every saver started its flush after saving: collect the outcomes.
             let mut records = Vec::new();
             let mut pending = Vec::new();
-            for &r in &savers {
-                if r != HEAD {
-                    let tag = tags.next();
-                    comm.send_msg(r, CONTROL_TAG, &Envelope { tag, event: Event::Flush { ckpt } }, live.as_ref()).map_err(|e| e.to_string())?;
-                    pending.push((r, tag));
-                }
+            for &(r, _) in &posted {
+                let tag = tags.next();
+                comm.send_msg(r, CONTROL_TAG, &Envelope { tag, event: Event::Flush { ckpt } }, live.as_ref()).map_err(|e| e.to_string())?;
+                pending.push((r, tag));
             }
             // The head's own flush (its store also flushes an empty checkpoint cleanly).
-            let own = store.flush(ckpt).and_then(|h| h.wait()).map_err(|e| e.to_string())?;
+            let own = own_flush.and_then(|h| h.wait()).map_err(|e| e.to_string())?;
             records.extend(own.records);
             for (r, tag) in pending {
                 match comm.recv_msg::<Reply>(r, tag, live.as_ref()).map_err(|e| e.to_string())? {
@@ -301,6 +301,7 @@ impl Cluster {
             }
             Ok(records)
         });
+        drop(gate);
     }
 
     // ----- images -----
@@ -434,6 +435,7 @@ impl Cluster {
         let region = Region { addr: b.addr, size: b.span };
         for &r in &b.backed {
             if r == HEAD {
+                self.before_changing_staged(b.addr);
                 self.heap.release(b.addr, b.span)?;
             } else if !self.live.is_dead(r) {
                 self.post(r, Event::Delete(region))?;
@@ -442,6 +444,14 @@ impl Cluster {
         self.buffers.lock().free_range(addr);
         self.log(format_args!("DELETE {addr:#x}"));
         Ok(())
+    }
+
+    /// Wait until a checkpoint in progress has saved the head's staged copy of the buffer at
+    /// `addr` (if it is saving it): call before changing or freeing that copy.
+    fn before_changing_staged(&self, addr: u64) {
+        if let Some(cp) = &self.ckpt {
+            cp.head_pending.wait(addr);
+        }
     }
 
     fn stage_on_head(&self, bufs: &mut Buffers, addr: u64) -> Result<()> {
@@ -529,6 +539,9 @@ impl Cluster {
             }
             (addr, targets, whole)
         };
+        if targets.contains(&HEAD) {
+            self.before_changing_staged(addr);
+        }
         let mut scan = Some(scan);
         let mut found = None;
         for &r in &targets {
@@ -859,6 +872,7 @@ impl Cluster {
                     };
                     if b.backed.contains(&HEAD) {
                         // The staged copy is stale: give its memory back (it stays mapped).
+                        self.before_changing_staged(b.addr);
                         let _ = self.heap.discard(b.addr, b.span);
                     }
                     writes.push(Access { buffer: b.id, version: b.version });
@@ -976,6 +990,7 @@ impl Cluster {
                 report.checkpoint_pauses_seconds = cp.pauses();
                 report.checkpoint_pause_seconds = report.checkpoint_pauses_seconds.iter().sum();
                 report.checkpoint_errors = p.errors.clone();
+                report.checkpoint_save_seconds = p.save_seconds.clone();
                 report.checkpoint_flush_seconds = p.flush_seconds.clone();
             }
             if let Err(e) = report.write(path) {

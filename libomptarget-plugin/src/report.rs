@@ -63,8 +63,11 @@ pub struct Report {
     pub checkpoint_pause_seconds: f64,
     /// The pause of each checkpoint taken, in order.
     pub checkpoint_pauses_seconds: Vec<f64>,
-    /// Per completed checkpoint: seconds from the end of its pause until it was durable and
-    /// published (the background flush of every saving rank).
+    /// Per completed checkpoint: seconds from the end of its pause until every saving rank had
+    /// copied its regions to scratch (in the background, each buffer before anything changes it).
+    pub checkpoint_save_seconds: Vec<f64>,
+    /// Per completed checkpoint: seconds from then until it was durable and published (the
+    /// background flush of every saving rank).
     pub checkpoint_flush_seconds: Vec<f64>,
     /// Checkpoints that failed, and why.
     pub checkpoint_errors: Vec<String>,
@@ -91,6 +94,7 @@ impl Report {
             checkpoint_bytes: 0,
             checkpoint_pause_seconds: 0.0,
             checkpoint_pauses_seconds: Vec::new(),
+            checkpoint_save_seconds: Vec::new(),
             checkpoint_flush_seconds: Vec::new(),
             checkpoint_errors: Vec::new(),
         }

@@ -141,6 +141,48 @@ fn matmul_checkpoints_verify_and_hold_what_the_program_computed() {
     assert!(partial_c > 0);
 }
 
+/// Buffers change all at once, many times, on the head (host updates of a staged buffer) and
+/// on a worker (a region), while checkpoints are taken every few milliseconds: every saved
+/// copy must hold one value throughout. Saves run after offloading resumed, so this is the
+/// test that each buffer is still saved as it was at its checkpoint.
+#[test]
+fn checkpoints_never_save_a_buffer_half_changed() {
+    let prog = ompcluster_tests::compile("ckpt_uniform.c");
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ckpt");
+    let report = dir.path().join("report.json");
+    let mut e = ckpt_env(&ck, "0.005");
+    e.push(("OMPCLUSTER_REPORT".into(), report.display().to_string()));
+    let out = Job::spawn(3, &prog, &["300", "1048576"], &envs(&e)).wait(Duration::from_secs(180));
+    assert!(out.status.success() && stdout(&out).contains("PASS"), "{}", describe(&out));
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert!(json["checkpoint_errors"].as_array().unwrap().is_empty(), "{json}");
+    let mut copies = BTreeSet::new();
+    let mut savers = BTreeSet::new();
+    for version in list_versions(&ck).unwrap() {
+        let m = Manifest::read(&ck, version).unwrap();
+        for rec in &m.regions {
+            if rec.size != 1 << 20 || !copies.insert((rec.ckpt, rec.region)) {
+                continue; // the image's data, or a copy already checked
+            }
+            let bytes = load_region(&ck, version, rec.region).unwrap();
+            assert!(
+                bytes.iter().all(|&b| b == bytes[0]),
+                "checkpoint {}, region {} (saved by rank {}) mixes values {} and {}",
+                rec.ckpt,
+                rec.region,
+                rec.rank,
+                bytes[0],
+                bytes.iter().find(|&&b| b != bytes[0]).unwrap()
+            );
+            savers.insert(rec.rank == 0);
+        }
+    }
+    // Both kinds of saver were exercised, many times.
+    assert_eq!(savers.len(), 2, "saved by the head and by workers: {savers:?}");
+    assert!(copies.len() >= 10, "only {} saved copies: {json}", copies.len());
+}
+
 #[test]
 fn regions_of_a_killed_worker_load_in_another_process() {
     let dir = tempfile::tempdir().unwrap();

@@ -27,7 +27,10 @@ use std::time::{Duration, Instant};
 pub trait CheckpointSink: Send + Sync {
     /// Save `bytes` as region `region` of checkpoint `ckpt` (fast: scratch).
     fn save(&self, ckpt: u64, region: u64, bytes: &[u8]) -> Result<(), String>;
-    /// Make checkpoint `ckpt` durable; returns the store's records of it, serialised.
+    /// Start making checkpoint `ckpt` durable, in the background.
+    fn start_flush(&self, ckpt: u64) -> Result<(), String>;
+    /// Wait until checkpoint `ckpt` (started with `start_flush`) is durable; returns the
+    /// store's records of it, serialised.
     fn flush(&self, ckpt: u64) -> Result<Vec<u8>, String>;
 }
 
@@ -162,6 +165,14 @@ fn serve(w: &Arc<Worker>) -> Result<(), CommError> {
                 }
                 Event::Exit => {
                     w.exit.store(true, Ordering::Release);
+                    true
+                }
+                Event::Checkpoint { .. } => {
+                    // Saved before this worker looks at any later event: the head has already
+                    // resumed offloading, and only later events can change these buffers.
+                    if let Some(r) = handle(w, &env)? {
+                        w.comm.send_msg(HEAD, env.tag, &r, w.live.as_ref())?;
+                    }
                     true
                 }
                 Event::Submit(r) | Event::Retrieve(r) if r.size <= INLINE_TRANSFER => {
@@ -301,14 +312,21 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
                 let mut reply = Reply::Ok;
                 for (id, r) in regions {
                     let saved = resolve(r.addr, r.size).and_then(|p| {
-                        // SAFETY: `p` points to `r.size` bytes this worker holds; the head
-                        // holds its gate, so no kernel or transfer changes them meanwhile.
+                        // SAFETY: `p` points to `r.size` bytes this worker holds. This runs on
+                        // the polling thread (see `serve`) and the head started no kernel
+                        // before it: only events after this one could change or free them.
                         let bytes = unsafe { std::slice::from_raw_parts(p, r.size as usize) };
                         sink.save(*ckpt, *id, bytes)
                     });
                     if let Err(e) = saved {
                         reply = Reply::Error(format!("checkpoint {ckpt}, region {id}: {e}"));
                         break;
+                    }
+                }
+                if matches!(reply, Reply::Ok) {
+                    // Start the flush now; the head's FLUSH only collects its outcome.
+                    if let Err(e) = sink.start_flush(*ckpt) {
+                        reply = Reply::Error(format!("flush of checkpoint {ckpt}: {e}"));
                     }
                 }
                 reply
