@@ -98,17 +98,14 @@ pub enum Event {
         /// The kernel is known to be short: run it on the polling thread (no hand-off).
         short: bool,
     },
-    /// Save these regions as part of checkpoint `ckpt` (to scratch: fast), then reply.
+    /// Save these regions as part of checkpoint `ckpt` (to scratch: fast) and reply `Ok` (or
+    /// `Error`); after an `Ok`, flush them to persistent storage and reply again, on the same
+    /// tag, `Flushed` once durable (or `Error`).
     Checkpoint {
         /// Checkpoint id.
         ckpt: u64,
         /// (region id, device range) pairs.
         regions: Vec<(u64, Region)>,
-    },
-    /// Flush checkpoint `ckpt` to persistent storage; reply `Flushed` when it is durable.
-    Flush {
-        /// Checkpoint id.
-        ckpt: u64,
     },
     /// Reply once every earlier event of this worker has been handled.
     Sync,
@@ -244,7 +241,7 @@ impl Event {
                 }
                 regions.iter().try_for_each(|(_, r)| in_heap(r))
             }
-            Event::Flush { .. } | Event::Sync | Event::Exit => Ok(()),
+            Event::Sync | Event::Exit => Ok(()),
         }
     }
 }

@@ -129,16 +129,15 @@ impl Checkpointer {
     /// The pause is over (the gate is about to be released): remember what is being saved and
     /// how long the pause took, and start the background thread. It first saves the head's
     /// `head_items` (staged copies, read in place) and starts the head's flush, then runs
-    /// `saves` (which collects the workers' save replies) and `flush` (which waits for the
-    /// head's flush, given to it, and every worker's, and returns their records).
+    /// `workers`, which collects the workers' answers (calling `saved` once every save is in)
+    /// and the head's flush, given to it, and returns every saver's records.
     pub(crate) fn end_pause(
         &self,
         ckpt: u64,
         saved: &[SaveItem],
         head_items: Vec<SaveItem>,
         pause: Duration,
-        saves: impl FnOnce() -> Result<(), String> + Send + 'static,
-        flush: impl FnOnce(Result<FlushHandle, FlushError>) -> Result<Vec<RegionRecord>, String> + Send + 'static,
+        workers: impl FnOnce(Result<FlushHandle, FlushError>, &mut dyn FnMut()) -> Result<Vec<RegionRecord>, String> + Send + 'static,
     ) {
         {
             let mut i = self.inner.lock();
@@ -174,13 +173,17 @@ impl Checkpointer {
                     pending.done(addr);
                 }
                 // The head's own flush starts at once (workers start theirs after saving);
-                // the workers' results are collected even if the head failed, so that no
-                // reply is left behind.
+                // the workers' answers are collected even if the head failed, so that none is
+                // left behind.
                 let own_flush = store.flush(ckpt);
-                let workers_result = saves();
-                let save_s = started.elapsed().as_secs_f64();
-                let flush_started = Instant::now();
-                let result = head_result.and(workers_result).and_then(|()| flush(own_flush)).and_then(|records| {
+                let mut save_s = 0.0;
+                let mut flush_started = Instant::now();
+                let mut mark = || {
+                    save_s = started.elapsed().as_secs_f64();
+                    flush_started = Instant::now();
+                };
+                let workers_result = workers(own_flush, &mut mark);
+                let result = head_result.and(workers_result).and_then(|records| {
                     let mut p = published.lock();
                     let bytes: u64 = records.iter().map(|r| r.size).sum();
                     let deleted = p.deleted.clone();
@@ -237,37 +240,37 @@ impl Checkpointer {
 }
 
 /// A worker's side: save and flush through its own store.
-pub(crate) struct WorkerSink {
-    store: Arc<dyn CheckpointStore>,
-    /// The flush started last (checkpoints are flushed one at a time, in order).
-    started: Mutex<Option<(u64, FlushHandle)>>,
-}
-
-impl WorkerSink {
-    pub(crate) fn new(store: Arc<dyn CheckpointStore>) -> Self {
-        WorkerSink { store, started: Mutex::new(None) }
-    }
-}
+pub(crate) struct WorkerSink(pub(crate) Arc<dyn CheckpointStore>);
 
 impl CheckpointSink for WorkerSink {
     fn save(&self, ckpt: u64, region: u64, bytes: &[u8]) -> Result<(), String> {
-        self.store.save_region(ckpt, region, bytes).map_err(|e| e.to_string())
+        self.0.save_region(ckpt, region, bytes).map_err(|e| e.to_string())
     }
 
-    fn start_flush(&self, ckpt: u64) -> Result<(), String> {
-        let handle = self.store.flush(ckpt).map_err(|e| e.to_string())?;
-        // A flush the head never collected (its checkpoint failed elsewhere) is dropped.
-        *self.started.lock() = Some((ckpt, handle));
-        Ok(())
-    }
-
-    fn flush(&self, ckpt: u64) -> Result<Vec<u8>, String> {
-        let handle = match self.started.lock().take() {
-            Some((c, h)) if c == ckpt => h,
-            _ => return Err(format!("checkpoint {ckpt} was not saved here")),
+    fn flush_then(&self, ckpt: u64, done: Box<dyn FnOnce(Result<Vec<u8>, String>) + Send>) {
+        let records = move |h: FlushHandle| {
+            let outcome = h.wait().map_err(|e| e.to_string())?;
+            serde_json::to_vec(&outcome.records).map_err(|e| e.to_string())
         };
-        let outcome = handle.wait().map_err(|e| e.to_string())?;
-        serde_json::to_vec(&outcome.records).map_err(|e| e.to_string())
+        match self.0.flush(ckpt) {
+            Err(e) => done(Err(e.to_string())),
+            Ok(h) => {
+                // One short-lived thread per checkpoint waits for the store's flusher; if none
+                // can be started, this thread waits (the head must get its answer).
+                let job = Arc::new(Mutex::new(Some((h, done))));
+                let theirs = job.clone();
+                let spawned = std::thread::Builder::new().name("ompc-ckpt-done".into()).spawn(move || {
+                    if let Some((h, done)) = theirs.lock().take() {
+                        done(records(h));
+                    }
+                });
+                if spawned.is_err() {
+                    if let Some((h, done)) = job.lock().take() {
+                        done(records(h));
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -293,7 +296,10 @@ mod tests {
         let item = (7, data.as_ptr() as u64, data.len() as u64, 3);
         let (id, before) = cp.begin();
         assert!(before.is_empty());
-        cp.end_pause(id, &[item], vec![], Duration::ZERO, || Err("rank 2: disk full".into()), |_| unreachable!());
+        cp.end_pause(id, &[item], vec![], Duration::ZERO, |_, saved| {
+            saved();
+            Err("rank 2: disk full".into())
+        });
         cp.wait();
         let p = cp.published.lock();
         assert_eq!(p.checkpoints, 0);
@@ -304,7 +310,8 @@ mod tests {
 
         // The same buffer in a checkpoint that works: saved by the head, published.
         let (id, _) = cp.begin();
-        cp.end_pause(id, &[item], vec![item], Duration::ZERO, || Ok(()), |own| {
+        cp.end_pause(id, &[item], vec![item], Duration::ZERO, |own, saved| {
+            saved();
             Ok(own.and_then(|h| h.wait()).map_err(|e| e.to_string())?.records)
         });
         cp.wait();

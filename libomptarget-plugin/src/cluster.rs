@@ -256,50 +256,45 @@ impl Cluster {
         let head_items = plan.get(&HEAD).cloned().unwrap_or_default();
         let items: Vec<SaveItem> = plan.values().flatten().copied().collect();
         let pause = t0.elapsed();
-        let (comm, tags, live) = (self.comm.clone(), self.tags.clone(), self.live.clone());
+        let (comm, live) = (self.comm.clone(), self.live.clone());
         self.log(format_args!("CHECKPOINT {ckpt}: {} regions, pause {:.3} ms", items.len(), pause.as_secs_f64() * 1e3));
-        let waits = posted.clone();
-        let (comm2, live2) = (comm.clone(), live.clone());
-        let saves = move || {
-            // Every save reply, even after a failure, so that none is left behind.
+        cp.end_pause(ckpt, &items, head_items, pause, move |own_flush, saved| {
+            // Each worker answers twice on its tag: saved (Ok), then flushed (Flushed). Every
+            // answer is collected, even after a failure, so that none is left behind.
             let mut failed = None;
-            for &(r, tag) in &waits {
-                match comm2.recv_msg::<Reply>(r, tag, live2.as_ref()) {
-                    Ok(Reply::Ok) => {}
+            let mut flushing = Vec::new();
+            for &(r, tag) in &posted {
+                match comm.recv_msg::<Reply>(r, tag, live.as_ref()) {
+                    Ok(Reply::Ok) => flushing.push((r, tag)),
                     Ok(Reply::Error(e)) => failed = failed.or(Some(format!("rank {r}: {e}"))),
                     Ok(other) => failed = failed.or(Some(format!("rank {r}: unexpected reply {other:?}"))),
                     Err(e) => failed = failed.or(Some(e.to_string())),
                 }
             }
-            failed.map_or(Ok(()), Err)
-        };
-        cp.end_pause(ckpt, &items, head_items, pause, saves, move |own_flush| {
-            // Every saver started its flush after saving: collect the outcomes.
+            saved();
             let mut records = Vec::new();
-            let mut pending = Vec::new();
-            for &(r, _) in &posted {
-                let tag = tags.next();
-                comm.send_msg(r, CONTROL_TAG, &Envelope { tag, event: Event::Flush { ckpt } }, live.as_ref()).map_err(|e| e.to_string())?;
-                pending.push((r, tag));
+            match own_flush.and_then(|h| h.wait()) {
+                Ok(own) => records.extend(own.records),
+                Err(e) => failed = failed.or(Some(e.to_string())),
             }
-            // The head's own flush (its store also flushes an empty checkpoint cleanly).
-            let own = own_flush.and_then(|h| h.wait()).map_err(|e| e.to_string())?;
-            records.extend(own.records);
-            for (r, tag) in pending {
-                match comm.recv_msg::<Reply>(r, tag, live.as_ref()).map_err(|e| e.to_string())? {
-                    Reply::Flushed(bytes) => {
-                        let recs: Vec<ckpt_veloc::RegionRecord> =
-                            serde_json::from_slice(&bytes).map_err(|e| format!("bad flush records from rank {r}: {e}"))?;
-                        if recs.iter().any(|x| x.rank != r as u32 || x.ckpt != ckpt) {
-                            return Err(format!("rank {r} sent records of another rank or checkpoint"));
-                        }
-                        records.extend(recs);
-                    }
-                    Reply::Error(e) => return Err(format!("rank {r}: {e}")),
-                    other => return Err(format!("rank {r}: unexpected reply {other:?}")),
+            for (r, tag) in flushing {
+                let recs = match comm.recv_msg::<Reply>(r, tag, live.as_ref()) {
+                    Ok(Reply::Flushed(bytes)) => serde_json::from_slice::<Vec<ckpt_veloc::RegionRecord>>(&bytes)
+                        .map_err(|e| format!("bad flush records from rank {r}: {e}"))
+                        .and_then(|recs| match recs.iter().all(|x| x.rank == r as u32 && x.ckpt == ckpt) {
+                            true => Ok(recs),
+                            false => Err(format!("rank {r} sent records of another rank or checkpoint")),
+                        }),
+                    Ok(Reply::Error(e)) => Err(format!("rank {r}: {e}")),
+                    Ok(other) => Err(format!("rank {r}: unexpected reply {other:?}")),
+                    Err(e) => Err(e.to_string()),
+                };
+                match recs {
+                    Ok(recs) => records.extend(recs),
+                    Err(e) => failed = failed.or(Some(e)),
                 }
             }
-            Ok(records)
+            failed.map_or(Ok(records), Err)
         });
         drop(gate);
     }

@@ -149,7 +149,7 @@ pub(crate) fn register_lib() {
         }
         Some(Runtime::Worker(parts)) => {
             let Some((comm, heap, store)) = parts.lock().take() else { return };
-            let sink = store.map(|s| Arc::new(crate::checkpoint::WorkerSink::new(s)) as Arc<dyn event_system::CheckpointSink>);
+            let sink = store.map(|s| Arc::new(crate::checkpoint::WorkerSink(s)) as Arc<dyn event_system::CheckpointSink>);
             let rank = comm.rank();
             let live: Arc<dyn Liveness> = match DETECTOR.get() {
                 Some(d) => Arc::new(DetectorLiveness(d.clone())),

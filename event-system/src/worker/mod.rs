@@ -27,11 +27,9 @@ use std::time::{Duration, Instant};
 pub trait CheckpointSink: Send + Sync {
     /// Save `bytes` as region `region` of checkpoint `ckpt` (fast: scratch).
     fn save(&self, ckpt: u64, region: u64, bytes: &[u8]) -> Result<(), String>;
-    /// Start making checkpoint `ckpt` durable, in the background.
-    fn start_flush(&self, ckpt: u64) -> Result<(), String>;
-    /// Wait until checkpoint `ckpt` (started with `start_flush`) is durable; returns the
-    /// store's records of it, serialised.
-    fn flush(&self, ckpt: u64) -> Result<Vec<u8>, String>;
+    /// Make checkpoint `ckpt` durable in the background, then call `done` (on any thread) with
+    /// the store's records of it, serialised, or the reason it failed.
+    fn flush_then(&self, ckpt: u64, done: Box<dyn FnOnce(Result<Vec<u8>, String>) + Send>);
 }
 
 /// Largest image data region whose changes a worker reports byte by byte (see
@@ -309,7 +307,6 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
         Event::Checkpoint { ckpt, regions } => match &w.ckpt {
             None => Reply::Error("checkpoints are not enabled on this worker".into()),
             Some(sink) => {
-                let mut reply = Reply::Ok;
                 for (id, r) in regions {
                     let saved = resolve(r.addr, r.size).and_then(|p| {
                         // SAFETY: `p` points to `r.size` bytes this worker holds. This runs on
@@ -319,25 +316,24 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
                         sink.save(*ckpt, *id, bytes)
                     });
                     if let Err(e) = saved {
-                        reply = Reply::Error(format!("checkpoint {ckpt}, region {id}: {e}"));
-                        break;
+                        return Ok(Some(Reply::Error(format!("checkpoint {ckpt}, region {id}: {e}"))));
                     }
                 }
-                if matches!(reply, Reply::Ok) {
-                    // Start the flush now; the head's FLUSH only collects its outcome.
-                    if let Err(e) = sink.start_flush(*ckpt) {
-                        reply = Reply::Error(format!("flush of checkpoint {ckpt}: {e}"));
+                // Saved: answer now, then flush; the second answer follows on the same tag.
+                w.comm.send_msg(HEAD, env.tag, &Reply::Ok, live)?;
+                let (comm, live, tag, ckpt) = (w.comm.clone(), w.live.clone(), env.tag, *ckpt);
+                let answer = move |res: Result<Vec<u8>, String>| {
+                    let reply = match res {
+                        Ok(records) => Reply::Flushed(records),
+                        Err(e) => Reply::Error(format!("flush of checkpoint {ckpt}: {e}")),
+                    };
+                    if let Err(e) = comm.send_msg(HEAD, tag, &reply, live.as_ref()) {
+                        eprintln!("ompcluster worker {}: checkpoint {ckpt}: {e}", comm.rank());
                     }
-                }
-                reply
+                };
+                sink.flush_then(ckpt, Box::new(answer));
+                return Ok(None);
             }
-        },
-        Event::Flush { ckpt } => match &w.ckpt {
-            None => Reply::Error("checkpoints are not enabled on this worker".into()),
-            Some(sink) => match sink.flush(*ckpt) {
-                Ok(records) => Reply::Flushed(records),
-                Err(e) => Reply::Error(format!("flush of checkpoint {ckpt}: {e}")),
-            },
         },
         Event::Sync => {
             wait_idle(w, 1);
