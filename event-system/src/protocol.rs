@@ -257,13 +257,9 @@ pub const MAX_POINTERS: usize = 4096;
 pub unsafe fn scan_pointers(ptr: *const u8, len: usize, lo: u64, hi: u64) -> FoundPointers {
     // SAFETY: the caller guarantees readability.
     let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
-    // Most data holds no device pointer: a branch-free pass (vectorised by the compiler, about
-    // memory speed) answers that before the slower pass that collects them.
-    let span = hi.saturating_sub(lo);
-    let any = bytes
-        .chunks_exact(8)
-        .fold(false, |acc, w| acc | (u64::from_ne_bytes(w.try_into().expect("chunk of 8")).wrapping_sub(lo) < span));
-    if !any {
+    // Most data holds no device pointer: a branch-free pass (vectorised, about memory speed)
+    // answers that before the slower pass that collects them.
+    if count_in_range(bytes, lo, hi.saturating_sub(lo)) == 0 {
         return FoundPointers::Some(Vec::new());
     }
     let mut found = std::collections::BTreeSet::new();
@@ -277,6 +273,32 @@ pub unsafe fn scan_pointers(ptr: *const u8, len: usize, lo: u64, hi: u64) -> Fou
         }
     }
     FoundPointers::Some(found.into_iter().collect())
+}
+
+/// How many of the 8-byte words of `bytes` (from its start) lie in `[lo, lo + span)`.
+fn count_in_range(bytes: &[u8], lo: u64, span: u64) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2 (checked just above).
+        return unsafe { count_in_range_avx2(bytes, lo, span) };
+    }
+    count_in_range_generic(bytes, lo, span)
+}
+
+/// [`count_in_range`] compiled for AVX2: 64-bit compares need it (or SSE4.2) to vectorise,
+/// and the baseline x86-64 target has neither; this is 3-4x faster on 1 MiB.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn count_in_range_avx2(bytes: &[u8], lo: u64, span: u64) -> u64 {
+    count_in_range_generic(bytes, lo, span)
+}
+
+#[inline(always)]
+fn count_in_range_generic(bytes: &[u8], lo: u64, span: u64) -> u64 {
+    bytes
+        .chunks_exact(8)
+        .map(|w| u64::from(u64::from_ne_bytes(w.try_into().expect("chunk of 8")).wrapping_sub(lo) < span))
+        .sum()
 }
 
 #[cfg(test)]
@@ -328,5 +350,35 @@ mod tests {
         assert!(load(0x1000, 0x3000).validate(0x1000, 0x3000).is_err());
         assert!(load(0x1800, 0x1000).validate(0x1000, 0x3000).is_err());
         assert!(load(0x1000, 0).validate(0x1000, 0x3000).is_err());
+    }
+
+    #[test]
+    fn scan_finds_device_words_only() {
+        let (lo, hi) = (0x1000_0000_0000u64, 0x1100_0000_0000u64);
+        // 3 words in range (first, last-below-hi, in the middle), edges just outside, and a
+        // tail of 5 bytes that is not a whole word; scanned from an odd address too.
+        let words = [lo, lo - 1, 7, hi - 1, hi, lo + 4096, u64::MAX];
+        let mut bytes = vec![0u8; 1];
+        for w in words {
+            bytes.extend_from_slice(&w.to_ne_bytes());
+        }
+        bytes.extend_from_slice(&[0x10; 5]);
+        // SAFETY: the pointer and length come from a live slice.
+        let scan = |b: &[u8]| unsafe { scan_pointers(b.as_ptr(), b.len(), lo, hi) };
+        match scan(&bytes[1..]) {
+            FoundPointers::Some(v) => assert_eq!(v, vec![lo, lo + 4096, hi - 1]),
+            FoundPointers::Many => panic!("three pointers are not many"),
+        }
+        assert_eq!(count_in_range(&bytes[1..], lo, hi - lo), 3);
+        assert_eq!(count_in_range(&bytes[1..], lo, hi - lo), count_in_range_generic(&bytes[1..], lo, hi - lo));
+        // Large, mostly plain data (the vectorised path), with one pointer near the end.
+        let mut big: Vec<u8> = (0..1 << 20).map(|i| (i * 31 % 251) as u8).collect();
+        let at = big.len() - 16;
+        big[at..at + 8].copy_from_slice(&(lo + 8).to_ne_bytes());
+        assert_eq!(count_in_range(&big, lo, hi - lo), count_in_range_generic(&big, lo, hi - lo));
+        assert!(matches!(scan(&big), FoundPointers::Some(v) if v == vec![lo + 8]));
+        // More distinct pointers than tracked: Many.
+        let many: Vec<u8> = (0..MAX_POINTERS as u64 + 2).flat_map(|i| (lo + i * 8).to_ne_bytes()).collect();
+        assert!(matches!(scan(&many), FoundPointers::Many));
     }
 }
