@@ -373,8 +373,7 @@ impl Comm {
             reqs.push(req);
         }
         let r = during();
-        let spin = Backoff::new(std::time::Duration::from_millis(2), std::time::Duration::from_millis(1));
-        self.wait_all(&mut reqs, peer, live, spin)?;
+        self.wait_all(&mut reqs, peer, live, Backoff::for_transfer())?;
         Ok(r)
     }
 }
