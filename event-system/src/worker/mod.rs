@@ -36,9 +36,6 @@ pub trait CheckpointSink: Send + Sync {
 /// `Reply::Executed::patches`).
 const MAX_PATCHED: u64 = 1 << 20;
 
-/// Submits and retrieves up to this size are served on the polling thread.
-const INLINE_TRANSFER: u64 = 8 << 20;
-
 /// Most threads a worker runs (kernels in flight plus the poller).
 const MAX_THREADS: usize = 512;
 
@@ -173,7 +170,7 @@ fn serve(w: &Arc<Worker>) -> Result<(), CommError> {
                     }
                     true
                 }
-                Event::Submit(r) | Event::Retrieve(r) if r.size <= INLINE_TRANSFER => {
+                Event::Submit(_) | Event::Retrieve(_) => {
                     // A transfer with the head, which is waiting on it right now: handing it to
                     // another thread would leave two threads of this worker busy (the transfer
                     // and a new poller) on a machine that may have fewer cores than that.
