@@ -157,65 +157,81 @@ impl Checkpointer {
         let dir = self.store.persistent_dir().to_path_buf();
         let keep = self.cfg.keep;
         let saved = saved.to_vec();
-        let handle = std::thread::Builder::new()
-            .name("ompc-ckpt-flush".into())
-            .spawn(move || {
-                let started = Instant::now();
-                let mut head_result = Ok(());
-                for (id, addr, size, _) in head_items {
-                    if head_result.is_ok() {
-                        // SAFETY: the head holds this buffer's current version in its staged
-                        // copy, and nothing changes or frees that copy while `addr` is in
-                        // `pending` (see `PendingSaves::wait`).
-                        let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, size as usize) };
-                        head_result = store.save_region(ckpt, id, bytes).map_err(|e| e.to_string());
-                    }
-                    pending.done(addr);
+        let body = move || {
+            let started = Instant::now();
+            let mut head_result = Ok(());
+            for (id, addr, size, _) in head_items {
+                if head_result.is_ok() {
+                    // SAFETY: the head holds this buffer's current version in its staged
+                    // copy, and nothing changes or frees that copy while `addr` is in
+                    // `pending` (see `PendingSaves::wait`).
+                    let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, size as usize) };
+                    head_result = store.save_region(ckpt, id, bytes).map_err(|e| e.to_string());
                 }
-                // The head's own flush starts at once (workers start theirs after saving);
-                // the workers' answers are collected even if the head failed, so that none is
-                // left behind.
-                let own_flush = store.flush(ckpt);
-                let mut save_s = 0.0;
-                let mut flush_started = Instant::now();
-                let mut mark = || {
-                    save_s = started.elapsed().as_secs_f64();
-                    flush_started = Instant::now();
-                };
-                let workers_result = workers(own_flush, &mut mark);
-                let result = head_result.and(workers_result).and_then(|records| {
-                    let mut p = published.lock();
-                    let bytes: u64 = records.iter().map(|r| r.size).sum();
-                    let deleted = p.deleted.clone();
-                    p.map.record(records.into_iter().filter(|r| !deleted.contains(&r.region)));
-                    for d in deleted {
-                        p.map.forget(d);
-                    }
-                    p.deleted.clear();
-                    p.map.publish(&dir, ckpt, keep).map_err(|e| e.to_string())?;
-                    p.checkpoints += 1;
-                    p.bytes += bytes;
-                    p.save_seconds.push(save_s);
-                    p.flush_seconds.push(flush_started.elapsed().as_secs_f64());
-                    Ok(())
-                });
-                if let Err(e) = result {
-                    eprintln!("ompcluster: checkpoint {ckpt} failed: {e}");
-                    store.discard(ckpt);
-                    // What it was to save is unsaved again: the next checkpoint saves it.
-                    let mut i = inner.lock();
-                    for (id, _, _, version) in saved {
-                        if i.saved.get(&id) == Some(&version) {
-                            i.saved.remove(&id);
-                        }
-                    }
-                    published.lock().errors.push(format!("checkpoint {ckpt}: {e}"));
+                pending.done(addr);
+            }
+            // The head's own flush starts at once (workers start theirs after saving);
+            // the workers' answers are collected even if the head failed, so that none is
+            // left behind.
+            let own_flush = store.flush(ckpt);
+            let mut save_s = 0.0;
+            let mut flush_started = Instant::now();
+            let mut mark = || {
+                save_s = started.elapsed().as_secs_f64();
+                flush_started = Instant::now();
+            };
+            let workers_result = workers(own_flush, &mut mark);
+            let result = head_result.and(workers_result).and_then(|records| {
+                let mut p = published.lock();
+                let bytes: u64 = records.iter().map(|r| r.size).sum();
+                let deleted = p.deleted.clone();
+                p.map.record(records.into_iter().filter(|r| !deleted.contains(&r.region)));
+                for d in deleted {
+                    p.map.forget(d);
                 }
-                flushing.store(false, Ordering::Release);
-            })
-            .expect("spawn the checkpoint flush thread");
-        if let Some(old) = self.flusher.lock().replace(handle) {
-            let _ = old.join();
+                p.deleted.clear();
+                p.map.publish(&dir, ckpt, keep).map_err(|e| e.to_string())?;
+                p.checkpoints += 1;
+                p.bytes += bytes;
+                p.save_seconds.push(save_s);
+                p.flush_seconds.push(flush_started.elapsed().as_secs_f64());
+                Ok(())
+            });
+            if let Err(e) = result {
+                eprintln!("ompcluster: checkpoint {ckpt} failed: {e}");
+                store.discard(ckpt);
+                // What it was to save is unsaved again: the next checkpoint saves it.
+                let mut i = inner.lock();
+                for (id, _, _, version) in saved {
+                    if i.saved.get(&id) == Some(&version) {
+                        i.saved.remove(&id);
+                    }
+                }
+                published.lock().errors.push(format!("checkpoint {ckpt}: {e}"));
+            }
+            flushing.store(false, Ordering::Release);
+        };
+        // The background thread; if none can be started, this thread does the work (slower,
+        // but the pending saves must happen: submits to those buffers wait for them).
+        let job = Arc::new(Mutex::new(Some(body)));
+        let theirs = job.clone();
+        let spawned = std::thread::Builder::new().name("ompc-ckpt-flush".into()).spawn(move || {
+            if let Some(body) = theirs.lock().take() {
+                body();
+            }
+        });
+        match spawned {
+            Ok(handle) => {
+                if let Some(old) = self.flusher.lock().replace(handle) {
+                    let _ = old.join();
+                }
+            }
+            Err(e) => {
+                eprintln!("ompcluster: checkpoint {ckpt}: no background thread ({e}); saving and flushing now");
+                if let Some(body) = job.lock().take() {
+                    body();
+                }
+            }
         }
     }
 

@@ -234,22 +234,16 @@ impl Cluster {
             }
         }
         let mut posted = Vec::new();
-        for (&r, items) in &plan {
-            if r == HEAD {
-                continue;
-            }
+        let mut post_failed = None;
+        for (&r, items) in plan.iter().filter(|(&r, _)| r != HEAD) {
             let regions = items.iter().map(|&(id, addr, size, _)| (id, Region { addr, size })).collect();
             match self.post(r, Event::Checkpoint { ckpt, regions }) {
                 Ok(tag) => posted.push((r, tag)),
                 Err(e) => {
-                    // Nothing was saved yet: give this checkpoint up (the replies of the
-                    // workers already told are collected, so that none is left behind).
-                    eprintln!("ompcluster: checkpoint {ckpt}: {e}");
-                    for (r, tag) in posted {
-                        let _ = self.expect_ok(r, tag);
-                    }
-                    cp.store.discard(ckpt);
-                    return;
+                    // This checkpoint fails; the workers already told still answer, and the
+                    // background thread collects their answers like any others.
+                    post_failed = Some(format!("rank {r}: {e}"));
+                    break;
                 }
             }
         }
@@ -261,7 +255,7 @@ impl Cluster {
         cp.end_pause(ckpt, &items, head_items, pause, move |own_flush, saved| {
             // Each worker answers twice on its tag: saved (Ok), then flushed (Flushed). Every
             // answer is collected, even after a failure, so that none is left behind.
-            let mut failed = None;
+            let mut failed = post_failed;
             let mut flushing = Vec::new();
             for &(r, tag) in &posted {
                 match comm.recv_msg::<Reply>(r, tag, live.as_ref()) {
