@@ -211,26 +211,11 @@ impl Checkpointer {
             }
             flushing.store(false, Ordering::Release);
         };
-        // The background thread; if none can be started, this thread does the work (slower,
-        // but the pending saves must happen: submits to those buffers wait for them).
-        let job = Arc::new(Mutex::new(Some(body)));
-        let theirs = job.clone();
-        let spawned = std::thread::Builder::new().name("ompc-ckpt-flush".into()).spawn(move || {
-            if let Some(body) = theirs.lock().take() {
-                body();
-            }
-        });
-        match spawned {
-            Ok(handle) => {
-                if let Some(old) = self.flusher.lock().replace(handle) {
-                    let _ = old.join();
-                }
-            }
-            Err(e) => {
-                eprintln!("ompcluster: checkpoint {ckpt}: no background thread ({e}); saving and flushing now");
-                if let Some(body) = job.lock().take() {
-                    body();
-                }
+        // If no thread can be started, this thread does the work (slower, but the pending saves
+        // must happen: submits to those buffers wait for them).
+        if let Some(handle) = spawn_or_run("ompc-ckpt-flush", body) {
+            if let Some(old) = self.flusher.lock().replace(handle) {
+                let _ = old.join();
             }
         }
     }
@@ -270,22 +255,33 @@ impl CheckpointSink for WorkerSink {
         };
         match self.0.flush(ckpt) {
             Err(e) => done(Err(e.to_string())),
+            // One short-lived thread per checkpoint waits for the store's flusher (or this
+            // thread, if none can be started: the head must get its answer).
             Ok(h) => {
-                // One short-lived thread per checkpoint waits for the store's flusher; if none
-                // can be started, this thread waits (the head must get its answer).
-                let job = Arc::new(Mutex::new(Some((h, done))));
-                let theirs = job.clone();
-                let spawned = std::thread::Builder::new().name("ompc-ckpt-done".into()).spawn(move || {
-                    if let Some((h, done)) = theirs.lock().take() {
-                        done(records(h));
-                    }
-                });
-                if spawned.is_err() {
-                    if let Some((h, done)) = job.lock().take() {
-                        done(records(h));
-                    }
-                }
+                spawn_or_run("ompc-ckpt-done", move || done(records(h)));
             }
+        }
+    }
+}
+
+/// Run `job` on a new thread called `name` and return it; if no thread can be started, run
+/// `job` on this one (work that must happen is never dropped) and return `None`.
+fn spawn_or_run(name: &str, job: impl FnOnce() + Send + 'static) -> Option<JoinHandle<()>> {
+    let slot = Arc::new(Mutex::new(Some(job)));
+    let theirs = slot.clone();
+    let spawned = std::thread::Builder::new().name(name.into()).spawn(move || {
+        if let Some(job) = theirs.lock().take() {
+            job();
+        }
+    });
+    match spawned {
+        Ok(handle) => Some(handle),
+        Err(e) => {
+            eprintln!("ompcluster: cannot start thread {name} ({e}); doing its work here");
+            if let Some(job) = slot.lock().take() {
+                job();
+            }
+            None
         }
     }
 }

@@ -162,28 +162,14 @@ fn serve(w: &Arc<Worker>) -> Result<(), CommError> {
                     w.exit.store(true, Ordering::Release);
                     true
                 }
-                Event::Checkpoint { .. } => {
-                    // Saved before this worker looks at any later event: the head has already
-                    // resumed offloading, and only later events can change these buffers.
+                // Handled right here, still holding `poll` (reasons in README.md):
+                // - CHECKPOINT: saved before this worker looks at any later event, which is
+                //   what keeps the saved copies as they were at the checkpoint;
+                // - SUBMIT, RETRIEVE: the head waits on the other end right now; a hand-off
+                //   would leave the transfer and a new poller competing for the cores;
+                // - a short EXECUTE: a hand-off would cost more than the kernel.
+                Event::Checkpoint { .. } | Event::Submit(_) | Event::Retrieve(_) | Event::Execute { short: true, .. } => {
                     if let Some(r) = handle(w, &env)? {
-                        w.comm.send_msg(HEAD, env.tag, &r, w.live.as_ref())?;
-                    }
-                    true
-                }
-                Event::Submit(_) | Event::Retrieve(_) => {
-                    // A transfer with the head, which is waiting on it right now: handing it to
-                    // another thread would leave two threads of this worker busy (the transfer
-                    // and a new poller) on a machine that may have fewer cores than that.
-                    if let Some(r) = handle(w, &env)? {
-                        w.comm.send_msg(HEAD, env.tag, &r, w.live.as_ref())?;
-                    }
-                    true
-                }
-                Event::Execute { short: true, .. } => {
-                    // A kernel known to take microseconds: run it here, still holding `poll`;
-                    // handing it to another thread would cost more than the kernel.
-                    let reply = handle(w, &env)?;
-                    if let Some(r) = reply {
                         w.comm.send_msg(HEAD, env.tag, &r, w.live.as_ref())?;
                     }
                     true
