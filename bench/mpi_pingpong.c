@@ -30,51 +30,48 @@ static void send_polling(long *v, int dst) {
   while (!flag) MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
 }
 
-static int as_runtime(int reps) {
-  int provided, rank;
-  MPI_Init_thread(0, 0, MPI_THREAD_MULTIPLE, &provided);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+static void recv_blocking(long *v, int src) { MPI_Recv(v, 1, MPI_LONG, src, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE); }
+static void send_blocking(long *v, int dst) { MPI_Send(v, 1, MPI_LONG, dst, 0, MPI_COMM_WORLD); }
+
+// Median round trip of an 8-byte message and its answer between ranks 0 and 1, in us.
+static double median_rtt_us(int rank, int reps, void (*send)(long *, int), void (*recv)(long *, int)) {
   long small = 0;
   double *t = malloc((reps * 10 + 10) * sizeof(double));
   for (int i = 0; i < reps * 10; i++) {
     double t0 = MPI_Wtime();
     if (rank == 0) {
-      send_polling(&small, 1);
-      recv_polling(&small, 1);
+      send(&small, 1);
+      recv(&small, 1);
     } else if (rank == 1) {
-      recv_polling(&small, 0);
-      send_polling(&small, 0);
+      recv(&small, 0);
+      send(&small, 0);
     }
     t[i] = MPI_Wtime() - t0;
   }
   qsort(t, reps * 10, sizeof(double), cmp);
-  if (rank == 0) printf("rtt_runtime_us %.3f\n", t[reps * 5] * 1e6);
-  MPI_Finalize();
-  return 0;
+  double median = t[reps * 5] * 1e6;
+  free(t);
+  return median;
 }
 
 int main(int argc, char **argv) {
   int reps = atoi(argv[1]);
   const char *rt = getenv("MPI_PINGPONG_AS_RUNTIME");
-  if (rt && !strcmp(rt, "1")) return as_runtime(reps);
-  MPI_Init(&argc, &argv);
   int rank;
+  if (rt && !strcmp(rt, "1")) {
+    int provided;
+    MPI_Init_thread(0, 0, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    double rtt = median_rtt_us(rank, reps, send_polling, recv_polling);
+    if (rank == 0) printf("rtt_runtime_us %.3f\n", rtt);
+    MPI_Finalize();
+    return 0;
+  }
+  MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   long small = 0;
-  double *t = malloc((reps * 10 + 10) * sizeof(double));
-  for (int i = 0; i < reps * 10; i++) {
-    double t0 = MPI_Wtime();
-    if (rank == 0) {
-      MPI_Send(&small, 1, MPI_LONG, 1, 0, MPI_COMM_WORLD);
-      MPI_Recv(&small, 1, MPI_LONG, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    } else if (rank == 1) {
-      MPI_Recv(&small, 1, MPI_LONG, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      MPI_Send(&small, 1, MPI_LONG, 0, 0, MPI_COMM_WORLD);
-    }
-    t[i] = MPI_Wtime() - t0;
-  }
-  qsort(t, reps * 10, sizeof(double), cmp);
-  if (rank == 0) printf("rtt_us %.3f\n", t[reps * 5] * 1e6);
+  double rtt = median_rtt_us(rank, reps, send_blocking, recv_blocking);
+  if (rank == 0) printf("rtt_us %.3f\n", rtt);
   for (int a = 2; a < argc; a++) {
     size_t n = strtoull(argv[a], 0, 10);
     char *buf = malloc(n);
