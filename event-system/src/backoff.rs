@@ -22,12 +22,28 @@ pub struct Backoff {
     max_sleep: Duration,
     /// Cap each sleep at 1/32 of the time waited (waits whose end must be noticed promptly).
     tight: bool,
+    /// Still in the first, pure-spin phase.
+    spinning: bool,
+    /// Polls so far in that phase (the clock is read every `CLOCK_EVERY` of them).
+    spins: u32,
 }
+
+/// In the pure-spin phase the clock is read once every this many polls: a read costs about
+/// as much as a probe on this VM, and the phase's length need not be exact.
+const CLOCK_EVERY: u32 = 16;
 
 impl Backoff {
     /// A back-off that spins (with yields) for `spin_for`, then sleeps from 10 us up to `max_sleep`.
     pub fn new(spin_for: Duration, max_sleep: Duration) -> Self {
-        Backoff { start: Instant::now(), spin_for, sleep: Duration::from_micros(10), max_sleep, tight: false }
+        Backoff {
+            start: Instant::now(),
+            spin_for,
+            sleep: Duration::from_micros(10),
+            max_sleep,
+            tight: false,
+            spinning: true,
+            spins: 0,
+        }
     }
 
     /// Back-off for waiting on a bulk transfer: spins (with yields) for 2 ms, then sleeps at
@@ -44,16 +60,23 @@ impl Backoff {
 
     /// Wait a little before the next poll.
     pub fn snooze(&mut self) {
-        let waited = self.start.elapsed();
-        if waited < PURE_SPIN.min(self.spin_for) {
-            // The answer to a short request is usually microseconds away: poll again without
-            // a system call (a yield costs more than the probe itself). A few PAUSEs only:
-            // one costs up to ~140 cycles on recent Xeons, and 64 of them added microseconds
-            // to every empty target region (measured: 6.6-8.2 us with 64, 5.2-7.0 us with 4).
-            for _ in 0..4 {
-                std::hint::spin_loop();
+        if self.spinning {
+            self.spins += 1;
+            if self.spins % CLOCK_EVERY != 0 || self.start.elapsed() < PURE_SPIN.min(self.spin_for) {
+                // The answer to a short request is usually microseconds away: poll again
+                // without a system call (a yield costs more than the probe itself). A few
+                // PAUSEs only: one costs up to ~140 cycles on recent Xeons, and 64 of them
+                // added microseconds to every empty target region (measured: 6.6-8.2 us with
+                // 64, 5.2-7.0 us with 4).
+                for _ in 0..4 {
+                    std::hint::spin_loop();
+                }
+                return;
             }
-        } else if waited < self.spin_for {
+            self.spinning = false;
+        }
+        let waited = self.start.elapsed();
+        if waited < self.spin_for {
             std::thread::yield_now();
         } else {
             std::thread::sleep(if self.tight { self.sleep.min(waited / 32) } else { self.sleep });
@@ -61,9 +84,18 @@ impl Backoff {
         }
     }
 
+    /// Whether this wait is still in its first microseconds of pure spinning. Waits check a
+    /// peer's liveness only after that phase: the check takes a lock, and a death is noticed
+    /// by the detector seconds later anyway.
+    pub fn spinning(&self) -> bool {
+        self.spinning
+    }
+
     /// Start again from the spinning phase (after activity).
     pub fn reset(&mut self) {
         self.start = Instant::now();
         self.sleep = Duration::from_micros(10);
+        self.spinning = true;
+        self.spins = 0;
     }
 }

@@ -199,7 +199,7 @@ impl Comm {
             if flag != 0 {
                 return Ok(());
             }
-            if live.is_dead(peer) {
+            if !backoff.spinning() && live.is_dead(peer) {
                 for r in reqs.iter_mut() {
                     // SAFETY: cancelling and freeing requests we own; completed ones are
                     // already MPI_REQUEST_NULL, which both calls skip.
@@ -275,7 +275,7 @@ impl Comm {
             if let Some((_, bytes)) = self.try_recv_raw(Some(src), tag)? {
                 return protocol::decode(&bytes).map_err(|source| CommError::Protocol { rank: src, source });
             }
-            if live.is_dead(src) {
+            if !backoff.spinning() && live.is_dead(src) {
                 return Err(CommError::PeerDead(src));
             }
             backoff.snooze();

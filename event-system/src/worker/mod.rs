@@ -119,80 +119,96 @@ fn spawn_helper(w: &Arc<Worker>) {
     }
 }
 
-/// One thread's loop: take the poll lock, wait for an event, hand the lock on, handle it.
-fn serve(w: &Arc<Worker>) -> Result<(), CommError> {
+/// What the leader (the thread holding `poll`) ends its turn with.
+enum Turn {
+    /// An event to handle after releasing `poll`.
+    Handle(Envelope),
+    /// EXIT arrived under this tag: answer it once the other threads are done.
+    Exit(i32),
+    /// Another thread saw EXIT: stop.
+    Stop,
+}
+
+/// Lead: hold `poll` and take events, handling those that belong on the polling thread
+/// right here, until one must be handled off the lock (or EXIT). The lock is kept across
+/// the events handled here: releasing it after each one woke a parked follower, and two
+/// threads then took turns polling, each turn costing futex calls and a cold cache (on
+/// 2 cores, several microseconds per short event).
+fn lead(w: &Arc<Worker>) -> Result<Turn, CommError> {
+    let _guard = w.poll.lock();
     loop {
-        let (env, inline_done) = {
-            let _guard = w.poll.lock();
-            let mut backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(1));
-            let bytes = loop {
-                if w.exit.load(Ordering::Acquire) {
-                    return Ok(());
-                }
-                if let Some((_, bytes)) = w.comm.try_recv_raw(Some(HEAD), CONTROL_TAG)? {
-                    break bytes;
-                }
-                if w.live.is_dead(HEAD) {
-                    return Err(CommError::PeerDead(HEAD));
-                }
-                backoff.snooze();
-            };
-            let env: Envelope = protocol::decode(&bytes).map_err(|source| CommError::Protocol { rank: HEAD, source })?;
-            if let Err(e) = env.event.validate(w.heap.base(), w.heap.end()) {
-                eprintln!("ompcluster worker {}: rejected event: {e}", w.comm.rank());
-                w.comm.send_msg(HEAD, env.tag, &Reply::Error(e.to_string()), w.live.as_ref())?;
-                continue;
+        let mut backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(1));
+        let bytes = loop {
+            if w.exit.load(Ordering::Acquire) {
+                return Ok(Turn::Stop);
             }
-            // Memory-map changes are applied in arrival order, under the poll lock, so that a
-            // DELETE and a later ALLOC of the same range can never be reordered.
-            let inline_done = match &env.event {
-                Event::Alloc(r) => {
-                    if let Err(e) = w.memory.write().back(&w.heap, r.addr, r.size) {
-                        eprintln!("ompcluster worker {}: {e}", w.comm.rank());
-                    }
-                    true
+            if let Some((_, bytes)) = w.comm.try_recv_raw(Some(HEAD), CONTROL_TAG)? {
+                break bytes;
+            }
+            if !backoff.spinning() && w.live.is_dead(HEAD) {
+                return Err(CommError::PeerDead(HEAD));
+            }
+            backoff.snooze();
+        };
+        let env: Envelope = protocol::decode(&bytes).map_err(|source| CommError::Protocol { rank: HEAD, source })?;
+        if let Err(e) = env.event.validate(w.heap.base(), w.heap.end()) {
+            eprintln!("ompcluster worker {}: rejected event: {e}", w.comm.rank());
+            w.comm.send_msg(HEAD, env.tag, &Reply::Error(e.to_string()), w.live.as_ref())?;
+            continue;
+        }
+        // Memory-map changes are applied in arrival order, under the poll lock, so that a
+        // DELETE and a later ALLOC of the same range can never be reordered.
+        match &env.event {
+            Event::Alloc(r) => {
+                if let Err(e) = w.memory.write().back(&w.heap, r.addr, r.size) {
+                    eprintln!("ompcluster worker {}: {e}", w.comm.rank());
                 }
-                Event::Delete(r) => {
-                    if let Err(e) = w.memory.write().release(&w.heap, r.addr) {
-                        eprintln!("ompcluster worker {}: {e}", w.comm.rank());
-                    }
-                    true
+            }
+            Event::Delete(r) => {
+                if let Err(e) = w.memory.write().release(&w.heap, r.addr) {
+                    eprintln!("ompcluster worker {}: {e}", w.comm.rank());
                 }
-                Event::Exit => {
-                    w.exit.store(true, Ordering::Release);
-                    true
+            }
+            Event::Exit => {
+                w.exit.store(true, Ordering::Release);
+                return Ok(Turn::Exit(env.tag));
+            }
+            // Handled right here, still holding `poll` (reasons in README.md):
+            // - CHECKPOINT: saved before this worker looks at any later event, which is
+            //   what keeps the saved copies as they were at the checkpoint;
+            // - SUBMIT, RETRIEVE: the head waits on the other end right now; a hand-off
+            //   would leave the transfer and a new poller competing for the cores;
+            // - a short EXECUTE: a hand-off would cost more than the kernel.
+            Event::Checkpoint { .. } | Event::Submit(_) | Event::Retrieve(_) | Event::Execute { short: true, .. } => {
+                if let Some(r) = handle(w, &env)? {
+                    w.comm.send_msg(HEAD, env.tag, &r, w.live.as_ref())?;
                 }
-                // Handled right here, still holding `poll` (reasons in README.md):
-                // - CHECKPOINT: saved before this worker looks at any later event, which is
-                //   what keeps the saved copies as they were at the checkpoint;
-                // - SUBMIT, RETRIEVE: the head waits on the other end right now; a hand-off
-                //   would leave the transfer and a new poller competing for the cores;
-                // - a short EXECUTE: a hand-off would cost more than the kernel.
-                Event::Checkpoint { .. } | Event::Submit(_) | Event::Retrieve(_) | Event::Execute { short: true, .. } => {
-                    if let Some(r) = handle(w, &env)? {
-                        w.comm.send_msg(HEAD, env.tag, &r, w.live.as_ref())?;
-                    }
-                    true
-                }
-                _ => false,
-            };
-            if !inline_done {
+            }
+            _ => {
                 w.busy.fetch_add(1, Ordering::AcqRel);
                 if w.idle.fetch_sub(1, Ordering::AcqRel) == 1 {
                     // Nobody is left to poll while this thread is busy: add a thread.
                     spawn_helper(w);
                 }
+                return Ok(Turn::Handle(env));
             }
-            (env, inline_done)
-        };
-        if inline_done {
-            if matches!(env.event, Event::Exit) {
+        }
+    }
+}
+
+/// One thread's loop: lead until an event must be handled off the lock, hand the lock on,
+/// handle it, and queue up to lead again.
+fn serve(w: &Arc<Worker>) -> Result<(), CommError> {
+    loop {
+        let env = match lead(w)? {
+            Turn::Handle(env) => env,
+            Turn::Stop => return Ok(()),
+            Turn::Exit(tag) => {
                 wait_idle(w, 0);
-                w.comm.send_msg(HEAD, env.tag, &Reply::Ok, w.live.as_ref())?;
+                w.comm.send_msg(HEAD, tag, &Reply::Ok, w.live.as_ref())?;
                 return Ok(());
             }
-            continue;
-        }
+        };
         let reply = handle(w, &env);
         w.busy.fetch_sub(1, Ordering::AcqRel);
         w.idle.fetch_add(1, Ordering::AcqRel);
