@@ -114,8 +114,8 @@ def main():
     # 1. Empty region vs stock plugin and raw MPI round trip (1 worker: nothing oversubscribed).
     #    Rounds alternate the three programs so that drift on a shared machine hits them alike;
     #    each number is the median over the rounds.
-    reps = "2000" if QUICK else "20000"
-    rounds = 2 if QUICK else 5
+    reps = "2000" if QUICK else "50000"
+    rounds = 2 if QUICK else 7
     rtts, rtts_rt, stocks, ours_es = [], [], [], []
     for _ in range(rounds):
         rtts.append(float(re.search(r"rtt_us ([\d.]+)", sh(MPIRUN + ["-np", "2", pp, "2000"])).group(1)))
