@@ -313,6 +313,13 @@ impl CheckpointStore for EmbeddedStore {
             s.wait_done(None);
         }
     }
+
+    fn close(&self) {
+        self.wait_all();
+        // The `TempDir` would remove it on drop; a store that is never dropped leaves it
+        // behind. Removing it twice is harmless (the drop ignores the error).
+        let _ = std::fs::remove_dir_all(self.scratch.path());
+    }
 }
 
 impl Drop for EmbeddedStore {

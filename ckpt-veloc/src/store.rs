@@ -55,6 +55,13 @@ pub trait CheckpointStore: Send + Sync + std::fmt::Debug {
     /// Blocks until every flush started so far has finished (successfully
     /// or not). Call at exit; dropping a store does the same.
     fn wait_all(&self);
+
+    /// Waits like [`CheckpointStore::wait_all`], then removes this rank's
+    /// scratch files. For a process that ends without dropping its store
+    /// (the head's store lives until `exit`); nothing may be saved after.
+    fn close(&self) {
+        self.wait_all();
+    }
 }
 
 /// Opens the store chosen by `config` (the embedded store, or the VeloC

@@ -991,5 +991,10 @@ impl Cluster {
                 eprintln!("ompcluster: cannot write task graph {}: {e}", path.display());
             }
         }
+        if let Some(cp) = &self.ckpt {
+            // The head's store is never dropped (the process ends in `exit`): remove its
+            // scratch directory now.
+            cp.store.close();
+        }
     }
 }

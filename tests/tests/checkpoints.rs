@@ -93,11 +93,17 @@ fn matmul_checkpoints_verify_and_hold_what_the_program_computed() {
     let dir = tempfile::tempdir().unwrap();
     let ck = dir.path().join("ckpt");
     let report = dir.path().join("report.json");
+    let scratch = dir.path().join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
     let mut e = ckpt_env(&ck, "0.03");
     e.push(("OMPCLUSTER_REPORT".into(), report.display().to_string()));
+    e.push(("OMPCLUSTER_CP_SCRATCH".into(), scratch.display().to_string()));
     let (n, bs) = (N.to_string(), BS.to_string());
     let out = Job::spawn(4, matmul(), &[&n, &bs], &envs(&e)).wait(Duration::from_secs(180));
     assert!(out.status.success() && stdout(&out).contains("result correct"), "{}", describe(&out));
+    // Every rank removed its scratch directory, the head included.
+    let left: Vec<_> = std::fs::read_dir(&scratch).unwrap().map(|d| d.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "scratch directories left behind: {left:?}");
     let r = Report::read(&report).unwrap();
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     let checkpoints = json["checkpoints"].as_u64().unwrap();
