@@ -87,13 +87,13 @@ pub enum ClusterError {
 type Result<T> = std::result::Result<T, ClusterError>;
 
 /// A kernel handed to libomptarget: which image, which index.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Kernel {
     image: u32,
     index: u32,
-    name: String,
+    name: Arc<str>,
     /// Duration of its last run, nanoseconds (u64::MAX before the first run).
-    last_ns: Arc<std::sync::atomic::AtomicU64>,
+    last_ns: std::sync::atomic::AtomicU64,
 }
 
 /// A worker's report of a kernel run: changed regions, pointers found in them, seconds in
@@ -130,7 +130,7 @@ pub struct Cluster {
     cfg: Config,
     buffers: Mutex<Buffers>,
     moved: Condvar,
-    kernels: RwLock<HashMap<usize, Kernel>>,
+    kernels: RwLock<HashMap<usize, Arc<Kernel>>>,
     images: Mutex<Vec<ImageTables>>,
     sched: Scheduler,
     in_flight: Vec<AtomicU32>,
@@ -328,7 +328,7 @@ impl Cluster {
             let name = e.name_str().expect("checked above");
             if e.size == 0 {
                 let token = tokens.as_ptr() as usize + i;
-                new_kernels.push((token, Kernel { image: idx, index: kernels.len() as u32, name: name.clone(), last_ns: Arc::new(u64::MAX.into()) }));
+                new_kernels.push((token, Arc::new(Kernel { image: idx, index: kernels.len() as u32, name: name.as_str().into(), last_ns: u64::MAX.into() })));
                 kernels.push(name);
                 e.addr = token as *mut libc::c_void;
             } else {

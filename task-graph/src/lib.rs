@@ -29,8 +29,9 @@ pub struct Access {
 pub struct TaskRecord {
     /// Sequence number, from 0.
     pub id: u64,
-    /// Kernel symbol.
-    pub kernel: String,
+    /// Kernel symbol (shared with the plugin's kernel table: recording a task allocates no
+    /// copy of it).
+    pub kernel: std::sync::Arc<str>,
     /// Argument values as passed to the kernel.
     pub args: Vec<u64>,
     /// Worker rank that ran it.
@@ -222,7 +223,7 @@ mod tests {
         let t2 = g.record(task("h", 1, &[(2, 1)], &[(2, 2)]));
         let _t3 = g.record(task("k", 2, &[(1, 1)], &[]));
         assert_eq!((t0, t1, t2), (0, 1, 2));
-        assert_eq!(g.producer(Access { buffer: 2, version: 2 }).unwrap().kernel, "h");
+        assert_eq!(&*g.producer(Access { buffer: 2, version: 2 }).unwrap().kernel, "h");
         let dot = g.to_dot();
         assert!(dot.contains("t0 -> t1 [label=\"b2 v1\"]"));
         assert!(dot.contains("t0 -> t2"));

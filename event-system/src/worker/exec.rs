@@ -8,7 +8,15 @@
 #[cfg(test)]
 use crate::protocol::{scan_pointers, FoundPointers};
 use libffi::middle::{Arg, Cif, CodePtr, Type};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
+
+thread_local! {
+    /// Call interfaces by argument count, built once per thread: every kernel takes
+    /// pointer-sized arguments and returns nothing, so the count is all that differs.
+    static CIFS: RefCell<HashMap<usize, Cif>> = RefCell::new(HashMap::new());
+}
 
 /// Call `entry` with `args`.
 ///
@@ -16,11 +24,18 @@ use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 /// `entry` must be a kernel of a loaded device image taking `args.len()` pointer-sized
 /// arguments, and every device address among `args` must be backed on this worker.
 pub(crate) unsafe fn call_kernel(entry: usize, args: &[u64]) {
-    let cif = Cif::new(std::iter::repeat_n(Type::pointer(), args.len()), Type::void());
     let values: Vec<usize> = args.iter().map(|&a| a as usize).collect();
     let ffi_args: Vec<Arg> = values.iter().map(Arg::new).collect();
-    // SAFETY: the caller guarantees the signature; `values` outlives the call.
-    unsafe { cif.call::<()>(CodePtr(entry as *mut libc::c_void), &ffi_args) };
+    CIFS.with(|cifs| {
+        cifs.borrow_mut()
+            .entry(args.len())
+            .or_insert_with(|| Cif::new(std::iter::repeat_n(Type::pointer(), args.len()), Type::void()));
+        // A shared borrow during the call: a kernel never calls back into this worker, and
+        // if it did, another shared borrow would still be fine.
+        let cifs = cifs.borrow();
+        // SAFETY: the caller guarantees the signature; `values` outlives the call.
+        unsafe { cifs[&args.len()].call::<()>(CodePtr(entry as *mut libc::c_void), &ffi_args) };
+    });
 }
 
 /// Hash of the bytes of a region at `ptr` in `pieces` (offset ranges, in order).
@@ -90,7 +105,7 @@ mod tests {
         let mut out = 0u64;
         let args = [&mut out as *mut u64 as u64, 40, 2];
         // SAFETY: add3 takes three pointer-sized arguments; `out` is live.
-        unsafe { call_kernel(add3 as usize, &args) };
+        unsafe { call_kernel(add3 as *const () as usize, &args) };
         assert_eq!(out, 42);
     }
 
