@@ -131,6 +131,9 @@ pub enum FoundPointers {
     Many,
 }
 
+/// Changed byte runs of one region: (offset, new bytes).
+pub type Patch = Vec<(u64, Vec<u8>)>;
+
 /// A worker's reply to one event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Reply {
@@ -148,7 +151,7 @@ pub enum Reply {
         /// what the kernel changed, as (region index, [(offset, new bytes)]). Lets the head
         /// merge the changes of regions that wrote different globals at the same time on
         /// different workers.
-        patches: Vec<(u32, Vec<(u64, Vec<u8>)>)>,
+        patches: Vec<(u32, Patch)>,
         /// What the worker printed on its standard output since the last reply that carried
         /// output: the head prints it before the region returns, so it appears in program
         /// order.

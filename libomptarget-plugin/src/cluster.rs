@@ -13,6 +13,7 @@
 //!   worker always sees DELETE before the next ALLOC of the same range.
 //! * Two threads needing the same buffer on the same worker do not both send it: the first
 //!   marks it `incoming`, the second waits on `moved` until the copy arrived.
+//!
 //! Conflicting concurrent accesses to one buffer are data races in the user's program
 //! (libomptarget orders dependent regions), so versions are updated without further locking.
 
@@ -21,7 +22,7 @@ use crate::config::Config;
 use crate::data::{Buffer, Buffers, PointsTo, HEAD};
 use crate::report::{Report, Stats};
 use event_system::comm::{CommError, CONTROL_TAG};
-use event_system::protocol::{Envelope, Event, FoundPointers, Region, Reply};
+use event_system::protocol::{Envelope, Event, FoundPointers, Patch, Region, Reply};
 use event_system::{Comm, Liveness, SymmetricHeap, TagAllocator};
 use parking_lot::{Condvar, Mutex, RwLock};
 use scheduler::{Candidate, Scheduler};
@@ -98,7 +99,7 @@ struct Kernel {
 
 /// A worker's report of a kernel run: changed regions, pointers found in them, seconds in
 /// the kernel, and the changes to image data regions (see `Reply::Executed`).
-type Executed = (Vec<bool>, Vec<FoundPointers>, f64, Vec<(u32, Vec<(u64, Vec<u8>)>)>);
+type Executed = (Vec<bool>, Vec<FoundPointers>, f64, Vec<(u32, Patch)>);
 
 /// Kernels whose last run took less than this run on the worker's polling thread.
 const SHORT_KERNEL_NS: u64 = 50_000;
@@ -818,7 +819,7 @@ impl Cluster {
         let mut patches: HashMap<usize, Vec<(u64, Vec<u8>)>> = patches.into_iter().map(|(i, p)| (i as usize, p)).collect();
         // Image data this kernel changed while another worker changed it too: its changes,
         // to apply on top of the other's (below, once the lock is released).
-        let mut merges: Vec<(u64, Vec<(u64, Vec<u8>)>)> = Vec::new();
+        let mut merges: Vec<(u64, Patch)> = Vec::new();
         // Record the new versions.
         let mut reads = Vec::with_capacity(reach.len());
         let mut writes = Vec::new();

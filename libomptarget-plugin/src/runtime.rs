@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// What this rank is.
+#[allow(clippy::large_enum_variant)] // one instance, in a static: boxing would gain nothing
 pub(crate) enum Runtime {
     /// Rank 0: runs `main`, owns the cluster device.
     Head(Cluster),
