@@ -22,7 +22,7 @@ if ((${#missing[@]})); then
 fi
 
 if ! command -v cargo >/dev/null; then
-  echo "setup: cargo not found: install a Rust toolchain >= 1.78 (https://rustup.rs), then run this again" >&2
+  echo "setup: cargo not found: install a Rust toolchain >= 1.85 (https://rustup.rs), then run this again" >&2
   exit 1
 fi
 export MPICC="${MPICC:-mpicc.openmpi}"
