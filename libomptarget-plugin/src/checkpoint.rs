@@ -115,7 +115,7 @@ impl Checkpointer {
             return false;
         }
         let Some(interval) = self.cfg.interval_for(bytes) else { return false };
-        self.inner.lock().last.map_or(true, |t| t.elapsed() >= interval)
+        self.inner.lock().last.is_none_or(|t| t.elapsed() >= interval)
     }
 
     /// Start a checkpoint: its id, and the version already saved of each buffer.

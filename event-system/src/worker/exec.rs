@@ -29,7 +29,7 @@ pub(crate) unsafe fn call_kernel(entry: usize, args: &[u64]) {
     CIFS.with(|cifs| {
         cifs.borrow_mut()
             .entry(args.len())
-            .or_insert_with(|| Cif::new(std::iter::repeat(Type::pointer()).take(args.len()), Type::void()));
+            .or_insert_with(|| Cif::new(std::iter::repeat_n(Type::pointer(), args.len()), Type::void()));
         // A shared borrow during the call: a kernel never calls back into this worker, and
         // if it did, another shared borrow would still be fine.
         let cifs = cifs.borrow();
