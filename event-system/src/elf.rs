@@ -118,7 +118,7 @@ impl<'a> ElfImage<'a> {
                 elf::PT_LOAD => {
                     let (offset, filesz) = (ph.p_offset(endian), ph.p_filesz(endian));
                     let in_file = offset.checked_add(filesz).is_some_and(|e| e <= bytes.len() as u64);
-                    if filesz > memsz || !in_file || !vaddr.checked_add(memsz).is_some_and(|e| e <= (4 << 30)) {
+                    if filesz > memsz || !in_file || vaddr.checked_add(memsz).is_none_or(|e| e > (4 << 30)) {
                         return Err(ElfError::Malformed(format!("PT_LOAD at {vaddr:#x} is out of bounds")));
                     }
                     segments.push(Segment { vaddr, memsz, offset, filesz, flags: ph.p_flags(endian) });
