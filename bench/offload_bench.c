@@ -1,5 +1,6 @@
 // Offloading micro-benchmarks, run the same binary under the stock plugin and under ours.
-//   offload_bench empty REPS          mean time of an empty target region (us)
+//   offload_bench empty REPS [LIVE]   mean time of an empty target region (us), with LIVE
+//                                     other 64-byte buffers mapped meanwhile (default 0)
 //   offload_bench bw REPS SIZE...     host->device and device->host bandwidth of
 //                                     `target update to/from` on a device-resident buffer
 //   offload_bench memory MIB          hold MIB MiB on one worker, then pause 4 s (RSS probe)
@@ -27,11 +28,24 @@ int main(int argc, char **argv) {
   if (argc < 3) { fprintf(stderr, "usage: see the source\n"); return 2; }
   if (!strcmp(argv[1], "empty")) {
     int reps = atoi(argv[2]);
+    int live = argc > 3 ? atoi(argv[3]) : 0;
+    char **bufs = malloc((live + 1) * sizeof(char *));
+    for (int i = 0; i < live; i++) {
+      bufs[i] = calloc(64, 1);
+      char *b = bufs[i];
+      #pragma omp target enter data map(to: b[0:64])
+    }
     for (int i = 0; i < 200; i++) empty_region();
     double t0 = omp_get_wtime();
     for (int i = 0; i < reps; i++) empty_region();
     double t = omp_get_wtime() - t0;
     printf("empty_us %.3f\n", t / reps * 1e6);
+    for (int i = 0; i < live; i++) {
+      char *b = bufs[i];
+      #pragma omp target exit data map(delete: b[0:64])
+      free(b);
+    }
+    free(bufs);
     return 0;
   }
   if (!strcmp(argv[1], "bw")) {

@@ -380,7 +380,7 @@ impl Cluster {
     /// Allocate a device buffer.
     pub(crate) fn alloc(&self, size: u64, host: u64) -> Result<u64> {
         let _gate = self.enter()?;
-        let addr = self.buffers.lock().create(size, host, None)?.addr;
+        let addr = self.buffers.lock().create(size, host)?.addr;
         self.device_bytes.fetch_add(size, Ordering::Relaxed);
         self.log(format_args!("ALLOC {addr:#x} {size} bytes"));
         Ok(addr)

@@ -90,16 +90,25 @@ pub(crate) struct Buffers {
     /// (a section's base, a zero-length section matched through its base), so an argument
     /// with host pointer `h` and device value `d` belongs to the buffer with delta `d - h`.
     by_delta: HashMap<u64, Vec<u64>>,
+    /// Image -> its data buffers, which every kernel of the image reaches (kept apart so that
+    /// a launch need not scan all buffers for them).
+    image_data: HashMap<u32, Vec<u64>>,
     next_id: u64,
 }
 
 impl Buffers {
     pub(crate) fn new(base: u64, size: u64) -> Self {
-        Buffers { alloc: ExtentAllocator::new(base, size), by_addr: BTreeMap::new(), by_delta: HashMap::new(), next_id: 1 }
+        Buffers {
+            alloc: ExtentAllocator::new(base, size),
+            by_addr: BTreeMap::new(),
+            by_delta: HashMap::new(),
+            image_data: HashMap::new(),
+            next_id: 1,
+        }
     }
 
     /// Make a new buffer of `size` bytes.
-    pub(crate) fn create(&mut self, size: u64, host: u64, global_of: Option<u32>) -> Result<&mut Buffer, HeapError> {
+    pub(crate) fn create(&mut self, size: u64, host: u64) -> Result<&mut Buffer, HeapError> {
         let (start, extent) = self.alloc.alloc(size.max(1) + GUARD_GAP)?;
         let (addr, span) = (start + GUARD_GAP, extent - GUARD_GAP);
         if host != 0 {
@@ -118,7 +127,7 @@ impl Buffers {
             backed: BTreeSet::new(),
             incoming: BTreeSet::new(),
             points_to: PointsTo::none(),
-            global_of,
+            global_of: None,
             writing: None,
         };
         Ok(self.by_addr.entry(addr).or_insert(b))
@@ -151,12 +160,21 @@ impl Buffers {
             global_of: Some(image),
             writing: None,
         };
+        let of_image = self.image_data.entry(image).or_default();
+        if !of_image.contains(&addr) {
+            of_image.push(addr);
+        }
         self.by_addr.entry(addr).or_insert(b)
     }
 
     /// Forget a buffer (its range stays allocated until [`Buffers::free_range`]).
     pub(crate) fn remove(&mut self, addr: u64) -> Option<Buffer> {
         let b = self.by_addr.remove(&addr)?;
+        if let Some(image) = b.global_of {
+            if let Some(v) = self.image_data.get_mut(&image) {
+                v.retain(|&a| a != addr);
+            }
+        }
         if b.host != 0 {
             let key = b.addr.wrapping_sub(b.host);
             if let Some(v) = self.by_delta.get_mut(&key) {
@@ -231,7 +249,7 @@ impl Buffers {
         for &(d, h) in translated {
             todo.extend_from_slice(self.by_translation(d, h));
         }
-        todo.extend(self.iter().filter(|b| b.global_of == Some(image)).map(|b| b.addr));
+        todo.extend(self.image_data.get(&image).into_iter().flatten().copied());
         while let Some(a) = todo.pop() {
             if !seen.insert(a) {
                 continue;
@@ -252,12 +270,12 @@ mod tests {
     #[test]
     fn reachability_follows_pointers_and_globals() {
         let mut bs = Buffers::new(0x10_0000, 1 << 20);
-        let a = bs.create(100, 0x7000_0100, None).unwrap().addr;
-        let b = bs.create(5000, 0, None).unwrap().addr;
-        let c = bs.create(8, 0, None).unwrap().addr;
+        let a = bs.create(100, 0x7000_0100).unwrap().addr;
+        let b = bs.create(5000, 0).unwrap().addr;
+        let c = bs.create(8, 0).unwrap().addr;
         let img = bs.reserve_image(3 * 4096).unwrap();
         let g = bs.add_image_data(img + 2 * 4096, 40, 7).addr;
-        let lone = bs.create(4, 0, None).unwrap().addr;
+        let lone = bs.create(4, 0).unwrap().addr;
         // a holds a pointer into the middle of b; b points to c.
         bs.get_mut(a).unwrap().points_to.add(PointsTo::Some([b + 4100].into()));
         bs.get_mut(b).unwrap().points_to.add(PointsTo::Some([c].into()));
