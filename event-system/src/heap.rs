@@ -50,6 +50,21 @@ pub enum HeapError {
     /// The heap is full.
     #[error("device heap exhausted: no free range of {0} bytes")]
     Exhausted(u64),
+    /// The process has as many memory mappings as the kernel allows: every device buffer a
+    /// rank holds is a mapping of its own (with its guard gap), so about `max / 2` of them.
+    #[error(
+        "too many device buffers held at once on this rank: the process has {count} memory mappings \
+         and the kernel allows {max} (vm.max_map_count, about two per buffer). Use fewer, larger \
+         buffers, or raise the limit: sysctl -w vm.max_map_count={suggest}"
+    )]
+    TooManyMappings {
+        /// Mappings of this process.
+        count: usize,
+        /// `vm.max_map_count`.
+        max: usize,
+        /// A limit four times larger.
+        suggest: usize,
+    },
 }
 
 /// Round `n` up to a whole number of pages.
@@ -167,9 +182,40 @@ impl SymmetricHeap {
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(HeapError::Map { addr, size, err: std::io::Error::last_os_error() });
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::ENOMEM) {
+                if let Some(e) = too_many_mappings() {
+                    return Err(e);
+                }
+            }
+            return Err(HeapError::Map { addr, size, err });
         }
         Ok(())
+    }
+}
+
+/// If this process is at (or within a few of) the kernel's limit on memory mappings, the
+/// error that says so: mmap reports that case as ENOMEM, like a real lack of memory.
+fn too_many_mappings() -> Option<HeapError> {
+    let max: usize = std::fs::read_to_string("/proc/sys/vm/max_map_count").ok()?.trim().parse().ok()?;
+    let count = count_lines("/proc/self/maps")?;
+    (count + 16 >= max).then_some(HeapError::TooManyMappings { count, max, suggest: max.saturating_mul(4) })
+}
+
+/// Lines in a file, read through a fixed buffer: at the mapping limit a large allocation can
+/// itself fail (malloc needs a new mapping for it), so the file is never held whole.
+fn count_lines(path: &str) -> Option<usize> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut buf = [0u8; 16 << 10];
+    let mut lines = 0;
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => return Some(lines),
+            Ok(n) => lines += buf[..n].iter().filter(|&&b| b == b'\n').count(),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
     }
 }
 

@@ -37,3 +37,25 @@ fn device_statics_shared_by_successive_regions() {
 fn global_device_address_in_a_kernel() {
     check_program("repro_global_device_addr.c", &[], &[]);
 }
+
+/// More buffers mapped at once than the kernel allows memory mappings (each buffer a rank
+/// holds is about two, with its guard gap): the job must end with a message that says so and
+/// how to raise the limit, not with a bare "Cannot allocate memory". Below the limit, it runs.
+#[test]
+fn more_buffers_than_the_mapping_limit_are_refused_clearly() {
+    use ompcluster_tests::{compile, describe, run_timeout, stderr, stdout};
+    use std::time::Duration;
+    let max: usize = std::fs::read_to_string("/proc/sys/vm/max_map_count").unwrap().trim().parse().unwrap();
+    if max > 300_000 {
+        eprintln!("skipped: vm.max_map_count is {max}; mapping that many buffers would take too long");
+        return;
+    }
+    let prog = compile("many_buffers.c");
+    let fits = (max / 4).to_string();
+    let out = run_timeout(2, &prog, &[&fits], &[], Duration::from_secs(120));
+    assert!(out.status.success() && stdout(&out).contains(&format!("mapped {fits}")), "{}", describe(&out));
+    let too_many = (max * 2 / 3).to_string();
+    let out = run_timeout(2, &prog, &[&too_many], &[], Duration::from_secs(120));
+    assert!(!out.status.success(), "{}", describe(&out));
+    assert!(stderr(&out).contains("too many device buffers held at once") && stderr(&out).contains("vm.max_map_count"), "{}", describe(&out));
+}
