@@ -90,12 +90,4 @@ impl Backoff {
     pub fn spinning(&self) -> bool {
         self.spinning
     }
-
-    /// Start again from the spinning phase (after activity).
-    pub fn reset(&mut self) {
-        self.start = Instant::now();
-        self.sleep = Duration::from_micros(10);
-        self.spinning = true;
-        self.spins = 0;
-    }
 }
