@@ -29,6 +29,56 @@ pub trait Liveness: Send + Sync {
     fn is_dead(&self, rank: i32) -> bool;
 }
 
+impl<T: Liveness + ?Sized> Liveness for std::sync::Arc<T> {
+    fn is_dead(&self, rank: i32) -> bool {
+        (**self).is_dead(rank)
+    }
+}
+
+/// Liveness that never forgets a death: a rank once declared dead (by the failure detector
+/// behind it, or fenced here because a peer reported it dead) stays dead for the rest of the
+/// run, even if the detector later re-admits it (a frozen process that woke up): nothing it
+/// sends is waited for again.
+#[derive(Debug)]
+pub struct Fenced<L> {
+    inner: L,
+    dead: Vec<std::sync::atomic::AtomicBool>,
+}
+
+impl<L: Liveness> Fenced<L> {
+    /// Over `inner`, for ranks `0..size`.
+    pub fn new(inner: L, size: usize) -> Self {
+        Fenced { inner, dead: (0..size).map(|_| std::sync::atomic::AtomicBool::new(false)).collect() }
+    }
+
+    /// Declare `rank` dead for good. Returns true if it was not dead before.
+    pub fn fence(&self, rank: i32) -> bool {
+        match self.dead.get(rank as usize) {
+            Some(d) => !d.swap(true, Ordering::AcqRel),
+            None => false,
+        }
+    }
+
+    /// Every rank dead so far.
+    pub fn dead_ranks(&self) -> std::collections::BTreeSet<i32> {
+        (0..self.dead.len() as i32).filter(|&r| self.is_dead(r)).collect()
+    }
+}
+
+impl<L: Liveness> Liveness for Fenced<L> {
+    fn is_dead(&self, rank: i32) -> bool {
+        let Some(d) = self.dead.get(rank as usize) else { return false };
+        if d.load(Ordering::Acquire) {
+            return true;
+        }
+        if self.inner.is_dead(rank) {
+            d.store(true, Ordering::Release);
+            return true;
+        }
+        false
+    }
+}
+
 /// The oracle used when no failure detector runs: nobody is ever declared dead (a dead rank
 /// then ends the whole job through the MPI launcher).
 #[derive(Debug, Default, Clone, Copy)]

@@ -16,7 +16,7 @@ pub mod protocol;
 pub mod worker;
 
 pub use backoff::Backoff;
-pub use comm::{Comm, CommError, Liveness, NeverDead, TagAllocator};
+pub use comm::{Comm, CommError, Fenced, Liveness, NeverDead, TagAllocator};
 pub use heap::{ExtentAllocator, HeapError, SymmetricHeap};
 pub use protocol::{Event, ProtocolError, Region, Reply};
 pub use worker::{write_all, CheckpointSink};

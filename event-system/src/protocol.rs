@@ -109,6 +109,9 @@ pub enum Event {
     },
     /// Reply once every earlier event of this worker has been handled.
     Sync,
+    /// These ranks were declared dead: never wait for them, nor accept their data, again.
+    /// Sent by the head before recovery touches this worker's memory; reply `Ok`.
+    Fence(Vec<i32>),
     /// Finish: reply, then leave the event loop.
     Exit,
 }
@@ -161,6 +164,9 @@ pub enum Reply {
     Flushed(Vec<u8>),
     /// The event failed; the text says why.
     Error(String),
+    /// The event could not complete because this rank, a peer of it (the other side of an
+    /// exchange), was declared dead.
+    PeerDead(i32),
 }
 
 /// Decoding or validation failure of a message from another rank.
@@ -243,6 +249,12 @@ impl Event {
                     return Err(ProtocolError::Invalid("too many checkpoint regions".into()));
                 }
                 regions.iter().try_for_each(|(_, r)| in_heap(r))
+            }
+            Event::Fence(ranks) => {
+                if ranks.len() > MAX_LIST {
+                    return Err(ProtocolError::Invalid("too many fenced ranks".into()));
+                }
+                Ok(())
             }
             Event::Sync | Event::Exit => Ok(()),
         }

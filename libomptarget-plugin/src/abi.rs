@@ -1,88 +1,16 @@
-//! The exported `__tgt_rtl_*` functions of the libomptarget 16 plugin interface, and the C
-//! structures they exchange (`openmp/libomptarget/include/omptarget.h`, `src/rtl.cpp`).
+//! The exported `__tgt_rtl_*` functions of the libomptarget 16 plugin interface (the C
+//! structures they exchange are in [`crate::ctypes`]).
 //!
 //! Every function here is a thin shim: it checks its arguments, calls the safe core, and runs
 //! behind [`guard`], so a panic becomes an error code and a message, never an unwind into C.
 
+use crate::ctypes::{DeviceImage, KernelArgs, OffloadEntry, TargetTable};
 use crate::runtime::{self, Runtime};
-use std::ffi::{c_void, CStr};
+use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 const OFFLOAD_SUCCESS: i32 = 0;
 const OFFLOAD_FAIL: i32 = -1;
-
-/// `__tgt_offload_entry`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct OffloadEntry {
-    /// Host address (function id or global), replaced by the device address in our table.
-    pub addr: *mut c_void,
-    /// Symbol name.
-    pub name: *const libc::c_char,
-    /// 0 for functions, bytes for globals.
-    pub size: usize,
-    /// Flags (link, ctor, dtor).
-    pub flags: i32,
-    /// Reserved.
-    pub reserved: i32,
-}
-
-impl OffloadEntry {
-    /// The entry's name.
-    pub fn name_str(&self) -> Option<String> {
-        if self.name.is_null() {
-            return None;
-        }
-        // SAFETY: libomptarget entry names are NUL-terminated strings in the program's
-        // read-only data, valid for the life of the program.
-        Some(unsafe { CStr::from_ptr(self.name) }.to_string_lossy().into_owned())
-    }
-}
-
-/// `__tgt_device_image`.
-#[repr(C)]
-#[derive(Debug)]
-pub struct DeviceImage {
-    /// First byte of the image.
-    pub image_start: *mut c_void,
-    /// One past the last byte.
-    pub image_end: *mut c_void,
-    /// Entries (the host table).
-    pub entries_begin: *mut OffloadEntry,
-    /// End of entries.
-    pub entries_end: *mut OffloadEntry,
-}
-
-/// `__tgt_target_table`.
-#[repr(C)]
-#[derive(Debug)]
-pub struct TargetTable {
-    /// First entry.
-    pub entries_begin: *mut OffloadEntry,
-    /// One past the last.
-    pub entries_end: *mut OffloadEntry,
-}
-
-/// The leading fields of `KernelArgsTy` (LLVM 16). libomptarget overwrites `num_args` with the
-/// number of kernel arguments before `launch_kernel`; `arg_types` still lists every map entry
-/// of the construct, and the i-th kernel argument is the i-th entry flagged `TARGET_PARAM`
-/// (`processDataBefore` in `src/omptarget.cpp`).
-#[repr(C)]
-#[derive(Debug)]
-pub struct KernelArgs {
-    /// Struct version.
-    pub version: u32,
-    /// Number of kernel arguments.
-    pub num_args: u32,
-    /// Base host pointers of the map entries.
-    pub arg_base_ptrs: *mut *mut c_void,
-    /// Host pointers of the map entries.
-    pub arg_ptrs: *mut *mut c_void,
-    /// Sizes of the map entries.
-    pub arg_sizes: *mut i64,
-    /// Map types of the map entries.
-    pub arg_types: *mut i64,
-}
 
 const MAPTYPE_FROM: i64 = 0x002;
 const MAPTYPE_TARGET_PARAM: i64 = 0x020;

@@ -10,6 +10,7 @@
 pub mod abi;
 mod checkpoint;
 pub mod cluster;
+pub mod ctypes;
 pub mod config;
 mod data;
 pub mod report;

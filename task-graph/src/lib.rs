@@ -3,12 +3,13 @@
 //! imply (a task that read or overwrote a version depends on the task that produced it).
 //!
 //! Failure recovery walks this graph: [`TaskGraph::lost_work`] finds the tasks to re-run to
-//! rebuild versions that were lost, stopping at versions that are still available.
+//! rebuild versions that were lost, stopping at versions that are still available, and
+//! [`TaskGraph::prune`] bounds the record to what recovery can still need.
 
-use petgraph::graph::{DiGraph, NodeIndex};
-use petgraph::visit::EdgeRef;
+use petgraph::stable_graph::{NodeIndex, StableDiGraph};
+use petgraph::visit::{EdgeRef, IntoEdgeReferences};
 use serde::Serialize;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 /// Identity of a device buffer (stable for the buffer's lifetime; never reused).
@@ -32,6 +33,10 @@ pub struct TaskRecord {
     /// Kernel symbol (shared with the plugin's kernel table: recording a task allocates no
     /// copy of it).
     pub kernel: std::sync::Arc<str>,
+    /// The kernel's device image and its index there: what re-executing it sends.
+    pub image: u32,
+    /// Index of the kernel in its image.
+    pub index: u32,
     /// Argument values as passed to the kernel.
     pub args: Vec<u64>,
     /// Worker rank that ran it.
@@ -57,14 +62,58 @@ pub enum Dep {
     Output(Access),
 }
 
+/// What happened to a task during recoveries (the colours of the DOT export, after Figure 14
+/// of the OCFTL thesis).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Mark {
+    /// It ran on a worker that died, and what it produced there was lost.
+    Lost,
+    /// It was run again to rebuild lost versions.
+    Reexecuted,
+    /// It read a version that recovery took from a checkpoint.
+    FromCheckpoint,
+    /// Its re-execution ran on another worker than its first run.
+    Moved,
+}
+
+impl Mark {
+    fn colour(self) -> &'static str {
+        match self {
+            Mark::Lost => "grey70",
+            Mark::Reexecuted => "orange",
+            Mark::FromCheckpoint => "lightblue",
+            Mark::Moved => "palegreen",
+        }
+    }
+}
+
+/// What re-running lost work takes: see [`TaskGraph::lost_work`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LostWork {
+    /// Tasks to run again, by id, in record order (a dependence order).
+    pub tasks: Vec<u64>,
+    /// Versions to take from where they still are (a live copy or a checkpoint): the lost
+    /// versions that are available there, and the inputs of `tasks` that they do not rebuild
+    /// themselves.
+    pub restore: BTreeSet<Access>,
+    /// Versions needed that nothing can give back: not available, and produced by no recorded
+    /// task (host data, or a task pruned from the record).
+    pub unrecoverable: Vec<Access>,
+}
+
 /// The task graph.
 #[derive(Debug, Default)]
 pub struct TaskGraph {
-    graph: DiGraph<TaskRecord, Dep>,
-    /// Which task produced each version.
+    graph: StableDiGraph<TaskRecord, Dep>,
+    /// Task id -> node (ids are never reused; nodes are, after pruning).
+    by_id: BTreeMap<u64, NodeIndex>,
+    /// Which task produced each version (of the tasks still recorded).
     producer: HashMap<Access, NodeIndex>,
     /// The newest produced version of each buffer.
     latest: HashMap<BufferId, Access>,
+    marks: HashMap<u64, BTreeSet<Mark>>,
+    next_id: u64,
+    pruned: u64,
 }
 
 impl TaskGraph {
@@ -73,23 +122,30 @@ impl TaskGraph {
         Self::default()
     }
 
-    /// Number of recorded tasks.
+    /// Number of recorded tasks (pruned ones excluded).
     pub fn len(&self) -> usize {
         self.graph.node_count()
     }
 
-    /// No task recorded yet?
+    /// No task recorded (or all pruned)?
     pub fn is_empty(&self) -> bool {
         self.graph.node_count() == 0
     }
 
+    /// Tasks recorded so far, pruned ones included.
+    pub fn recorded(&self) -> u64 {
+        self.next_id
+    }
+
     /// Record a task and its dependences on earlier tasks. Returns its id.
     pub fn record(&mut self, mut task: TaskRecord) -> u64 {
-        task.id = self.graph.node_count() as u64;
+        task.id = self.next_id;
+        self.next_id += 1;
         let id = task.id;
         let reads = task.reads.clone();
         let writes = task.writes.clone();
         let node = self.graph.add_node(task);
+        self.by_id.insert(id, node);
         for r in reads {
             if let Some(&p) = self.producer.get(&r) {
                 self.graph.add_edge(p, node, Dep::Flow(r));
@@ -109,68 +165,114 @@ impl TaskGraph {
         id
     }
 
-    /// The task that produced `version` of a buffer, if a task did.
+    /// The task that produced `version` of a buffer, if a recorded task did.
     pub fn producer(&self, access: Access) -> Option<&TaskRecord> {
         self.producer.get(&access).map(|&n| &self.graph[n])
     }
 
-    /// All tasks in record order.
-    pub fn tasks(&self) -> impl Iterator<Item = &TaskRecord> {
-        self.graph.node_weights()
+    /// The task with this id, unless pruned.
+    pub fn task(&self, id: u64) -> Option<&TaskRecord> {
+        self.by_id.get(&id).map(|&n| &self.graph[n])
     }
 
-    /// Tasks to re-execute, in record order, so that every version in `lost` exists again:
-    /// the producer of each lost version, and recursively the producers of the inputs it read
-    /// that are not `available`. A lost version no task produced (it came from the host) is
-    /// returned in the second list: only a checkpoint or the host can restore it.
-    pub fn lost_work(
-        &self,
-        lost: &BTreeSet<Access>,
-        available: &dyn Fn(Access) -> bool,
-    ) -> (Vec<u64>, Vec<Access>) {
+    /// All recorded tasks in record order.
+    pub fn tasks(&self) -> impl Iterator<Item = &TaskRecord> {
+        self.by_id.values().map(|&n| &self.graph[n])
+    }
+
+    /// Note what happened to a task during a recovery.
+    pub fn mark(&mut self, id: u64, mark: Mark) {
+        if self.by_id.contains_key(&id) {
+            self.marks.entry(id).or_default().insert(mark);
+        }
+    }
+
+    /// Tasks to re-execute so that every version in `lost` exists again, found by lineage:
+    /// a version that is `available` (a live copy or a checkpoint holds it) is restored from
+    /// there; any other is rebuilt by re-running the task that produced it, whose inputs are
+    /// found the same way. Only that minimal set is returned, in record order.
+    pub fn lost_work(&self, lost: &BTreeSet<Access>, available: &dyn Fn(Access) -> bool) -> LostWork {
         let mut todo: Vec<Access> = lost.iter().copied().collect();
         let mut seen: BTreeSet<Access> = BTreeSet::new();
-        let mut tasks: BTreeSet<NodeIndex> = BTreeSet::new();
-        let mut unrecoverable = Vec::new();
+        let mut tasks: BTreeSet<u64> = BTreeSet::new();
+        let mut out = LostWork::default();
         while let Some(a) = todo.pop() {
             if !seen.insert(a) {
                 continue;
             }
+            if available(a) {
+                out.restore.insert(a);
+                continue;
+            }
             match self.producer.get(&a) {
                 Some(&n) => {
-                    if tasks.insert(n) {
-                        for e in self.graph.edges_directed(n, petgraph::Direction::Incoming) {
-                            if let Dep::Flow(input) = e.weight() {
-                                if !available(*input) {
-                                    todo.push(*input);
-                                }
-                            }
-                        }
-                        // Inputs that no task produced (host data) must be available too.
-                        for r in &self.graph[n].reads {
-                            if r.version != 0 && !self.producer.contains_key(r) && !available(*r) {
-                                todo.push(*r);
-                            }
-                        }
+                    let t = &self.graph[n];
+                    if tasks.insert(t.id) {
+                        todo.extend(t.reads.iter().copied());
                     }
                 }
-                None => unrecoverable.push(a),
+                None => out.unrecoverable.push(a),
             }
         }
-        let mut ids: Vec<u64> = tasks.into_iter().map(|n| self.graph[n].id).collect();
-        ids.sort_unstable();
-        (ids, unrecoverable)
+        out.tasks = tasks.into_iter().collect();
+        out.unrecoverable.sort_unstable();
+        out
     }
 
-    /// The graph in Graphviz DOT: one node per task (kernel, worker, time), one edge per
-    /// dependence labelled with the buffer and version.
+    /// Forget the tasks recovery can no longer need: every task outside the lineage of
+    /// `roots` (the versions that could still be lost: current versions not known `safe`),
+    /// where lineage stops at `safe` versions (version 0, or held by a published checkpoint).
+    /// Returns how many tasks were removed. Graph edges of kept tasks to removed ones go too.
+    pub fn prune(&mut self, roots: &BTreeSet<Access>, safe: &dyn Fn(Access) -> bool) -> u64 {
+        let keep: BTreeSet<u64> = self.lost_work(roots, safe).tasks.into_iter().collect();
+        let drop: Vec<(u64, NodeIndex)> =
+            self.by_id.iter().filter(|(id, _)| !keep.contains(id)).map(|(&id, &n)| (id, n)).collect();
+        for &(id, n) in &drop {
+            if let Some(t) = self.graph.remove_node(n) {
+                for w in &t.writes {
+                    if self.producer.get(w) == Some(&n) {
+                        self.producer.remove(w);
+                    }
+                }
+            }
+            self.by_id.remove(&id);
+            self.marks.remove(&id);
+        }
+        self.pruned += drop.len() as u64;
+        drop.len() as u64
+    }
+
+    /// Buffers that recorded tasks read.
+    pub fn buffers_read(&self) -> BTreeSet<BufferId> {
+        self.tasks().flat_map(|t| t.reads.iter().map(|a| a.buffer)).collect()
+    }
+
+    /// The graph in Graphviz DOT: one node per recorded task (kernel, worker, time), coloured
+    /// by what recoveries did to it, one edge per dependence labelled with the buffer and
+    /// version. Tasks pruned from the record (no longer needed by recovery) are not shown; a
+    /// comment and the graph's label say how many there were.
     pub fn to_dot(&self) -> String {
         let mut s = String::from("digraph tasks {\n  node [shape=box, fontname=\"monospace\"];\n");
-        for n in self.graph.node_indices() {
-            let t = &self.graph[n];
+        if self.pruned > 0 {
             let _ = writeln!(
                 s,
-                "  t{} [label=\"#{} {}\\nworker {}\\n{:.3} ms\"];",
+                "  // {} of {} tasks were pruned from the record (recovery could no longer need them)\n  label=\"{} earlier tasks not shown\";",
+                self.pruned, self.next_id, self.pruned
+            );
+        }
+        for &n in self.by_id.values() {
+            let t = &self.graph[n];
+            let marks = self.marks.get(&t.id);
+            let style = match marks.and_then(|m| m.iter().next_back()) {
+                Some(&m) => {
+                    let names: Vec<String> = marks.into_iter().flatten().map(|m| format!("{m:?}").to_lowercase()).collect();
+                    format!(", style=filled, fillcolor={}, tooltip=\"{}\"", m.colour(), names.join(" "))
+                }
+                None => String::new(),
+            };
+            let _ = writeln!(
+                s,
+                "  t{} [label=\"#{} {}\\nworker {}\\n{:.3} ms\"{style}];",
                 t.id,
                 t.id,
                 escape(&t.kernel),
@@ -204,6 +306,8 @@ mod tests {
         TaskRecord {
             id: 0,
             kernel: kernel.into(),
+            image: 0,
+            index: 0,
             args: vec![],
             worker,
             reads: acc(reads),
@@ -230,15 +334,51 @@ mod tests {
 
         // Worker 1 died holding b2 v2; b3 v1 is safe on worker 2, the host data is available.
         let lost: BTreeSet<Access> = [Access { buffer: 2, version: 2 }].into();
-        let avail = |a: Access| a.buffer == 1 || a.buffer == 3;
-        let (tasks, unrec) = g.lost_work(&lost, &avail);
+        let avail = |a: Access| a.version == 0 || a.buffer == 1 || a.buffer == 3;
+        let w = g.lost_work(&lost, &avail);
         // h needs b2 v1, which is gone too, so f must run again first.
-        assert_eq!(tasks, vec![0, 2]);
-        assert!(unrec.is_empty());
+        assert_eq!(w.tasks, vec![0, 2]);
+        assert!(w.unrecoverable.is_empty());
+        // f reads b1 v1 (available) and b2 v0 (zeros: the caller counts them available).
+        assert!(w.restore.contains(&Access { buffer: 1, version: 1 }));
 
         // If the host copy of b1 is gone too, nothing can rebuild it.
-        let none = |_a: Access| false;
-        let (_, unrec) = g.lost_work(&lost, &none);
-        assert_eq!(unrec, vec![Access { buffer: 1, version: 1 }]); // v0 (zeros) is always rebuildable
+        let zeros = |a: Access| a.version == 0;
+        let w = g.lost_work(&lost, &zeros);
+        assert_eq!(w.unrecoverable, vec![Access { buffer: 1, version: 1 }]);
+
+        // A checkpoint holding b2 v1 cuts the lineage: only h runs again.
+        let ck = |a: Access| a.version == 0 || a == Access { buffer: 2, version: 1 } || a.buffer == 1;
+        assert_eq!(g.lost_work(&lost, &ck).tasks, vec![2]);
+    }
+
+    #[test]
+    fn pruning_keeps_only_what_recovery_can_need() {
+        let mut g = TaskGraph::new();
+        // 1000 empty regions (no writes) between two writers of b7.
+        g.record(task("w1", 1, &[(7, 0)], &[(7, 1)]));
+        for _ in 0..1000 {
+            g.record(task("empty", 2, &[], &[]));
+        }
+        g.record(task("w2", 1, &[(7, 1)], &[(7, 2)]));
+        g.record(task("w9", 2, &[(9, 0)], &[(9, 1)]));
+        assert_eq!(g.len(), 1003);
+        // b7 v2 could be lost; b9 v1 is in a checkpoint.
+        let roots: BTreeSet<Access> = [Access { buffer: 7, version: 2 }, Access { buffer: 9, version: 1 }].into();
+        let safe = |a: Access| a.version == 0 || a == Access { buffer: 9, version: 1 };
+        assert_eq!(g.prune(&roots, &safe), 1001);
+        assert_eq!(g.tasks().map(|t| &*t.kernel).collect::<Vec<_>>(), vec!["w1", "w2"]);
+        assert_eq!(g.recorded(), 1003);
+        // The lineage still works after pruning, and new ids continue.
+        let w = g.lost_work(&[Access { buffer: 7, version: 2 }].into(), &|a| a.version == 0);
+        assert_eq!(w.tasks, vec![0, 1001]);
+        assert_eq!(g.record(task("next", 1, &[], &[])), 1003);
+        g.mark(1001, Mark::Reexecuted);
+        let dot = g.to_dot();
+        assert!(dot.contains("fillcolor=orange"), "{dot}");
+        assert!(dot.contains("1001 earlier tasks not shown"), "{dot}");
+        // A version whose producer was pruned and which is not available cannot be rebuilt.
+        let w = g.lost_work(&[Access { buffer: 9, version: 1 }].into(), &|_| false);
+        assert_eq!(w.unrecoverable, vec![Access { buffer: 9, version: 1 }]);
     }
 }

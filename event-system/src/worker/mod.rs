@@ -11,7 +11,7 @@ mod output;
 pub use output::write_all;
 
 use crate::backoff::Backoff;
-use crate::comm::{Comm, CommError, Liveness, CONTROL_TAG};
+use crate::comm::{Comm, CommError, Fenced, Liveness, CONTROL_TAG};
 use crate::heap::SymmetricHeap;
 use crate::protocol::{self, Envelope, Event, Reply};
 use crate::HEAD;
@@ -43,7 +43,8 @@ const MAX_THREADS: usize = 512;
 struct Worker {
     comm: Arc<Comm>,
     heap: SymmetricHeap,
-    live: Arc<dyn Liveness>,
+    /// The failure detector's view, plus the ranks the head fenced (FENCE events).
+    live: Arc<Fenced<Arc<dyn Liveness>>>,
     memory: RwLock<Memory>,
     images: RwLock<Vec<Option<Image>>>,
     /// Held by the one thread that polls for control messages.
@@ -67,6 +68,7 @@ pub fn run(
     ckpt: Option<Arc<dyn CheckpointSink>>,
 ) -> Result<(), CommError> {
     let rank = comm.rank();
+    let live = Arc::new(Fenced::new(live, comm.size() as usize));
     let w = Arc::new(Worker {
         comm,
         heap,
@@ -179,7 +181,13 @@ fn lead(w: &Arc<Worker>) -> Result<Turn, CommError> {
             // - SUBMIT, RETRIEVE: the head waits on the other end right now; a hand-off
             //   would leave the transfer and a new poller competing for the cores;
             // - a short EXECUTE: a hand-off would cost more than the kernel.
-            Event::Checkpoint { .. } | Event::Submit(_) | Event::Retrieve(_) | Event::Execute { short: true, .. } => {
+            // - FENCE: its reply tells the head that this worker will not wait for the fenced
+            //   ranks any more.
+            Event::Checkpoint { .. }
+            | Event::Submit(_)
+            | Event::Retrieve(_)
+            | Event::Fence(_)
+            | Event::Execute { short: true, .. } => {
                 if let Some(r) = handle(w, &env)? {
                     w.comm.send_msg(HEAD, env.tag, &r, w.live.as_ref())?;
                 }
@@ -215,9 +223,9 @@ fn serve(w: &Arc<Worker>) -> Result<(), CommError> {
         match reply {
             Ok(Some(r)) => w.comm.send_msg(HEAD, env.tag, &r, w.live.as_ref())?,
             Ok(None) => {}
-            Err(e @ CommError::PeerDead(_)) => {
-                // A peer of an exchange died: tell the head, which decides what to do.
-                w.comm.send_msg(HEAD, env.tag, &Reply::Error(e.to_string()), w.live.as_ref())?
+            Err(CommError::PeerDead(peer)) if peer != HEAD => {
+                // A peer of an exchange died: tell the head, which recovers.
+                w.comm.send_msg(HEAD, env.tag, &Reply::PeerDead(peer), w.live.as_ref())?
             }
             Err(e) => return Err(e),
         }
@@ -336,6 +344,12 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
         },
         Event::Sync => {
             wait_idle(w, 1);
+            Reply::Ok
+        }
+        Event::Fence(ranks) => {
+            for &r in ranks {
+                w.live.fence(r);
+            }
             Reply::Ok
         }
         Event::Alloc(_) | Event::Delete(_) | Event::Exit => unreachable!("handled inline"),

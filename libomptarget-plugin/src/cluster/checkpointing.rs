@@ -1,0 +1,83 @@
+//! Taking a consistent checkpoint: the pause, the plan of who saves what, and the collection
+//! of the savers' answers in the background (design note in `crate::checkpoint`).
+use super::*;
+
+impl Cluster {
+    pub(super) fn checkpoint(&self, cp: &Checkpointer) {
+        let t0 = Instant::now();
+        let gate = self.gate.write();
+        if !cp.due(self.device_bytes.load(Ordering::Relaxed)) {
+            return; // another thread took it while we waited
+        }
+        let (ckpt, saved) = cp.begin();
+        let mut plan: BTreeMap<i32, Vec<SaveItem>> = BTreeMap::new();
+        {
+            let bufs = self.buffers.lock();
+            for b in bufs.iter().filter(|b| b.version > b.pristine_version() && saved.get(&b.id) != Some(&b.version)) {
+                let saver = self.current_holder(b);
+                match saver {
+                    Some(r) => plan.entry(r).or_default().push((b.id, b.addr, b.size, b.version)),
+                    None => eprintln!("ompcluster: checkpoint {ckpt}: no live holder of buffer {}", b.id),
+                }
+            }
+        }
+        let mut posted = Vec::new();
+        let mut post_failed = None;
+        for (&r, items) in plan.iter().filter(|(&r, _)| r != HEAD) {
+            let regions = items.iter().map(|&(id, addr, size, _)| (id, Region { addr, size })).collect();
+            match self.post(r, Event::Checkpoint { ckpt, regions }) {
+                Ok(tag) => posted.push((r, tag)),
+                Err(e) => {
+                    // This checkpoint fails; the workers already told still answer, and the
+                    // background thread collects their answers like any others.
+                    post_failed = Some(format!("rank {r}: {e}"));
+                    break;
+                }
+            }
+        }
+        let head_items = plan.get(&HEAD).cloned().unwrap_or_default();
+        let items: Vec<SaveItem> = plan.values().flatten().copied().collect();
+        let pause = t0.elapsed();
+        let (comm, live) = (self.comm.clone(), self.live.clone());
+        self.log(format_args!("CHECKPOINT {ckpt}: {} regions, pause {:.3} ms", items.len(), pause.as_secs_f64() * 1e3));
+        cp.end_pause(ckpt, &items, head_items, pause, move |own_flush, saved| {
+            // Each worker answers twice on its tag: saved (Ok), then flushed (Flushed). Every
+            // answer is collected, even after a failure, so that none is left behind.
+            let mut failed = post_failed;
+            let mut flushing = Vec::new();
+            for &(r, tag) in &posted {
+                match comm.recv_msg::<Reply>(r, tag, live.as_ref()) {
+                    Ok(Reply::Ok) => flushing.push((r, tag)),
+                    Ok(Reply::Error(e)) => failed = failed.or(Some(format!("rank {r}: {e}"))),
+                    Ok(other) => failed = failed.or(Some(format!("rank {r}: unexpected reply {other:?}"))),
+                    Err(e) => failed = failed.or(Some(e.to_string())),
+                }
+            }
+            saved();
+            let mut records = Vec::new();
+            match own_flush.and_then(|h| h.wait()) {
+                Ok(own) => records.extend(own.records),
+                Err(e) => failed = failed.or(Some(e.to_string())),
+            }
+            for (r, tag) in flushing {
+                let recs = match comm.recv_msg::<Reply>(r, tag, live.as_ref()) {
+                    Ok(Reply::Flushed(bytes)) => serde_json::from_slice::<Vec<ckpt_veloc::RegionRecord>>(&bytes)
+                        .map_err(|e| format!("bad flush records from rank {r}: {e}"))
+                        .and_then(|recs| match recs.iter().all(|x| x.rank == r as u32 && x.ckpt == ckpt) {
+                            true => Ok(recs),
+                            false => Err(format!("rank {r} sent records of another rank or checkpoint")),
+                        }),
+                    Ok(Reply::Error(e)) => Err(format!("rank {r}: {e}")),
+                    Ok(other) => Err(format!("rank {r}: unexpected reply {other:?}")),
+                    Err(e) => Err(e.to_string()),
+                };
+                match recs {
+                    Ok(recs) => records.extend(recs),
+                    Err(e) => failed = failed.or(Some(e)),
+                }
+            }
+            failed.map_or(Ok(records), Err)
+        });
+        drop(gate);
+    }
+}

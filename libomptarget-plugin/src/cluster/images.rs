@@ -1,0 +1,83 @@
+//! Device images: every worker loads each image at the same address of the symmetric heap.
+use super::*;
+
+impl Cluster {
+    /// Send a device image to every worker and build libomptarget's entry table.
+    ///
+    /// The image gets a range of the symmetric heap, and every worker loads it there, so its
+    /// code and data have the same addresses everywhere: libomptarget gets the real device
+    /// address of each global (`base + st_value`), and the image's writable data (`.data`,
+    /// `.bss`, ..., everything past RELRO) becomes one device buffer, held by every worker
+    /// after loading and moved like any buffer once a kernel changes it.
+    ///
+    /// `entries` are the image's offload entries (names valid for the program's lifetime).
+    pub(crate) fn load_binary(&self, image: &[u8], entries: &[crate::ctypes::OffloadEntry]) -> Result<*mut crate::ctypes::TargetTable> {
+        let _gate = self.enter()?;
+        let mut images = self.images.lock();
+        let idx = images.len() as u32;
+        let elf = event_system::elf::ElfImage::parse(image).map_err(|e| ClusterError::BadImage(e.to_string()))?;
+        let data = elf.writable_data().map_err(|e| ClusterError::BadImage(e.to_string()))?;
+        let extent = elf.extent();
+        let tokens: Box<[u8]> = vec![0u8; entries.len().max(1)].into_boxed_slice();
+        let mut table_entries: Box<[crate::ctypes::OffloadEntry]> = entries.to_vec().into_boxed_slice();
+        let mut kernels = Vec::new();
+        let mut globals = 0;
+        let mut new_kernels = Vec::new();
+        // Check every entry before reserving anything.
+        for e in table_entries.iter() {
+            let name = e.name_str().ok_or_else(|| ClusterError::BadImage("entry without a name".into()))?;
+            if e.size != 0 && elf.symbol(&name).is_none() {
+                return Err(ClusterError::BadImage(format!("global {name} is not in the image's dynamic symbol table")));
+            }
+        }
+        let base = self.buffers.lock().reserve_image(extent)?;
+        for (i, e) in table_entries.iter_mut().enumerate() {
+            let name = e.name_str().expect("checked above");
+            if e.size == 0 {
+                let token = tokens.as_ptr() as usize + i;
+                new_kernels.push((token, Arc::new(Kernel { image: idx, index: kernels.len() as u32, name: name.as_str().into(), last_ns: u64::MAX.into() })));
+                kernels.push(name);
+                e.addr = token as *mut libc::c_void;
+            } else {
+                e.addr = (base + elf.symbol(&name).expect("checked above")) as *mut libc::c_void;
+                globals += 1;
+            }
+        }
+        let workers: Vec<i32> = self.workers().collect();
+        let mut tags = Vec::new();
+        for &w in &workers {
+            let tag = self.post(
+                w,
+                Event::LoadBinary { image: idx, size: image.len() as u64, base, extent, kernels: kernels.clone() },
+            )?;
+            // SAFETY: `image` is the device image libomptarget keeps alive for the program.
+            unsafe { self.comm.send_bytes(w, tag, image.as_ptr(), image.len(), self.live.as_ref())? };
+            tags.push((w, tag));
+        }
+        for (w, tag) in tags {
+            self.expect_ok(w, tag)?;
+        }
+        if let Some((start, end)) = data {
+            // Every worker now holds the loaded image's initial data (after its constructors,
+            // which are deterministic: the same on every worker).
+            let mut bufs = self.buffers.lock();
+            let b = bufs.add_image_data(base + start, end - start, idx);
+            b.version = 1;
+            b.holders = workers.iter().copied().collect();
+            b.backed = b.holders.clone();
+        }
+        self.log(format_args!(
+            "LOAD_BINARY image {idx}: {} bytes at {base:#x}+{extent:#x}, {} kernels, {globals} globals, data {data:x?}",
+            image.len(),
+            kernels.len()
+        ));
+        self.kernels.write().extend(new_kernels);
+        let begin = table_entries.as_mut_ptr();
+        // SAFETY: one past the end of the same boxed slice.
+        let end = unsafe { begin.add(table_entries.len()) };
+        let table = Box::new(crate::ctypes::TargetTable { entries_begin: begin, entries_end: end });
+        images.push(ImageTables { _entries: table_entries, table, _tokens: tokens });
+        let t = images.last_mut().expect("just pushed");
+        Ok(&mut *t.table as *mut _)
+    }
+}

@@ -1,0 +1,273 @@
+//! Memory requests: allocation, deletion, host submits and retrieves, device-to-device copies.
+use super::*;
+
+impl Cluster {
+    /// Allocate a device buffer.
+    pub(crate) fn alloc(&self, size: u64, host: u64) -> Result<u64> {
+        let _gate = self.enter()?;
+        let addr = self.buffers.lock().create(size, host)?.addr;
+        self.device_bytes.fetch_add(size, Ordering::Relaxed);
+        self.log(format_args!("ALLOC {addr:#x} {size} bytes"));
+        Ok(addr)
+    }
+
+    /// Allocate host memory for `llvm_omp_target_alloc_host`: pages of the symmetric heap that
+    /// only the head backs. The program uses it as host memory (maps copy it like any host
+    /// data); a region that dereferences it directly faults on its worker, where the range is
+    /// reserved but never backed, instead of reading whatever the worker has at that address.
+    pub(crate) fn alloc_host(&self, size: u64) -> Result<u64> {
+        self.check_running()?;
+        let (addr, span) = self.buffers.lock().reserve_raw(size)?;
+        self.heap.back(addr, span)?;
+        self.host_allocs.lock().insert(addr, span);
+        self.log(format_args!("ALLOC_HOST {addr:#x} {size} bytes"));
+        Ok(addr)
+    }
+
+    /// Free a device buffer, or host memory from [`Cluster::alloc_host`].
+    pub(crate) fn delete(&self, addr: u64) -> Result<()> {
+        if let Some(span) = self.host_allocs.lock().remove(&addr) {
+            self.heap.release(addr, span)?;
+            self.buffers.lock().free_range(addr);
+            return Ok(());
+        }
+        if self.stopped.load(Ordering::Acquire) {
+            return Ok(()); // the workers are gone; the range dies with the process
+        }
+        let _gate = self.enter()?;
+        let b = {
+            let mut bufs = self.buffers.lock();
+            if bufs.get(addr).is_some_and(|b| b.global_of.is_some()) {
+                // An image's data lives as long as the image: not libomptarget's to free.
+                return Err(ClusterError::UnknownAddress(addr));
+            }
+            bufs.remove(addr).ok_or(ClusterError::UnknownAddress(addr))?
+        };
+        self.device_bytes.fetch_sub(b.size, Ordering::Relaxed);
+        if let Some(cp) = &self.ckpt {
+            cp.forget(b.id);
+        }
+        let region = Region { addr: b.addr, size: b.span };
+        for &r in &b.backed {
+            if r == HEAD {
+                self.before_changing_staged(b.addr);
+                self.heap.release(b.addr, b.span)?;
+            } else if !self.live.is_dead(r) {
+                self.post(r, Event::Delete(region))?;
+            }
+        }
+        self.buffers.lock().free_range(addr);
+        self.log(format_args!("DELETE {addr:#x}"));
+        Ok(())
+    }
+
+    /// Wait until a checkpoint in progress has saved the head's staged copy of the buffer at
+    /// `addr` (if it is saving it): call before changing or freeing that copy.
+    pub(super) fn before_changing_staged(&self, addr: u64) {
+        if let Some(cp) = &self.ckpt {
+            cp.head_pending.wait(addr);
+        }
+    }
+
+    pub(super) fn stage_on_head(&self, bufs: &mut Buffers, addr: u64) -> Result<()> {
+        let b = bufs.get_mut(addr).expect("caller holds a live buffer");
+        if !b.backed.contains(&HEAD) {
+            self.heap.back(b.addr, b.span)?;
+            b.backed.insert(HEAD);
+        }
+        Ok(())
+    }
+
+    /// Copy `len` host bytes at `host` to device address `tgt`.
+    ///
+    /// # Safety
+    /// `host..host+len` must be readable.
+    pub(crate) unsafe fn submit(&self, tgt: u64, host: *const u8, len: u64) -> Result<()> {
+        let _gate = self.enter()?;
+        // SAFETY: forwarded contract.
+        unsafe { self.submit_inner(tgt, host, len) }
+    }
+
+    /// [`Cluster::submit`] without the gate (the caller holds it).
+    ///
+    /// # Safety
+    /// As for `submit`.
+    pub(super) unsafe fn submit_inner(&self, tgt: u64, host: *const u8, len: u64) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let (lo, hi) = (self.heap.base(), self.heap.end());
+        // SAFETY: the caller guarantees `host..host+len` is readable until we return.
+        let scan = || match unsafe { event_system::protocol::scan_pointers(host, len as usize, lo, hi) } {
+            FoundPointers::Many => PointsTo::All,
+            FoundPointers::Some(v) => PointsTo::Some(v.into_iter().collect()),
+        };
+        // SAFETY: forwarded contract (readable host bytes).
+        let (addr, targets, whole, found) = unsafe { self.submit_bytes(tgt, host, len, scan)? };
+        let mut bufs = self.buffers.lock();
+        if let Some(b) = bufs.get_mut(addr) {
+            b.version += 1;
+            b.holders = targets.into_iter().collect();
+            if whole {
+                b.points_to = found;
+            } else {
+                b.points_to.add(found);
+            }
+        }
+        drop(bufs);
+        self.log(format_args!("SUBMIT {tgt:#x} {len} bytes"));
+        Ok(())
+    }
+
+    /// Move the bytes of a submit where they belong; returns the buffer, where its current
+    /// version now is, whether the submit covered all of it, and what `scan` (which reads
+    /// the host bytes) found: it runs while the bytes travel to the first worker.
+    ///
+    /// # Safety
+    /// `host..host+len` must be readable.
+    pub(super) unsafe fn submit_bytes(
+        &self,
+        tgt: u64,
+        host: *const u8,
+        len: u64,
+        scan: impl FnOnce() -> PointsTo,
+    ) -> Result<(u64, Vec<i32>, bool, PointsTo)> {
+        let (addr, targets, whole) = {
+            let mut bufs = self.buffers.lock();
+            let b = bufs.containing_range(tgt, len).ok_or(ClusterError::UnknownAddress(tgt))?;
+            let addr = b.addr;
+            let whole = tgt == b.addr && len >= b.size;
+            let on_workers = b.version > 0 && !b.holders.is_empty() && !b.holders.contains(&HEAD);
+            let targets: Vec<i32> = if !on_workers {
+                // Fresh or staged on the head: stage here, move lazily to where it is used.
+                vec![HEAD]
+            } else if whole {
+                // It lives on workers: update it where it is used (one holder is enough).
+                let holders = b.holders.clone();
+                vec![self.least_busy(&holders).ok_or(ClusterError::NoWorker)?]
+            } else {
+                // A piece of it: patch every copy of the current version.
+                b.holders.iter().copied().collect()
+            };
+            if targets.contains(&HEAD) {
+                self.stage_on_head(&mut bufs, addr)?;
+            }
+            (addr, targets, whole)
+        };
+        if targets.contains(&HEAD) {
+            self.before_changing_staged(addr);
+        }
+        let mut scan = Some(scan);
+        let mut found = None;
+        for &r in &targets {
+            if r == HEAD {
+                // SAFETY: `tgt..tgt+len` lies in a buffer the head has backed (staged above);
+                // the host range is readable (caller).
+                unsafe { std::ptr::copy_nonoverlapping(host, tgt as *mut u8, len as usize) };
+            } else {
+                let tag = self.post(r, Event::Submit(Region { addr: tgt, size: len }))?;
+                let during = || scan.take().map(|s| s());
+                // SAFETY: host range readable (caller) and unchanged until we return; the
+                // scan only reads it.
+                let f = unsafe { self.comm.send_bytes_during(r, tag, host, len as usize, self.live.as_ref(), during)? };
+                found = found.or(f);
+                self.expect_ok(r, tag)?;
+                self.stats.add_submitted(len);
+            }
+        }
+        let found = match (found, scan) {
+            (Some(f), _) => f,
+            (None, Some(s)) => s(),
+            (None, None) => PointsTo::All,
+        };
+        Ok((addr, targets, whole, found))
+    }
+
+    /// Copy `len` bytes at device address `tgt` to host memory at `host`.
+    ///
+    /// # Safety
+    /// `host..host+len` must be writable and not accessed by others meanwhile.
+    pub(crate) unsafe fn retrieve(&self, host: *mut u8, tgt: u64, len: u64) -> Result<()> {
+        let _gate = self.enter()?;
+        // SAFETY: forwarded contract.
+        unsafe { self.retrieve_inner(host, tgt, len) }
+    }
+
+    /// [`Cluster::retrieve`] without the gate (the caller holds it).
+    ///
+    /// # Safety
+    /// As for `retrieve`.
+    pub(super) unsafe fn retrieve_inner(&self, host: *mut u8, tgt: u64, len: u64) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let src = {
+            let bufs = self.buffers.lock();
+            let b = bufs.containing_range(tgt, len).ok_or(ClusterError::UnknownAddress(tgt))?;
+            if b.version == 0 {
+                None
+            } else {
+                Some(self.current_holder(b).ok_or(ClusterError::NoWorker)?)
+            }
+        };
+        match src {
+            // SAFETY: the caller guarantees the host range is writable.
+            None => unsafe { std::ptr::write_bytes(host, 0, len as usize) },
+            // SAFETY: the head holds the current version in its staged copy at `tgt`.
+            Some(HEAD) => unsafe { std::ptr::copy_nonoverlapping(tgt as *const u8, host, len as usize) },
+            Some(w) => {
+                let tag = self.post(w, Event::Retrieve(Region { addr: tgt, size: len }))?;
+                self.expect_ok(w, tag)?;
+                // SAFETY: the caller guarantees the host range is writable and exclusive.
+                unsafe { self.comm.recv_bytes(w, tag, host, len as usize, self.live.as_ref())? };
+                self.stats.add_retrieved(len);
+            }
+        }
+        self.log(format_args!("RETRIEVE {tgt:#x} {len} bytes from {src:?}"));
+        Ok(())
+    }
+
+    /// Where to take a buffer's current version from: the head's staged copy if it holds
+    /// one, else the least busy live worker holding it.
+    /// Device-to-device copy inside the cluster device (`omp_target_memcpy`).
+    pub(crate) fn copy(&self, src: u64, dst: u64, len: u64) -> Result<()> {
+        let _gate = self.enter()?;
+        if len == 0 {
+            return Ok(());
+        }
+        let (src_buf, dst_buf, at, whole) = {
+            let bufs = self.buffers.lock();
+            let s = bufs.containing_range(src, len).ok_or(ClusterError::UnknownAddress(src))?;
+            let d = bufs.containing_range(dst, len).ok_or(ClusterError::UnknownAddress(dst))?;
+            let at = if s.version == 0 { HEAD } else { self.current_holder(s).ok_or(ClusterError::NoWorker)? };
+            (s.addr, d.addr, at, dst == d.addr && len >= d.size)
+        };
+        if at == HEAD {
+            // Do it on the head: the source's current version is staged there (or is zeros).
+            let mut tmp = vec![0u8; len as usize];
+            // SAFETY: `tmp` has `len` writable bytes.
+            unsafe { self.retrieve_inner(tmp.as_mut_ptr(), src, len)? };
+            // SAFETY: `tmp` has `len` readable bytes.
+            return unsafe { self.submit_inner(dst, tmp.as_ptr(), len) };
+        }
+        self.ensure_present(src_buf, at)?;
+        if !whole {
+            self.ensure_present(dst_buf, at)?;
+        } else {
+            let mut bufs = self.buffers.lock();
+            let b = bufs.get_mut(dst_buf).ok_or(ClusterError::UnknownAddress(dst))?;
+            self.back_on(b, at)?;
+        }
+        let tag = self.post(at, Event::Copy { src, dst, size: len })?;
+        self.expect_ok(at, tag)?;
+        let mut bufs = self.buffers.lock();
+        let from = bufs.get(src_buf).map(|b| b.points_to.clone()).unwrap_or(PointsTo::All);
+        if let Some(b) = bufs.get_mut(dst_buf) {
+            b.version += 1;
+            b.holders = [at].into();
+            b.points_to.add(from);
+        }
+        self.log(format_args!("COPY {src:#x} -> {dst:#x} {len} bytes on {at}"));
+        Ok(())
+    }
+}

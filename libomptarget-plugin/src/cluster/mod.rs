@@ -1,0 +1,276 @@
+//! The cluster device, as the head sees it: every libomptarget request becomes events to the
+//! workers. Data moves lazily: a host submit is staged in the head's own copy of the buffer
+//! (at the same device address), and a buffer travels to a worker only when a kernel placed
+//! there needs it, from the head or straight from the worker holding the latest version.
+//!
+//! Concurrency (design note): libomptarget calls in from many threads at once (the `nowait`
+//! tasks run on hidden helper threads). The bookkeeping (`Buffers`) is behind one mutex that
+//! is held only for decisions and small control sends, never across a bulk transfer or a
+//! kernel. Two guarantees need care:
+//! * An ALLOC for a worker is sent while holding the mutex, before any thread can see the
+//!   buffer as backed there, so the worker always gets ALLOC before data for that range. A
+//!   range is given back to the allocator only after the DELETEs for it were sent, so the
+//!   worker always sees DELETE before the next ALLOC of the same range.
+//! * Two threads needing the same buffer on the same worker do not both send it: the first
+//!   marks it `incoming`, the second waits on `moved` until the copy arrived.
+//!
+//! Conflicting concurrent accesses to one buffer are data races in the user's program
+//! (libomptarget orders dependent regions), so versions are updated without further locking.
+
+use crate::checkpoint::{Checkpointer, SaveItem};
+use crate::config::Config;
+use crate::data::{Buffer, Buffers, PointsTo, HEAD};
+use crate::report::{Report, Stats};
+use event_system::comm::{CommError, CONTROL_TAG};
+use event_system::protocol::{Envelope, Event, FoundPointers, Patch, Region, Reply};
+use event_system::{Comm, Liveness, SymmetricHeap, TagAllocator};
+use parking_lot::{Condvar, Mutex, RwLock};
+use scheduler::{Candidate, Scheduler};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use task_graph::{Access, TaskGraph, TaskRecord};
+use thiserror::Error;
+
+mod checkpointing;
+mod images;
+mod launch;
+mod memory;
+mod movement;
+
+/// Why a request failed. Each becomes OFFLOAD_FAIL plus one line on stderr.
+#[derive(Debug, Error)]
+pub enum ClusterError {
+    /// Transport failure.
+    #[error(transparent)]
+    Comm(#[from] CommError),
+    /// A worker refused an event.
+    #[error("worker {rank}: {msg}")]
+    Worker {
+        /// Worker.
+        rank: i32,
+        /// Its message.
+        msg: String,
+    },
+    /// A device address libomptarget gave us is not a live buffer.
+    #[error("{0:#x} is not a device address of a live buffer (or the range runs past it)")]
+    UnknownAddress(u64),
+    /// Device heap error.
+    #[error(transparent)]
+    Heap(#[from] event_system::HeapError),
+    /// No worker left.
+    #[error("no live worker to run on")]
+    NoWorker,
+    /// The entry point is not one we handed out.
+    #[error("unknown kernel entry {0:#x}")]
+    UnknownKernel(usize),
+    /// The device image is malformed.
+    #[error("bad device image: {0}")]
+    BadImage(String),
+    /// The runtime already shut down.
+    #[error("the cluster device has shut down")]
+    Stopped,
+    /// Two regions changed one buffer concurrently on different workers.
+    #[error(
+        "regions running at the same time on workers {others:?} and {worker} both changed {what} at {addr:#x} ({size} bytes) in their own copies, which cannot be merged; {advice}"
+    )]
+    Conflict {
+        /// What the buffer is: a device buffer, or the globals and statics of an image.
+        what: String,
+        /// How to avoid it.
+        advice: &'static str,
+        /// Buffer address.
+        addr: u64,
+        /// Its size.
+        size: u64,
+        /// The worker whose change came second.
+        worker: i32,
+        /// Where the other change is.
+        others: Vec<i32>,
+    },
+}
+
+type Result<T> = std::result::Result<T, ClusterError>;
+
+/// A kernel handed to libomptarget: which image, which index.
+#[derive(Debug)]
+struct Kernel {
+    image: u32,
+    index: u32,
+    name: Arc<str>,
+    /// Duration of its last run, nanoseconds (u64::MAX before the first run).
+    last_ns: std::sync::atomic::AtomicU64,
+}
+
+/// A worker's report of a kernel run: changed regions, pointers found in them, seconds in
+/// the kernel, and the changes to image data regions (see `Reply::Executed`).
+type Executed = (Vec<bool>, Vec<FoundPointers>, f64, Vec<(u32, Patch)>);
+
+/// Kernels whose last run took less than this run on the worker's polling thread.
+const SHORT_KERNEL_NS: u64 = 50_000;
+
+/// Tables given to libomptarget must stay alive (and unmoved) while the program runs.
+pub(crate) struct ImageTables {
+    _entries: Box<[crate::ctypes::OffloadEntry]>,
+    pub(crate) table: Box<crate::ctypes::TargetTable>,
+    _tokens: Box<[u8]>,
+}
+
+// SAFETY: the raw pointers inside point to the boxed arrays owned by the same value (and to
+// name strings in the program's read-only data); nothing mutates them after creation.
+unsafe impl Send for ImageTables {}
+
+/// The head's state.
+pub struct Cluster {
+    comm: Arc<Comm>,
+    heap: SymmetricHeap,
+    live: Arc<dyn Liveness>,
+    tags: Arc<TagAllocator>,
+    /// Read side: any offloading request; write side: a checkpoint (see `checkpoint.rs`).
+    gate: RwLock<()>,
+    ckpt: Option<Checkpointer>,
+    /// Bytes of all live device buffers (for the checkpoint interval).
+    device_bytes: AtomicU64,
+    /// Host allocations (`alloc_host`): address -> extent.
+    host_allocs: Mutex<HashMap<u64, u64>>,
+    cfg: Config,
+    buffers: Mutex<Buffers>,
+    moved: Condvar,
+    kernels: RwLock<HashMap<usize, Arc<Kernel>>>,
+    images: Mutex<Vec<ImageTables>>,
+    sched: Scheduler,
+    in_flight: Vec<AtomicU32>,
+    graph: Mutex<TaskGraph>,
+    stats: Stats,
+    start: Instant,
+    stopped: AtomicBool,
+}
+
+impl Cluster {
+    /// The head's cluster device over `comm` (rank 0), with the agreed heap.
+    pub(crate) fn new(comm: Arc<Comm>, heap: SymmetricHeap, live: Arc<dyn Liveness>, cfg: Config, ckpt: Option<Checkpointer>) -> Self {
+        let n = comm.size() as usize;
+        Cluster {
+            tags: Arc::new(TagAllocator::new(comm.tag_ub())),
+            gate: RwLock::new(()),
+            ckpt,
+            device_bytes: AtomicU64::new(0),
+            host_allocs: Mutex::new(HashMap::new()),
+            buffers: Mutex::new(Buffers::new(heap.base(), heap.end() - heap.base())),
+            moved: Condvar::new(),
+            kernels: RwLock::new(HashMap::new()),
+            images: Mutex::new(Vec::new()),
+            sched: Scheduler::new(cfg.policy),
+            in_flight: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            graph: Mutex::new(TaskGraph::new()),
+            stats: Stats::new(n),
+            start: Instant::now(),
+            stopped: AtomicBool::new(false),
+            comm,
+            heap,
+            live,
+            cfg,
+        }
+    }
+
+    fn workers(&self) -> impl Iterator<Item = i32> + '_ {
+        (1..self.comm.size()).filter(|&r| !self.live.is_dead(r))
+    }
+
+    fn check_running(&self) -> Result<()> {
+        if self.stopped.load(Ordering::Acquire) {
+            Err(ClusterError::Stopped)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Send `event` to `rank` under a fresh tag; returns the tag.
+    fn post(&self, rank: i32, event: Event) -> Result<i32> {
+        let tag = self.tags.next();
+        self.comm.send_msg(rank, CONTROL_TAG, &Envelope { tag, event }, self.live.as_ref())?;
+        Ok(tag)
+    }
+
+    fn expect_ok(&self, rank: i32, tag: i32) -> Result<()> {
+        match self.comm.recv_msg::<Reply>(rank, tag, self.live.as_ref())? {
+            Reply::Ok => Ok(()),
+            Reply::Error(msg) => Err(ClusterError::Worker { rank, msg }),
+            other => Err(ClusterError::Worker { rank, msg: format!("unexpected reply {other:?}") }),
+        }
+    }
+
+    fn log(&self, what: std::fmt::Arguments<'_>) {
+        if self.cfg.verbose {
+            eprintln!("[ompcluster {:>9.3} ms] {what}", self.start.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+
+    /// Enter an offloading request: take a checkpoint first if one is due, then hold the
+    /// gate's read side for the request.
+    fn enter(&self) -> Result<parking_lot::RwLockReadGuard<'_, ()>> {
+        self.check_running()?;
+        if let Some(cp) = &self.ckpt {
+            if cp.due(self.device_bytes.load(Ordering::Relaxed)) {
+                self.checkpoint(cp);
+            }
+        }
+        Ok(self.gate.read())
+    }
+
+    /// Take a consistent checkpoint: pause offloading, decide who saves which changed buffer,
+    /// tell the saving workers, resume; the saves that follow and the flush run in the
+    /// background (design note in `checkpoint.rs`).
+    // ----- shutdown -----
+
+    /// Stop the workers and write the report and the graph. Idempotent.
+    pub(crate) fn shutdown(&self) {
+        if let Some(cp) = &self.ckpt {
+            cp.wait(); // a flush in progress needs the workers
+        }
+        if self.stopped.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let workers: Vec<i32> = self.workers().collect();
+        let mut tags = Vec::new();
+        for &w in &workers {
+            match self.post(w, Event::Exit) {
+                Ok(tag) => tags.push((w, tag)),
+                Err(e) => eprintln!("ompcluster: could not stop worker {w}: {e}"),
+            }
+        }
+        for (w, tag) in tags {
+            if let Err(e) = self.expect_ok(w, tag) {
+                eprintln!("ompcluster: worker {w} did not stop cleanly: {e}");
+            }
+        }
+        let wall = self.start.elapsed().as_secs_f64();
+        if let Some(path) = &self.cfg.report {
+            let mut report = Report::from_stats(&self.stats, workers.len(), wall);
+            if let Some(cp) = &self.ckpt {
+                let p = cp.published.lock();
+                report.checkpoints = p.checkpoints;
+                report.checkpoint_bytes = p.bytes;
+                report.checkpoint_pauses_seconds = cp.pauses();
+                report.checkpoint_pause_seconds = report.checkpoint_pauses_seconds.iter().sum();
+                report.checkpoint_errors = p.errors.clone();
+                report.checkpoint_save_seconds = p.save_seconds.clone();
+                report.checkpoint_flush_seconds = p.flush_seconds.clone();
+            }
+            if let Err(e) = report.write(path) {
+                eprintln!("ompcluster: cannot write report {}: {e}", path.display());
+            }
+        }
+        if let Some(path) = &self.cfg.graph {
+            if let Err(e) = std::fs::write(path, self.graph.lock().to_dot()) {
+                eprintln!("ompcluster: cannot write task graph {}: {e}", path.display());
+            }
+        }
+        if let Some(cp) = &self.ckpt {
+            // The head's store is never dropped (the process ends in `exit`): remove its
+            // scratch directory now.
+            cp.store.close();
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! Moving buffers between ranks: where a buffer's current version is, and making it present
+//! where a kernel needs it.
+use super::*;
+
+impl Cluster {
+    pub(super) fn current_holder(&self, b: &Buffer) -> Option<i32> {
+        if b.holders.contains(&HEAD) {
+            Some(HEAD)
+        } else {
+            self.least_busy(&b.holders)
+        }
+    }
+
+    /// Give worker `w` pages for the buffer if it has none. Called with the buffer lock held,
+    /// so the ALLOC reaches `w` before anything another thread sends it for this buffer.
+    pub(super) fn back_on(&self, b: &mut Buffer, w: i32) -> Result<()> {
+        if !b.backed.contains(&w) {
+            self.comm.send_msg(w, CONTROL_TAG, &Envelope { tag: 0, event: Event::Alloc(Region { addr: b.addr, size: b.span }) }, self.live.as_ref())?;
+            b.backed.insert(w);
+        }
+        Ok(())
+    }
+
+    pub(super) fn least_busy(&self, ranks: &BTreeSet<i32>) -> Option<i32> {
+        ranks
+            .iter()
+            .copied()
+            .filter(|&r| r != HEAD && !self.live.is_dead(r))
+            .min_by_key(|&r| self.in_flight[r as usize].load(Ordering::Relaxed))
+    }
+
+    /// Make the current version of the buffer at `addr` present on worker `w`. Returns the
+    /// bytes moved.
+    pub(super) fn ensure_present(&self, addr: u64, w: i32) -> Result<u64> {
+        let mut bufs = self.buffers.lock();
+        let (src, version, size) = loop {
+            let b = bufs.get_mut(addr).ok_or(ClusterError::UnknownAddress(addr))?;
+            if b.held_by(w) {
+                self.back_on(b, w)?;
+                return Ok(0);
+            }
+            if b.incoming.contains(&w) {
+                self.moved.wait(&mut bufs);
+                continue;
+            }
+            let src = self.current_holder(b).ok_or(ClusterError::NoWorker)?;
+            self.back_on(b, w)?;
+            b.incoming.insert(w);
+            break (src, b.version, b.size);
+        };
+        drop(bufs);
+        let t0 = Instant::now();
+        let region = Region { addr, size };
+        let moved = if src == HEAD {
+            self.post(w, Event::Submit(region)).and_then(|tag| {
+                // SAFETY: the head's staged copy of this buffer is backed and holds the current
+                // version; pages are only discarded (never unmapped) while the buffer lives.
+                unsafe { self.comm.send_bytes(w, tag, addr as *const u8, size as usize, self.live.as_ref())? };
+                self.expect_ok(w, tag)?;
+                self.stats.add_submitted(size);
+                Ok(())
+            })
+        } else {
+            let tag = self.tags.next();
+            let send = |rank: i32, event: Event| {
+                self.comm.send_msg(rank, CONTROL_TAG, &Envelope { tag, event }, self.live.as_ref())
+            };
+            send(src, Event::ExchangeSend { region, peer: w })
+                .and_then(|_| send(w, Event::ExchangeRecv { region, peer: src }))
+                .map_err(ClusterError::from)
+                .and_then(|_| {
+                    self.expect_ok(src, tag)?;
+                    self.expect_ok(w, tag)?;
+                    self.stats.add_exchanged(size);
+                    Ok(())
+                })
+        };
+        self.sched.transfer_finished(size, t0.elapsed().as_secs_f64());
+        let mut bufs = self.buffers.lock();
+        if let Some(b) = bufs.get_mut(addr) {
+            b.incoming.remove(&w);
+            if moved.is_ok() && b.version == version {
+                b.holders.insert(w);
+            }
+        }
+        self.moved.notify_all();
+        drop(bufs);
+        moved?;
+        self.log(format_args!("MOVE {addr:#x} {size} bytes {src} -> {w}"));
+        Ok(size)
+    }
+}
