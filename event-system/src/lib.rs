@@ -12,6 +12,7 @@ mod backoff;
 pub mod comm;
 pub mod elf;
 pub mod heap;
+pub mod process;
 pub mod protocol;
 pub mod worker;
 

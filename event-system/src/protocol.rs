@@ -109,9 +109,15 @@ pub enum Event {
     },
     /// Reply once every earlier event of this worker has been handled.
     Sync,
-    /// These ranks were declared dead: never wait for them, nor accept their data, again.
-    /// Sent by the head before recovery touches this worker's memory; reply `Ok`.
-    Fence(Vec<i32>),
+    /// These ranks were declared dead: never wait for them, nor accept their data, again, and
+    /// kill the processes in `kill` (dead ranks on this worker's host). Sent by the head before
+    /// recovery touches this worker's memory; reply `Ok`.
+    Fence {
+        /// The dead ranks.
+        ranks: Vec<i32>,
+        /// Their processes on this worker's host.
+        kill: Vec<crate::process::Victim>,
+    },
     /// Finish: reply, then leave the event loop.
     Exit,
 }
@@ -250,8 +256,8 @@ impl Event {
                 }
                 regions.iter().try_for_each(|(_, r)| in_heap(r))
             }
-            Event::Fence(ranks) => {
-                if ranks.len() > MAX_LIST {
+            Event::Fence { ranks, kill } => {
+                if ranks.len() > MAX_LIST || kill.len() > MAX_LIST {
                     return Err(ProtocolError::Invalid("too many fenced ranks".into()));
                 }
                 Ok(())

@@ -334,7 +334,7 @@ pub unsafe extern "C" fn __tgt_rtl_launch_kernel(
             let values: Vec<u64> = (0..n).map(|i| begins[i].wrapping_add(*offsets.add(i) as u64)).collect();
             ((values, begins), arg_maps(&*kargs, n))
         };
-        code("launching the target region", c.launch(entry as usize, values, &begins, &hosts, &written))
+        code("launching the target region", c.launch(entry as usize, &values, &begins, &hosts, &written))
     })
 }
 

@@ -85,6 +85,8 @@ pub(crate) struct Published {
     pub(crate) bytes: u64,
     /// Buffers deleted since: their records leave the next manifest.
     pub(crate) deleted: HashSet<u64>,
+    /// Buffer id -> the version of it the published checkpoints hold (what recovery can load).
+    pub(crate) versions: HashMap<u64, u64>,
     pub(crate) errors: Vec<String>,
     /// Per completed checkpoint: time from the end of its pause until every saver had copied
     /// its regions to scratch.
@@ -191,6 +193,11 @@ impl Checkpointer {
                 }
                 p.deleted.clear();
                 p.map.publish(&dir, ckpt, keep).map_err(|e| e.to_string())?;
+                for &(id, _, _, version) in &saved {
+                    if p.map.get(id).is_some() {
+                        p.versions.insert(id, version);
+                    }
+                }
                 p.checkpoints += 1;
                 p.bytes += bytes;
                 p.save_seconds.push(save_s);
@@ -223,7 +230,26 @@ impl Checkpointer {
     /// A buffer was freed: it leaves the next manifest.
     pub(crate) fn forget(&self, id: u64) {
         self.inner.lock().saved.remove(&id);
-        self.published.lock().deleted.insert(id);
+        let mut p = self.published.lock();
+        p.deleted.insert(id);
+        p.versions.remove(&id);
+    }
+
+    /// Does a published checkpoint hold `version` of buffer `id`?
+    pub(crate) fn holds(&self, id: u64, version: u64) -> bool {
+        self.published.lock().versions.get(&id) == Some(&version)
+    }
+
+    /// Load `version` of buffer `id` from the published checkpoints (checksum checked).
+    pub(crate) fn load(&self, id: u64, version: u64) -> Result<Vec<u8>, String> {
+        let rec = {
+            let p = self.published.lock();
+            match (p.versions.get(&id), p.map.get(id)) {
+                (Some(&v), Some(rec)) if v == version => rec.clone(),
+                _ => return Err(format!("no published checkpoint holds version {version} of buffer {id}")),
+            }
+        };
+        ckpt_veloc::load_record(self.store.persistent_dir(), &rec).map_err(|e| e.to_string())
     }
 
     /// Wait for the flush in progress (at exit).

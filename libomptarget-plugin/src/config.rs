@@ -29,6 +29,33 @@ pub struct Config {
     pub graph: Option<PathBuf>,
     /// Print one line per offloading event on stderr (`OMPCLUSTER_VERBOSE=1`).
     pub verbose: bool,
+    /// How recovery re-runs lost tasks (`OMPCLUSTER_FT_REEXEC`: `parallel` (default) or
+    /// `sequential`, one after another as the OCFTL thesis does, for comparison).
+    pub ft_reexec: Reexec,
+    /// Most bytes the head keeps only for recovery: its copies of versions that kernels
+    /// have since overwritten on workers, and of buffers the program deleted while recorded
+    /// tasks still read them (`OMPCLUSTER_FT_RETAIN`, default half the physical memory).
+    pub ft_retain: u64,
+}
+
+/// How recovery re-runs lost tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reexec {
+    /// In dependence order, independent ones at the same time on different workers.
+    Parallel,
+    /// One after another.
+    Sequential,
+}
+
+/// Half of the machine's physical memory (1 GiB if it cannot be read).
+fn half_the_memory() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, size) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    if pages > 0 && size > 0 {
+        (pages as u64).saturating_mul(size as u64) / 2
+    } else {
+        1 << 30
+    }
 }
 
 /// Parse a byte count with an optional K/M/G suffix (powers of 1024).
@@ -88,6 +115,16 @@ impl Config {
             report: var("OMPCLUSTER_REPORT").map(PathBuf::from),
             graph: var("OMPCLUSTER_GRAPH").map(PathBuf::from),
             verbose: flag("OMPCLUSTER_VERBOSE")?,
+            ft_reexec: match var("OMPCLUSTER_FT_REEXEC").as_deref().map(str::trim) {
+                None | Some("parallel") => Reexec::Parallel,
+                Some("sequential") => Reexec::Sequential,
+                Some(v) => return Err(bad("OMPCLUSTER_FT_REEXEC", v, "expected parallel or sequential")),
+            },
+            ft_retain: match var("OMPCLUSTER_FT_RETAIN") {
+                None => half_the_memory(),
+                Some(v) => parse_bytes(&v)
+                    .ok_or_else(|| bad("OMPCLUSTER_FT_RETAIN", &v, "expected a byte count such as 0, 512M or 8G"))?,
+            },
         })
     }
 }

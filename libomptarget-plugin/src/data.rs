@@ -1,7 +1,10 @@
 //! The head's record of device buffers: where each lives in the symmetric heap, its current
-//! version, which ranks hold that version, and which buffers its contents point to.
+//! version, which ranks hold that version, which ranks hold an older version they still have
+//! (what recovery can rebuild from), and which buffers its contents point to.
 //!
-//! This module is pure bookkeeping (no MPI): `cluster.rs` decides and moves, this records.
+//! This module is pure bookkeeping (no MPI): the cluster device decides and moves, this
+//! records. Every change of versions and holders goes through a method here, so that the
+//! retention budget (bytes the head keeps only for recovery) stays exact.
 
 use event_system::heap::{ExtentAllocator, HeapError};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -53,6 +56,9 @@ pub(crate) struct Buffer {
     pub(crate) version: u64,
     /// Ranks holding the current version (HEAD = the head's staging copy).
     pub(crate) holders: BTreeSet<i32>,
+    /// Ranks whose copy holds an older version, unchanged since (rank -> that version):
+    /// sources for recovery, which may need an older version to re-run a task.
+    pub(crate) stale: BTreeMap<i32, u64>,
     /// Ranks that have pages (or, for an image's data, the loaded image) for it.
     pub(crate) backed: BTreeSet<i32>,
     /// Workers a copy is being sent to right now.
@@ -78,6 +84,25 @@ impl Buffer {
     pub(crate) fn held_by(&self, r: i32) -> bool {
         self.version == 0 || self.holders.contains(&r)
     }
+
+    /// The version rank `r`'s copy holds, if it holds a known one.
+    pub(crate) fn version_on(&self, r: i32) -> Option<u64> {
+        if self.holders.contains(&r) {
+            Some(self.version)
+        } else {
+            self.stale.get(&r).copied()
+        }
+    }
+
+    /// Ranks whose copy holds `version`.
+    pub(crate) fn ranks_with(&self, version: u64) -> impl Iterator<Item = i32> + '_ {
+        let current = (version == self.version).then_some(&self.holders);
+        current.into_iter().flatten().copied().chain(self.stale.iter().filter(move |(_, &v)| v == version).map(|(&r, _)| r))
+    }
+
+    fn head_keeps_old(&self) -> bool {
+        self.stale.contains_key(&HEAD)
+    }
 }
 
 /// All buffers, by address.
@@ -93,7 +118,18 @@ pub(crate) struct Buffers {
     /// Image -> its data buffers, which every kernel of the image reaches (kept apart so that
     /// a launch need not scan all buffers for them).
     image_data: HashMap<u32, Vec<u64>>,
+    /// Buffer id -> address, for live buffers.
+    by_id: HashMap<u64, u64>,
+    /// Buffers the program deleted whose head copy is kept because a recorded task read them
+    /// (recovery may re-run it). Their address range stays allocated, so it is not reused
+    /// while a re-run could write there.
+    retired: HashMap<u64, Buffer>,
     next_id: u64,
+    /// Bytes the head keeps only for recovery: its copies of older versions, and retired
+    /// buffers.
+    retained: u64,
+    /// Most bytes the head may keep for recovery (`OMPCLUSTER_FT_RETAIN`).
+    budget: u64,
 }
 
 impl Buffers {
@@ -103,8 +139,166 @@ impl Buffers {
             by_addr: BTreeMap::new(),
             by_delta: HashMap::new(),
             image_data: HashMap::new(),
+            by_id: HashMap::new(),
+            retired: HashMap::new(),
             next_id: 1,
+            retained: 0,
+            budget: 0,
         }
+    }
+
+    /// Let the head keep up to `bytes` of copies that only recovery needs.
+    pub(crate) fn set_retention_budget(&mut self, bytes: u64) {
+        self.budget = bytes;
+    }
+
+    /// Bytes the head keeps only for recovery.
+    pub(crate) fn retained_bytes(&self) -> u64 {
+        self.retained
+    }
+
+    /// Can the head keep `span` more bytes for recovery?
+    pub(crate) fn may_retain(&self, span: u64) -> bool {
+        self.retained.saturating_add(span) <= self.budget
+    }
+
+    /// Change the buffer at `addr` with `f`, keeping the retained-bytes count exact.
+    fn track<R>(&mut self, addr: u64, f: impl FnOnce(&mut Buffer) -> R) -> Option<R> {
+        let b = self.by_addr.get_mut(&addr)?;
+        let before = b.head_keeps_old();
+        let r = f(b);
+        let after = b.head_keeps_old();
+        let span = b.span;
+        match (before, after) {
+            (false, true) => self.retained += span,
+            (true, false) => self.retained -= span,
+            _ => {}
+        }
+        Some(r)
+    }
+
+    /// A new version of the buffer at `addr` now exists on `holders` (a kernel's write, a
+    /// submit, a copy). The old holders not among them keep the old version, as stale copies;
+    /// the head's old copy is kept only while the retention budget allows (if it is not,
+    /// the head has no known version any more and the caller may discard its pages).
+    /// Returns the new version.
+    pub(crate) fn new_version(&mut self, addr: u64, holders: BTreeSet<i32>) -> Option<u64> {
+        let budget_ok = self.by_addr.get(&addr).is_some_and(|b| self.may_retain(b.span));
+        self.track(addr, |b| {
+            let old = b.version;
+            for r in std::mem::take(&mut b.holders) {
+                if !holders.contains(&r) && (r != HEAD || budget_ok) && old > 0 {
+                    b.stale.insert(r, old);
+                }
+            }
+            for r in &holders {
+                b.stale.remove(r);
+            }
+            b.holders = holders;
+            b.version += 1;
+            b.version
+        })
+    }
+
+    /// Rank `r`'s copy of the buffer at `addr` now holds the current version.
+    pub(crate) fn add_holder(&mut self, addr: u64, r: i32) {
+        self.track(addr, |b| {
+            b.stale.remove(&r);
+            b.holders.insert(r);
+        });
+    }
+
+    /// Rank `r`'s copy of buffer `id` (live or retired) now holds `version` (recovery moved
+    /// or rebuilt it there).
+    pub(crate) fn install(&mut self, id: u64, r: i32, version: u64) {
+        let set = |b: &mut Buffer| {
+            if version == b.version {
+                b.stale.remove(&r);
+                b.holders.insert(r);
+            } else {
+                b.holders.remove(&r);
+                b.stale.insert(r, version);
+            }
+        };
+        if let Some(&addr) = self.by_id.get(&id) {
+            self.track(addr, set);
+        } else if let Some(b) = self.retired.get_mut(&id) {
+            set(b);
+        }
+    }
+
+    /// The copy on rank `r` of the buffer at `addr` is gone (its pages were given back).
+    pub(crate) fn drop_copy(&mut self, addr: u64, r: i32) {
+        self.track(addr, |b| {
+            b.holders.remove(&r);
+            b.stale.remove(&r);
+        });
+    }
+
+    /// Forget every copy the `dead` ranks had, of every buffer. Returns the versions lost: the
+    /// current version of each live buffer that no live rank holds any more.
+    pub(crate) fn forget_ranks(&mut self, dead: &BTreeSet<i32>) -> BTreeSet<task_graph::Access> {
+        let mut lost = BTreeSet::new();
+        let all = self.by_addr.values_mut().chain(self.retired.values_mut());
+        for b in all {
+            b.holders.retain(|r| !dead.contains(r));
+            b.stale.retain(|r, _| !dead.contains(r));
+            b.backed.retain(|r| !dead.contains(r));
+            b.incoming.retain(|r| !dead.contains(r));
+            if b.writing.is_some_and(|(w, _)| dead.contains(&w)) {
+                b.writing = None;
+            }
+        }
+        for b in self.by_addr.values() {
+            if b.version > 0 && b.holders.is_empty() {
+                lost.insert(task_graph::Access { buffer: b.id, version: b.version });
+            }
+        }
+        lost
+    }
+
+    /// A buffer by id, live or retired.
+    pub(crate) fn by_id(&self, id: u64) -> Option<&Buffer> {
+        match self.by_id.get(&id) {
+            Some(addr) => self.by_addr.get(addr),
+            None => self.retired.get(&id),
+        }
+    }
+
+    /// Mutable [`Buffers::by_id`] (for backing and moving copies, not versions).
+    pub(crate) fn by_id_mut(&mut self, id: u64) -> Option<&mut Buffer> {
+        match self.by_id.get(&id) {
+            Some(addr) => self.by_addr.get_mut(addr),
+            None => self.retired.get_mut(&id),
+        }
+    }
+
+    /// Keep a deleted buffer for recovery: its head copy stays (and counts against the
+    /// budget), its range stays allocated. The caller has taken it out with
+    /// [`Buffers::remove`] and released the workers' copies.
+    pub(crate) fn retire(&mut self, mut b: Buffer) {
+        b.holders.retain(|&r| r == HEAD);
+        b.stale.retain(|&r, _| r == HEAD);
+        b.backed.retain(|&r| r == HEAD);
+        b.incoming.clear();
+        self.retained += b.span;
+        self.retired.insert(b.id, b);
+    }
+
+    /// Ids of the retired buffers.
+    pub(crate) fn retired_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.retired.keys().copied()
+    }
+
+    /// Retired buffers no recorded task reads any more: forget them and return them (the
+    /// caller releases the head's pages, then frees the range).
+    pub(crate) fn release_retired(&mut self, still_read: &BTreeSet<u64>) -> Vec<Buffer> {
+        let gone: Vec<u64> = self.retired.keys().copied().filter(|id| !still_read.contains(id)).collect();
+        let out: Vec<Buffer> = gone.into_iter().filter_map(|id| self.retired.remove(&id)).collect();
+        for b in &out {
+            self.retained -= b.span;
+        }
+        out
     }
 
     /// Make a new buffer of `size` bytes.
@@ -124,12 +318,14 @@ impl Buffers {
             span,
             version: 0,
             holders: BTreeSet::new(),
+            stale: BTreeMap::new(),
             backed: BTreeSet::new(),
             incoming: BTreeSet::new(),
             points_to: PointsTo::none(),
             global_of: None,
             writing: None,
         };
+        self.by_id.insert(id, addr);
         Ok(self.by_addr.entry(addr).or_insert(b))
     }
 
@@ -154,12 +350,14 @@ impl Buffers {
             span: event_system::heap::page_round(size),
             version: 0,
             holders: BTreeSet::new(),
+            stale: BTreeMap::new(),
             backed: BTreeSet::new(),
             incoming: BTreeSet::new(),
             points_to: PointsTo::none(),
             global_of: Some(image),
             writing: None,
         };
+        self.by_id.insert(id, addr);
         let of_image = self.image_data.entry(image).or_default();
         if !of_image.contains(&addr) {
             of_image.push(addr);
@@ -170,6 +368,10 @@ impl Buffers {
     /// Forget a buffer (its range stays allocated until [`Buffers::free_range`]).
     pub(crate) fn remove(&mut self, addr: u64) -> Option<Buffer> {
         let b = self.by_addr.remove(&addr)?;
+        self.by_id.remove(&b.id);
+        if b.head_keeps_old() {
+            self.retained -= b.span;
+        }
         if let Some(image) = b.global_of {
             if let Some(v) = self.image_data.get_mut(&image) {
                 v.retain(|&a| a != addr);
@@ -266,6 +468,50 @@ impl Buffers {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use task_graph::Access;
+
+    #[test]
+    fn versions_holders_and_stale_copies() {
+        let mut bs = Buffers::new(0x10_0000, 1 << 24);
+        bs.set_retention_budget(1 << 20);
+        let a = bs.create(100, 0).unwrap().addr;
+        let id = bs.get(a).unwrap().id;
+        // Submitted (staged on the head), moved to worker 1, then a kernel on 1 changes it.
+        assert_eq!(bs.new_version(a, [HEAD].into()), Some(1));
+        bs.add_holder(a, 1);
+        assert_eq!(bs.new_version(a, [1].into()), Some(2));
+        let b = bs.get(a).unwrap();
+        assert_eq!(b.version_on(HEAD), Some(1));
+        assert_eq!(b.version_on(1), Some(2));
+        assert_eq!(b.ranks_with(1).collect::<Vec<_>>(), vec![HEAD]);
+        assert_eq!(bs.retained_bytes(), 4096);
+        // Worker 1 dies: version 2 is lost, version 1 survives on the head.
+        let lost = bs.forget_ranks(&[1].into());
+        assert_eq!(lost, [Access { buffer: id, version: 2 }].into());
+        // Recovery rebuilds version 2 on worker 2 and installs version 1 there first.
+        bs.install(id, 2, 1);
+        assert_eq!(bs.get(a).unwrap().version_on(2), Some(1));
+        bs.install(id, 2, 2);
+        assert_eq!(bs.get(a).unwrap().holders, [2].into());
+        // A whole submit staged on the head again: no stale head copy any more.
+        bs.new_version(a, [HEAD].into());
+        assert_eq!(bs.retained_bytes(), 0);
+        assert_eq!(bs.get(a).unwrap().stale.get(&2), Some(&2));
+        // Over the budget, the head's old copy is not kept.
+        bs.set_retention_budget(0);
+        bs.new_version(a, [2].into());
+        assert_eq!(bs.get(a).unwrap().version_on(HEAD), None);
+        assert_eq!(bs.retained_bytes(), 0);
+        // Retired: found by id, released once no task reads it.
+        bs.set_retention_budget(1 << 20);
+        let b = bs.remove(a).unwrap();
+        bs.retire(b);
+        assert!(bs.by_id(id).is_some() && bs.get(a).is_none());
+        assert_eq!(bs.retained_bytes(), 4096);
+        assert!(bs.release_retired(&[id].into()).is_empty());
+        assert_eq!(bs.release_retired(&BTreeSet::new()).len(), 1);
+        assert_eq!(bs.retained_bytes(), 0);
+    }
 
     #[test]
     fn reachability_follows_pointers_and_globals() {

@@ -71,6 +71,19 @@ pub struct Report {
     pub checkpoint_flush_seconds: Vec<f64>,
     /// Checkpoints that failed, and why.
     pub checkpoint_errors: Vec<String>,
+    /// Ranks that failed: each with when the head learnt of it and how.
+    pub failures: Vec<crate::cluster::FailureRecord>,
+    /// Recoveries: each with how long offloading was held and what was re-run or restored.
+    pub recoveries: Vec<crate::cluster::RecoveryRecord>,
+    /// Tasks run again by all recoveries.
+    pub tasks_reexecuted: u64,
+    /// Workers still alive at the end.
+    pub workers_alive_at_end: usize,
+    /// Bytes the head kept only for recovery at the end (`OMPCLUSTER_FT_RETAIN` bounds it).
+    pub retained_bytes: u64,
+    /// Tasks the record still held at the end (the rest were pruned: recovery could no longer
+    /// need them).
+    pub tasks_recorded: u64,
 }
 
 impl Report {
@@ -97,6 +110,12 @@ impl Report {
             checkpoint_save_seconds: Vec::new(),
             checkpoint_flush_seconds: Vec::new(),
             checkpoint_errors: Vec::new(),
+            failures: Vec::new(),
+            recoveries: Vec::new(),
+            tasks_reexecuted: 0,
+            workers_alive_at_end: workers,
+            retained_bytes: 0,
+            tasks_recorded: 0,
         }
     }
 

@@ -2,7 +2,7 @@
 
 use crate::cluster::Cluster;
 use crate::config::Config;
-use event_system::{Comm, Liveness, SymmetricHeap};
+use event_system::{Comm, Fenced, Liveness, SymmetricHeap};
 use ft_detector::{Detector, Notice, ProcState};
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
@@ -47,18 +47,44 @@ fn startup_error(msg: std::fmt::Arguments<'_>) -> ! {
     std::process::exit(2);
 }
 
-/// A rank was declared dead. Recovery is not implemented yet: end the whole job, naming it,
-/// instead of letting the program wait for a rank that will never answer.
-fn on_failure(me: i32, dead: i32, timeout_ms: u128) {
-    if SHUTTING_DOWN.load(Ordering::Acquire) || !(me == 0 || dead == 0) {
+/// A notice of the failure detector (on its heartbeat thread: nothing here blocks).
+///
+/// On the head, a worker's failure goes to the cluster device's handler, which recovers. On a
+/// worker, learning that it was itself declared dead (it was frozen, and woke up) means the
+/// job has gone on without it: it leaves at once, so that nothing it does later can matter.
+fn on_notice(me: i32, notice: Notice, timeout_ms: u128) {
+    let Notice::Failure(dead) = notice else { return };
+    if SHUTTING_DOWN.load(Ordering::Acquire) {
         return;
     }
-    let who = if dead == 0 { "the head (rank 0)".to_string() } else { format!("worker rank {dead}") };
-    eprintln!(
-        "ompcluster: {who} stopped responding: declared dead by the failure detector after {timeout_ms} ms without a heartbeat; recovery is not available, ending the job"
-    );
-    // SAFETY: MPI is initialised; MPI_Abort ends every process of the job and does not return.
-    unsafe { mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, 3) };
+    match RUNTIME.get() {
+        Some(Runtime::Head(c)) if dead != 0 => {
+            c.note_failure(dead, &format!("declared dead by the failure detector after {timeout_ms} ms without a heartbeat"))
+        }
+        Some(Runtime::Worker(_)) if dead == me => {
+            eprintln!("ompcluster worker {me}: this rank was declared dead while it was not responding; the job went on without it, leaving");
+            // SAFETY: flushing C streams, then leaving at once without running destructors
+            // (they belong to a `main` this rank never ran) or touching MPI again.
+            unsafe {
+                libc::fflush(std::ptr::null_mut());
+                libc::_exit(0)
+            }
+        }
+        _ => {}
+    }
+}
+
+/// This host, as a number every rank on it computes alike (a hash of its name).
+fn host_id() -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut buf = [0u8; 256];
+    // SAFETY: `buf` is writable for its length; gethostname NUL-terminates when it fits.
+    unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let name = buf.split(|&b| b == 0).next().unwrap_or_default();
+    // DefaultHasher::new() uses fixed keys: the same value in every process.
+    let mut h = std::hash::DefaultHasher::new();
+    name.hash(&mut h);
+    h.finish()
 }
 
 /// The runtime, if initialised.
@@ -97,6 +123,17 @@ pub(crate) fn init() -> Result<(), String> {
     })
     .map_err(|e| e.to_string())?;
     let comm = Arc::new(Comm::duplicate_world(cfg.fragment).map_err(|e| e.to_string())?);
+    // Every rank's host and process, so that a rank declared dead can be fenced for good
+    // (killed by a live rank on its host).
+    let procs = {
+        let me = event_system::process::me();
+        let mine = [host_id(), u64::from(me.pid), me.start];
+        let mut all = vec![0u64; 3 * world.size() as usize];
+        world.all_gather_into(&mine[..], &mut all[..]);
+        all.chunks_exact(3)
+            .map(|c| (c[0], event_system::process::Victim { pid: c[1] as u32, start: c[2] }))
+            .collect::<Vec<_>>()
+    };
     // Every rank opens its checkpoint store now, so that an unusable directory stops the job
     // before `main`, with the reason, rather than at the first checkpoint.
     let mut cp_cfg = cp_cfg;
@@ -121,24 +158,27 @@ pub(crate) fn init() -> Result<(), String> {
         std::process::exit(2);
     }
     let timeout_ms = ft_cfg.timeout.as_millis();
+    let recovery = ft_cfg.enabled;
     let det = Arc::new(Detector::start(&world, ft_cfg).map_err(|e| format!("cannot start the failure detector: {e}"))?);
     let me = comm.rank();
-    det.on_notice(move |n| {
-        if let Notice::Failure(dead) = n {
-            on_failure(me, dead, timeout_ms);
-        }
-    });
+    det.on_notice(move |n| on_notice(me, n, timeout_ms));
     let _ = DETECTOR.set(det.clone());
     // MPI is finalised explicitly at shutdown (see `finalize`), not when `universe` drops.
     std::mem::forget(universe);
     let live: Arc<dyn Liveness> = Arc::new(DetectorLiveness(det));
     let rt = if comm.rank() == 0 {
         let ckpt = store.map(|s| crate::checkpoint::Checkpointer::new(s, cp_cfg));
-        Runtime::Head(Cluster::new(comm, heap, live, cfg, ckpt))
+        let live = Arc::new(Fenced::new(live, comm.size() as usize));
+        Runtime::Head(Cluster::new(comm, heap, live, recovery, procs, cfg, ckpt))
     } else {
         Runtime::Worker(Mutex::new(Some((comm, heap, store))))
     };
     let _ = RUNTIME.set(rt);
+    if let Some(Runtime::Head(c)) = RUNTIME.get() {
+        if recovery {
+            c.start_handler().map_err(|e| format!("cannot start the recovery handler thread: {e}"))?;
+        }
+    }
     Ok(())
 }
 
@@ -185,13 +225,23 @@ pub(crate) fn unregister_lib() {
 
 fn finalize() {
     SHUTTING_DOWN.store(true, Ordering::Release);
+    let mut failed = false;
     if let Some(d) = DETECTOR.get() {
+        failed = !d.dead_ranks().is_empty();
         if let Err(e) = d.stop() {
             eprintln!("ompcluster: failure detector: {e}");
         }
     }
+    if let Some(Runtime::Head(c)) = RUNTIME.get() {
+        failed |= c.any_failure();
+    }
     // SAFETY: flushing all C streams (kernel printf output) is always allowed.
     unsafe { libc::fflush(std::ptr::null_mut()) };
+    if failed {
+        // MPI_Finalize waits for every rank, dead ones included: leave without it (mpirun
+        // runs in its recovery mode, where that is allowed).
+        return;
+    }
     // SAFETY: MPI was initialised by `init`; every request of this rank is complete, and no
     // plugin call touches MPI after the runtime is stopped.
     unsafe { mpi::ffi::MPI_Finalize() };

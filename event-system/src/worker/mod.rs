@@ -186,7 +186,7 @@ fn lead(w: &Arc<Worker>) -> Result<Turn, CommError> {
             Event::Checkpoint { .. }
             | Event::Submit(_)
             | Event::Retrieve(_)
-            | Event::Fence(_)
+            | Event::Fence { .. }
             | Event::Execute { short: true, .. } => {
                 if let Some(r) = handle(w, &env)? {
                     w.comm.send_msg(HEAD, env.tag, &r, w.live.as_ref())?;
@@ -346,9 +346,23 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
             wait_idle(w, 1);
             Reply::Ok
         }
-        Event::Fence(ranks) => {
+        Event::Fence { ranks, kill } => {
+            if ranks.contains(&w.comm.rank()) {
+                // This rank was declared dead while it was not responding (frozen): the job
+                // went on without it. Leave now, before doing anything else.
+                eprintln!("ompcluster worker {}: this rank was declared dead; leaving", w.comm.rank());
+                // SAFETY: flushing C streams, then leaving at once without destructors (they
+                // belong to a `main` this rank never ran) or MPI.
+                unsafe {
+                    libc::fflush(std::ptr::null_mut());
+                    libc::_exit(0)
+                }
+            }
             for &r in ranks {
                 w.live.fence(r);
+            }
+            for &v in kill {
+                crate::process::kill(v);
             }
             Reply::Ok
         }

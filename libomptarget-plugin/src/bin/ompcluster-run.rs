@@ -191,7 +191,10 @@ fn main() -> ExitCode {
     // ob1 over shared memory/TCP is the path on which survivors outlive a dead rank (UCX
     // hangs; see shared/FINDINGS.md). Ranks may outnumber cores; don't pin them to one.
     cmd.args(["--oversubscribe", "--bind-to", "none", "--mca", "pml", "ob1", "--mca", "btl", "self,vader,tcp"]);
-    if matches!(kind, ProgramKind::PlainMpi) {
+    // With fault tolerance on (the default), mpirun must let the job go on when a rank dies:
+    // the runtime recovers. Without it, a dead rank ends the job as before.
+    let ft_on = ft_detector::Config::from_env().map(|c| c.enabled).unwrap_or(true);
+    if ft_on || matches!(kind, ProgramKind::PlainMpi) {
         cmd.arg("--enable-recovery");
     }
     if let Some(h) = &args.hostfile {

@@ -3,9 +3,12 @@
 use super::*;
 
 impl Cluster {
+    /// Take a consistent checkpoint: pause offloading, decide who saves which changed buffer,
+    /// tell the saving workers, resume; the saves that follow and the flush run in the
+    /// background (design note in `checkpoint.rs`).
     pub(super) fn checkpoint(&self, cp: &Checkpointer) {
         let t0 = Instant::now();
-        let gate = self.gate.write();
+        let gate = self.ft.exclusive(State::Checkpointing);
         if !cp.due(self.device_bytes.load(Ordering::Relaxed)) {
             return; // another thread took it while we waited
         }

@@ -46,25 +46,44 @@ impl Cluster {
         let workers: Vec<i32> = self.workers().collect();
         let mut tags = Vec::new();
         for &w in &workers {
-            let tag = self.post(
-                w,
-                Event::LoadBinary { image: idx, size: image.len() as u64, base, extent, kernels: kernels.clone() },
-            )?;
-            // SAFETY: `image` is the device image libomptarget keeps alive for the program.
-            unsafe { self.comm.send_bytes(w, tag, image.as_ptr(), image.len(), self.live.as_ref())? };
-            tags.push((w, tag));
+            let sent = self
+                .post(w, Event::LoadBinary { image: idx, size: image.len() as u64, base, extent, kernels: kernels.clone() })
+                .and_then(|tag| {
+                    // SAFETY: `image` is the device image libomptarget keeps alive for the program.
+                    unsafe { self.comm.send_bytes(w, tag, image.as_ptr(), image.len(), self.live.as_ref())? };
+                    Ok(tag)
+                });
+            match sent {
+                Ok(tag) => tags.push((w, tag)),
+                Err(e) => self.unless_dead(e)?,
+            }
         }
+        let mut loaded = Vec::new();
         for (w, tag) in tags {
-            self.expect_ok(w, tag)?;
+            match self.expect_ok(w, tag) {
+                Ok(()) => loaded.push(w),
+                Err(e) => self.unless_dead(e)?,
+            }
+        }
+        if loaded.is_empty() {
+            return Err(ClusterError::NoWorker);
         }
         if let Some((start, end)) = data {
             // Every worker now holds the loaded image's initial data (after its constructors,
             // which are deterministic: the same on every worker).
+            let addr = base + start;
             let mut bufs = self.buffers.lock();
-            let b = bufs.add_image_data(base + start, end - start, idx);
+            let b = bufs.add_image_data(addr, end - start, idx);
             b.version = 1;
-            b.holders = workers.iter().copied().collect();
+            b.holders = loaded.iter().copied().collect();
             b.backed = b.holders.clone();
+            if self.recovery_on() {
+                // The head keeps the initial data too: no task produced it, so recovery can
+                // only take it from a copy.
+                self.stage_on_head(&mut bufs, addr)?;
+                drop(bufs);
+                self.keep_initial_data(addr, end - start, &loaded)?;
+            }
         }
         self.log(format_args!(
             "LOAD_BINARY image {idx}: {} bytes at {base:#x}+{extent:#x}, {} kernels, {globals} globals, data {data:x?}",
@@ -79,5 +98,40 @@ impl Cluster {
         images.push(ImageTables { _entries: table_entries, table, _tokens: tokens });
         let t = images.last_mut().expect("just pushed");
         Ok(&mut *t.table as *mut _)
+    }
+
+    /// Copy an image's initial data from one of the workers that loaded it into the head's
+    /// copy, which then holds version 1 too.
+    fn keep_initial_data(&self, addr: u64, size: u64, loaded: &[i32]) -> Result<()> {
+        for &w in loaded {
+            let got = self.post(w, Event::Retrieve(Region { addr, size })).and_then(|tag| {
+                self.expect_ok(w, tag)?;
+                // SAFETY: the head backed this range (`stage_on_head`) and nothing else uses
+                // it: the image is not visible to the program before this call returns.
+                unsafe { self.comm.recv_bytes(w, tag, addr as *mut u8, size as usize, self.live.as_ref())? };
+                Ok(())
+            });
+            match got {
+                Ok(()) => {
+                    self.buffers.lock().add_holder(addr, HEAD);
+                    return Ok(());
+                }
+                Err(e) => self.unless_dead(e)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// `Ok` if `e` says a rank died while recovery is on (the rank is fenced and the handler
+    /// told; the caller goes on without it), else `Err(e)`.
+    pub(super) fn unless_dead(&self, e: ClusterError) -> Result<()> {
+        match e {
+            ClusterError::Comm(CommError::PeerDead(r)) | ClusterError::PeerDead(r) if self.recovery => {
+                self.live.fence(r);
+                self.ft.notify(r);
+                Ok(())
+            }
+            e => Err(e),
+        }
     }
 }

@@ -6,7 +6,11 @@ impl Cluster {
     /// `begins[i]` is the device begin of argument i's mapped section, `hosts[i]` its host
     /// pointer (0 for by-value arguments): see [`Buffers::by_translation`] for why both.
     /// `mapped_from[i]` says argument i was mapped `from` (its buffer is surely written).
-    pub(crate) fn launch(&self, entry: usize, args: Vec<u64>, begins: &[u64], hosts: &[u64], mapped_from: &[bool]) -> Result<()> {
+    pub(crate) fn launch(&self, entry: usize, args: &[u64], begins: &[u64], hosts: &[u64], mapped_from: &[bool]) -> Result<()> {
+        self.resilient(|| self.launch_once(entry, args, begins, hosts, mapped_from))
+    }
+
+    fn launch_once(&self, entry: usize, args: &[u64], begins: &[u64], hosts: &[u64], mapped_from: &[bool]) -> Result<()> {
         let _gate = self.enter()?;
         let t0 = self.start.elapsed().as_secs_f64();
         let kernel = self.kernels.read().get(&entry).cloned().ok_or(ClusterError::UnknownKernel(entry))?;
@@ -66,7 +70,7 @@ impl Cluster {
             }
         };
         self.in_flight[w as usize].fetch_add(1, Ordering::Relaxed);
-        let result = self.run_on(w, &kernel, &args, &reach, assume_written.clone());
+        let result = self.run_on(w, &kernel, args, &reach, assume_written.clone());
         self.in_flight[w as usize].fetch_sub(1, Ordering::Relaxed);
         let release_writes = |bufs: &mut Buffers| {
             for ((a, ..), aw) in reach.iter().zip(&assume_written) {
@@ -121,18 +125,19 @@ impl Cluster {
                         // different changes cannot be merged. Say so rather than lose either.
                         conflict = Some((b.addr, b.size, b.holders.clone(), b.global_of));
                     }
-                    b.version += 1;
-                    b.holders = [w].into();
                     b.points_to = match f {
                         FoundPointers::Many => PointsTo::All,
                         FoundPointers::Some(v) => PointsTo::Some(v.into_iter().collect()),
                     };
-                    if b.backed.contains(&HEAD) {
-                        // The staged copy is stale: give its memory back (it stays mapped).
-                        self.before_changing_staged(b.addr);
-                        let _ = self.heap.discard(b.addr, b.span);
+                    let (addr, id, span, staged) = (b.addr, b.id, b.span, b.backed.contains(&HEAD));
+                    let v = bufs.new_version(addr, [w].into()).expect("live buffer");
+                    if staged && bufs.get(addr).is_some_and(|b| b.version_on(HEAD).is_none()) {
+                        // The head keeps no version of it (over the retention budget): give
+                        // the staged copy's memory back (it stays mapped).
+                        self.before_changing_staged(addr);
+                        let _ = self.heap.discard(addr, span);
                     }
-                    writes.push(Access { buffer: b.id, version: b.version });
+                    writes.push(Access { buffer: id, version: v });
                 }
             }
         }
@@ -171,7 +176,7 @@ impl Cluster {
             kernel: kernel.name.clone(),
             image: kernel.image,
             index: kernel.index,
-            args,
+            args: args.to_vec(),
             worker: w,
             reads,
             writes,
@@ -179,6 +184,7 @@ impl Cluster {
             end_s: t1,
             kernel_s,
         });
+        self.maybe_prune();
         self.log(format_args!("EXECUTE {} on {w}: {:.3} ms in kernel, {:.3} ms total", kernel.name, kernel_s * 1e3, (t1 - t0) * 1e3));
         Ok(())
     }
@@ -212,6 +218,7 @@ impl Cluster {
                 Ok((changed, pointers, seconds, patches))
             }
             Reply::Error(msg) => Err(ClusterError::Worker { rank: w, msg }),
+            Reply::PeerDead(peer) => Err(ClusterError::PeerDead(peer)),
             other => Err(ClusterError::Worker { rank: w, msg: format!("bad reply to EXECUTE: {other:?}") }),
         }
     }

@@ -35,29 +35,46 @@ impl Cluster {
             return Ok(()); // the workers are gone; the range dies with the process
         }
         let _gate = self.enter()?;
-        let b = {
+        let (b, retire) = {
             let mut bufs = self.buffers.lock();
             if bufs.get(addr).is_some_and(|b| b.global_of.is_some()) {
                 // An image's data lives as long as the image: not libomptarget's to free.
                 return Err(ClusterError::UnknownAddress(addr));
             }
-            bufs.remove(addr).ok_or(ClusterError::UnknownAddress(addr))?
+            let b = bufs.remove(addr).ok_or(ClusterError::UnknownAddress(addr))?;
+            // A recorded task may have read it: keep the head's copy (and the address range)
+            // for recovery, within the budget, until the record no longer needs it.
+            let retire = self.recovery_on() && b.version_on(HEAD).is_some() && bufs.may_retain(b.span);
+            (b, retire)
         };
         self.device_bytes.fetch_sub(b.size, Ordering::Relaxed);
         if let Some(cp) = &self.ckpt {
             cp.forget(b.id);
         }
         let region = Region { addr: b.addr, size: b.span };
-        for &r in &b.backed {
-            if r == HEAD {
-                self.before_changing_staged(b.addr);
-                self.heap.release(b.addr, b.span)?;
-            } else if !self.live.is_dead(r) {
-                self.post(r, Event::Delete(region))?;
+        for &r in b.backed.iter().filter(|&&r| r != HEAD && !self.live.is_dead(r)) {
+            match self.post(r, Event::Delete(region)) {
+                // No reply is expected: a rank that died has no copy left to free.
+                Ok(_) | Err(ClusterError::Comm(CommError::PeerDead(_))) => {}
+                Err(e) => return Err(e),
             }
         }
-        self.buffers.lock().free_range(addr);
-        self.log(format_args!("DELETE {addr:#x}"));
+        if retire {
+            self.buffers.lock().retire(b);
+        } else {
+            self.release_head_copy(&b)?;
+        }
+        self.log(format_args!("DELETE {addr:#x}{}", if retire { " (head copy kept for recovery)" } else { "" }));
+        Ok(())
+    }
+
+    /// Give back the head's pages of a removed buffer, then its address range.
+    pub(super) fn release_head_copy(&self, b: &Buffer) -> Result<()> {
+        if b.backed.contains(&HEAD) {
+            self.before_changing_staged(b.addr);
+            self.heap.release(b.addr, b.span)?;
+        }
+        self.buffers.lock().free_range(b.addr);
         Ok(())
     }
 
@@ -83,9 +100,11 @@ impl Cluster {
     /// # Safety
     /// `host..host+len` must be readable.
     pub(crate) unsafe fn submit(&self, tgt: u64, host: *const u8, len: u64) -> Result<()> {
-        let _gate = self.enter()?;
-        // SAFETY: forwarded contract.
-        unsafe { self.submit_inner(tgt, host, len) }
+        self.resilient(|| {
+            let _gate = self.enter()?;
+            // SAFETY: forwarded contract (each attempt reads the same host bytes again).
+            unsafe { self.submit_inner(tgt, host, len) }
+        })
     }
 
     /// [`Cluster::submit`] without the gate (the caller holds it).
@@ -106,13 +125,12 @@ impl Cluster {
         let (addr, targets, whole, found) = unsafe { self.submit_bytes(tgt, host, len, scan)? };
         let mut bufs = self.buffers.lock();
         if let Some(b) = bufs.get_mut(addr) {
-            b.version += 1;
-            b.holders = targets.into_iter().collect();
             if whole {
                 b.points_to = found;
             } else {
                 b.points_to.add(found);
             }
+            bufs.new_version(addr, targets.into_iter().collect());
         }
         drop(bufs);
         self.log(format_args!("SUBMIT {tgt:#x} {len} bytes"));
@@ -143,8 +161,14 @@ impl Cluster {
                 vec![HEAD]
             } else if whole {
                 // It lives on workers: update it where it is used (one holder is enough).
+                // With recovery on, the head keeps a copy too: host data has no producer to
+                // re-run, so the head's copy is where recovery finds it.
                 let holders = b.holders.clone();
-                vec![self.least_busy(&holders).ok_or(ClusterError::NoWorker)?]
+                let mut t = vec![self.least_busy(&holders).ok_or(ClusterError::Lost(addr))?];
+                if self.recovery_on() {
+                    t.push(HEAD);
+                }
+                t
             } else {
                 // A piece of it: patch every copy of the current version.
                 b.holders.iter().copied().collect()
@@ -188,9 +212,11 @@ impl Cluster {
     /// # Safety
     /// `host..host+len` must be writable and not accessed by others meanwhile.
     pub(crate) unsafe fn retrieve(&self, host: *mut u8, tgt: u64, len: u64) -> Result<()> {
-        let _gate = self.enter()?;
-        // SAFETY: forwarded contract.
-        unsafe { self.retrieve_inner(host, tgt, len) }
+        self.resilient(|| {
+            let _gate = self.enter()?;
+            // SAFETY: forwarded contract (a repeated attempt overwrites the same host bytes).
+            unsafe { self.retrieve_inner(host, tgt, len) }
+        })
     }
 
     /// [`Cluster::retrieve`] without the gate (the caller holds it).
@@ -207,7 +233,7 @@ impl Cluster {
             if b.version == 0 {
                 None
             } else {
-                Some(self.current_holder(b).ok_or(ClusterError::NoWorker)?)
+                Some(self.current_holder(b).ok_or(ClusterError::Lost(b.addr))?)
             }
         };
         match src {
@@ -227,10 +253,12 @@ impl Cluster {
         Ok(())
     }
 
-    /// Where to take a buffer's current version from: the head's staged copy if it holds
-    /// one, else the least busy live worker holding it.
     /// Device-to-device copy inside the cluster device (`omp_target_memcpy`).
     pub(crate) fn copy(&self, src: u64, dst: u64, len: u64) -> Result<()> {
+        self.resilient(|| self.copy_once(src, dst, len))
+    }
+
+    fn copy_once(&self, src: u64, dst: u64, len: u64) -> Result<()> {
         let _gate = self.enter()?;
         if len == 0 {
             return Ok(());
@@ -239,7 +267,7 @@ impl Cluster {
             let bufs = self.buffers.lock();
             let s = bufs.containing_range(src, len).ok_or(ClusterError::UnknownAddress(src))?;
             let d = bufs.containing_range(dst, len).ok_or(ClusterError::UnknownAddress(dst))?;
-            let at = if s.version == 0 { HEAD } else { self.current_holder(s).ok_or(ClusterError::NoWorker)? };
+            let at = if s.version == 0 { HEAD } else { self.current_holder(s).ok_or(ClusterError::Lost(s.addr))? };
             (s.addr, d.addr, at, dst == d.addr && len >= d.size)
         };
         if at == HEAD {
@@ -263,9 +291,8 @@ impl Cluster {
         let mut bufs = self.buffers.lock();
         let from = bufs.get(src_buf).map(|b| b.points_to.clone()).unwrap_or(PointsTo::All);
         if let Some(b) = bufs.get_mut(dst_buf) {
-            b.version += 1;
-            b.holders = [at].into();
             b.points_to.add(from);
+            bufs.new_version(dst_buf, [at].into());
         }
         self.log(format_args!("COPY {src:#x} -> {dst:#x} {len} bytes on {at}"));
         Ok(())

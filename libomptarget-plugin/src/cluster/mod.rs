@@ -23,7 +23,9 @@ use crate::data::{Buffer, Buffers, PointsTo, HEAD};
 use crate::report::{Report, Stats};
 use event_system::comm::{CommError, CONTROL_TAG};
 use event_system::protocol::{Envelope, Event, FoundPointers, Patch, Region, Reply};
-use event_system::{Comm, Liveness, SymmetricHeap, TagAllocator};
+use event_system::process::Victim;
+use event_system::{Comm, Fenced, Liveness, SymmetricHeap, TagAllocator};
+use ft_handler::{Handler, State};
 use parking_lot::{Condvar, Mutex, RwLock};
 use scheduler::{Candidate, Scheduler};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -38,6 +40,13 @@ mod images;
 mod launch;
 mod memory;
 mod movement;
+mod recovery;
+
+pub use recovery::{FailureRecord, RecoveryRecord};
+
+/// Liveness on the head: the failure detector's view, plus the ranks fenced here; a rank once
+/// dead stays dead.
+pub(crate) type HeadLiveness = Fenced<Arc<dyn Liveness>>;
 
 /// Why a request failed. Each becomes OFFLOAD_FAIL plus one line on stderr.
 #[derive(Debug, Error)]
@@ -71,6 +80,15 @@ pub enum ClusterError {
     /// The runtime already shut down.
     #[error("the cluster device has shut down")]
     Stopped,
+    /// A worker reported that a peer of the request (the other side of an exchange) died.
+    #[error("rank {0} is dead")]
+    PeerDead(i32),
+    /// A version a request needs has no live holder (its holders died; recovery rebuilds it).
+    #[error("buffer {0:#x} has no live copy of its current version")]
+    Lost(u64),
+    /// Recovery could not rebuild what a failure destroyed.
+    #[error("recovery failed: {0}")]
+    Unrecoverable(String),
     /// Two regions changed one buffer concurrently on different workers.
     #[error(
         "regions running at the same time on workers {others:?} and {worker} both changed {what} at {addr:#x} ({size} bytes) in their own copies, which cannot be merged; {advice}"
@@ -125,10 +143,13 @@ unsafe impl Send for ImageTables {}
 pub struct Cluster {
     comm: Arc<Comm>,
     heap: SymmetricHeap,
-    live: Arc<dyn Liveness>,
+    live: Arc<HeadLiveness>,
     tags: Arc<TagAllocator>,
-    /// Read side: any offloading request; write side: a checkpoint (see `checkpoint.rs`).
-    gate: RwLock<()>,
+    /// The notification handler: its gate's read side is any offloading request, its write
+    /// side a checkpoint or a recovery (see the `ft-handler` crate).
+    ft: Arc<Handler>,
+    /// Failures are recovered from (fault tolerance on); otherwise a failure ends the job.
+    recovery: bool,
     ckpt: Option<Checkpointer>,
     /// Bytes of all live device buffers (for the checkpoint interval).
     device_bytes: AtomicU64,
@@ -145,19 +166,39 @@ pub struct Cluster {
     stats: Stats,
     start: Instant,
     stopped: AtomicBool,
+    /// Failures noticed and recoveries made, for the report.
+    failures: Mutex<Vec<FailureRecord>>,
+    recoveries: Mutex<Vec<RecoveryRecord>>,
+    /// Prune the task record when it holds this many tasks.
+    prune_at: AtomicU64,
+    /// Attempts of the recovery in progress.
+    attempts: AtomicU32,
+    /// Rank -> its host and process (for fencing).
+    procs: Vec<(u64, Victim)>,
 }
 
 impl Cluster {
     /// The head's cluster device over `comm` (rank 0), with the agreed heap.
-    pub(crate) fn new(comm: Arc<Comm>, heap: SymmetricHeap, live: Arc<dyn Liveness>, cfg: Config, ckpt: Option<Checkpointer>) -> Self {
+    pub(crate) fn new(
+        comm: Arc<Comm>,
+        heap: SymmetricHeap,
+        live: Arc<HeadLiveness>,
+        recovery: bool,
+        procs: Vec<(u64, Victim)>,
+        cfg: Config,
+        ckpt: Option<Checkpointer>,
+    ) -> Self {
         let n = comm.size() as usize;
+        let mut buffers = Buffers::new(heap.base(), heap.end() - heap.base());
+        buffers.set_retention_budget(if recovery { cfg.ft_retain } else { 0 });
         Cluster {
             tags: Arc::new(TagAllocator::new(comm.tag_ub())),
-            gate: RwLock::new(()),
+            ft: Arc::new(Handler::new()),
+            recovery,
             ckpt,
             device_bytes: AtomicU64::new(0),
             host_allocs: Mutex::new(HashMap::new()),
-            buffers: Mutex::new(Buffers::new(heap.base(), heap.end() - heap.base())),
+            buffers: Mutex::new(buffers),
             moved: Condvar::new(),
             kernels: RwLock::new(HashMap::new()),
             images: Mutex::new(Vec::new()),
@@ -167,6 +208,11 @@ impl Cluster {
             stats: Stats::new(n),
             start: Instant::now(),
             stopped: AtomicBool::new(false),
+            failures: Mutex::new(Vec::new()),
+            recoveries: Mutex::new(Vec::new()),
+            prune_at: AtomicU64::new(recovery::FIRST_PRUNE),
+            attempts: AtomicU32::new(0),
+            procs,
             comm,
             heap,
             live,
@@ -193,9 +239,20 @@ impl Cluster {
         Ok(tag)
     }
 
+    /// Has any rank died (or been fenced) in this run?
+    pub(crate) fn any_failure(&self) -> bool {
+        !self.live.dead_ranks().is_empty()
+    }
+
+    /// Is fault tolerance on (failures are recovered from)?
+    fn recovery_on(&self) -> bool {
+        self.recovery
+    }
+
     fn expect_ok(&self, rank: i32, tag: i32) -> Result<()> {
         match self.comm.recv_msg::<Reply>(rank, tag, self.live.as_ref())? {
             Reply::Ok => Ok(()),
+            Reply::PeerDead(peer) => Err(ClusterError::PeerDead(peer)),
             Reply::Error(msg) => Err(ClusterError::Worker { rank, msg }),
             other => Err(ClusterError::Worker { rank, msg: format!("unexpected reply {other:?}") }),
         }
@@ -216,13 +273,42 @@ impl Cluster {
                 self.checkpoint(cp);
             }
         }
-        Ok(self.gate.read())
+        Ok(self.ft.enter())
     }
 
-    /// Take a consistent checkpoint: pause offloading, decide who saves which changed buffer,
-    /// tell the saving workers, resume; the saves that follow and the flush run in the
-    /// background (design note in `checkpoint.rs`).
-    // ----- shutdown -----
+    /// Run one offloading request; if it failed because a rank died, wait for the recovery
+    /// from that failure and run it again from the start. The request is written so that a
+    /// partial first attempt does no harm: nothing is recorded until it completes, and a
+    /// repeated transfer writes the same bytes again.
+    fn resilient<T>(&self, mut request: impl FnMut() -> Result<T>) -> Result<T> {
+        loop {
+            let err = match request() {
+                Err(e) if self.recovery => e,
+                done => return done,
+            };
+            let Some(dead) = self.failure_behind(&err) else { return Err(err) };
+            self.log(format_args!("request failed ({err}); waiting for recovery from the loss of {dead:?}"));
+            self.ft.wait_recovered(&dead).map_err(ClusterError::Unrecoverable)?;
+        }
+    }
+
+    /// The dead ranks an error is explained by, if it is one recovery deals with: a wait that
+    /// gave up on a dead rank (fenced here if a worker was the one to notice), or a buffer or
+    /// worker missing while some dead rank is not yet recovered from.
+    fn failure_behind(&self, e: &ClusterError) -> Option<BTreeSet<i32>> {
+        let mut dead = self.live.dead_ranks();
+        match e {
+            ClusterError::Comm(CommError::PeerDead(r)) | ClusterError::PeerDead(r) => {
+                self.live.fence(*r);
+                self.ft.notify(*r);
+                dead.insert(*r);
+            }
+            ClusterError::NoWorker | ClusterError::Lost(_) if !dead.is_subset(&self.ft.recovered()) => {}
+            _ => return None,
+        }
+        dead.remove(&HEAD);
+        Some(dead)
+    }
 
     /// Stop the workers and write the report and the graph. Idempotent.
     pub(crate) fn shutdown(&self) {
@@ -248,6 +334,12 @@ impl Cluster {
         let wall = self.start.elapsed().as_secs_f64();
         if let Some(path) = &self.cfg.report {
             let mut report = Report::from_stats(&self.stats, workers.len(), wall);
+            let (failures, recoveries) = self.ft_report();
+            report.tasks_reexecuted = recoveries.iter().map(|r| r.tasks_reexecuted).sum();
+            report.failures = failures;
+            report.recoveries = recoveries;
+            report.retained_bytes = self.buffers.lock().retained_bytes();
+            report.tasks_recorded = self.graph.lock().len() as u64;
             if let Some(cp) = &self.ckpt {
                 let p = cp.published.lock();
                 report.checkpoints = p.checkpoints;

@@ -3,6 +3,8 @@
 use super::*;
 
 impl Cluster {
+    /// Where to take a buffer's current version from: the head's staged copy if it holds
+    /// one, else the least busy live worker holding it.
     pub(super) fn current_holder(&self, b: &Buffer) -> Option<i32> {
         if b.holders.contains(&HEAD) {
             Some(HEAD)
@@ -43,7 +45,7 @@ impl Cluster {
                 self.moved.wait(&mut bufs);
                 continue;
             }
-            let src = self.current_holder(b).ok_or(ClusterError::NoWorker)?;
+            let src = self.current_holder(b).ok_or(ClusterError::Lost(addr))?;
             self.back_on(b, w)?;
             b.incoming.insert(w);
             break (src, b.version, b.size);
@@ -51,36 +53,13 @@ impl Cluster {
         drop(bufs);
         let t0 = Instant::now();
         let region = Region { addr, size };
-        let moved = if src == HEAD {
-            self.post(w, Event::Submit(region)).and_then(|tag| {
-                // SAFETY: the head's staged copy of this buffer is backed and holds the current
-                // version; pages are only discarded (never unmapped) while the buffer lives.
-                unsafe { self.comm.send_bytes(w, tag, addr as *const u8, size as usize, self.live.as_ref())? };
-                self.expect_ok(w, tag)?;
-                self.stats.add_submitted(size);
-                Ok(())
-            })
-        } else {
-            let tag = self.tags.next();
-            let send = |rank: i32, event: Event| {
-                self.comm.send_msg(rank, CONTROL_TAG, &Envelope { tag, event }, self.live.as_ref())
-            };
-            send(src, Event::ExchangeSend { region, peer: w })
-                .and_then(|_| send(w, Event::ExchangeRecv { region, peer: src }))
-                .map_err(ClusterError::from)
-                .and_then(|_| {
-                    self.expect_ok(src, tag)?;
-                    self.expect_ok(w, tag)?;
-                    self.stats.add_exchanged(size);
-                    Ok(())
-                })
-        };
+        let moved = self.copy_between(region, src, w);
         self.sched.transfer_finished(size, t0.elapsed().as_secs_f64());
         let mut bufs = self.buffers.lock();
         if let Some(b) = bufs.get_mut(addr) {
             b.incoming.remove(&w);
             if moved.is_ok() && b.version == version {
-                b.holders.insert(w);
+                bufs.add_holder(addr, w);
             }
         }
         self.moved.notify_all();
@@ -88,5 +67,38 @@ impl Cluster {
         moved?;
         self.log(format_args!("MOVE {addr:#x} {size} bytes {src} -> {w}"));
         Ok(size)
+    }
+
+    /// Copy `region` from rank `src`'s copy (the head's staged copy if `src` is the head)
+    /// into worker `dst`'s, which is backed.
+    pub(super) fn copy_between(&self, region: Region, src: i32, dst: i32) -> Result<()> {
+        if src == HEAD {
+            // SAFETY: the head's staged copy of this buffer is backed; pages are only discarded
+            // (never unmapped) while the buffer lives, and nothing changes them during a send
+            // (a request that would waits for the gate or for `before_changing_staged`).
+            return unsafe { self.submit_from(region, region.addr as *const u8, dst) };
+        }
+        let tag = self.tags.next();
+        let send = |rank: i32, event: Event| self.comm.send_msg(rank, CONTROL_TAG, &Envelope { tag, event }, self.live.as_ref());
+        send(src, Event::ExchangeSend { region, peer: dst })?;
+        send(dst, Event::ExchangeRecv { region, peer: src })?;
+        self.expect_ok(src, tag)?;
+        self.expect_ok(dst, tag)?;
+        self.stats.add_exchanged(region.size);
+        Ok(())
+    }
+
+    /// Send `region.size` bytes at `bytes` into worker `dst`'s (backed) copy of `region`.
+    ///
+    /// # Safety
+    /// `bytes..bytes+region.size` must be readable and unchanged until this returns, and stay
+    /// valid for the rest of the process if it fails with a dead peer (see `Comm::send_bytes`).
+    pub(super) unsafe fn submit_from(&self, region: Region, bytes: *const u8, dst: i32) -> Result<()> {
+        let tag = self.post(dst, Event::Submit(region))?;
+        // SAFETY: forwarded contract.
+        unsafe { self.comm.send_bytes(dst, tag, bytes, region.size as usize, self.live.as_ref())? };
+        self.expect_ok(dst, tag)?;
+        self.stats.add_submitted(region.size);
+        Ok(())
     }
 }

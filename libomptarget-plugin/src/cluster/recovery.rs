@@ -1,0 +1,576 @@
+//! Recovery from the death of workers, by lineage (algorithm and reasons: `docs/recovery.md`).
+//!
+//! The handler thread (`ft-handler`) calls [`Cluster::recover`] with the gate held
+//! exclusively, so no offloading request is in flight. Recovery
+//! 1. fences the dead ranks (every live worker stops waiting for them; a frozen one that
+//!    wakes up exits),
+//! 2. forgets every copy the dead held and lists the versions lost: current versions of
+//!    live buffers that no live rank holds,
+//! 3. finds by lineage ([`task_graph::TaskGraph::lost_work`]) where each lost version comes
+//!    from: a live copy of that exact version (a worker's, or the head's), a published
+//!    checkpoint, or re-running the task that produced it, whose inputs are found the same way,
+//! 4. re-runs that minimal set of tasks in dependence order, independent ones at the same time
+//!    on different survivors, installing each task's inputs at the versions it first read, on
+//!    a worker where that overwrites no copy still needed,
+//! 5. loads the lost versions that only a checkpoint holds into the head's copies.
+//!
+//! A rank that dies meanwhile makes it return [`RecoverError::NewFailure`]; the handler calls
+//! it again with the larger set (what was rebuilt so far stays rebuilt). A damaged checkpoint
+//! file is taken as unavailable and the plan is made again without it.
+
+use super::*;
+use crate::config::Reexec;
+use ft_handler::{Device, RecoverError};
+use serde::Serialize;
+use task_graph::{LostWork, Mark};
+
+/// The record is first pruned when it holds this many tasks (then when it has doubled).
+pub(super) const FIRST_PRUNE: u64 = 4096;
+
+/// One failure, for the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct FailureRecord {
+    /// The rank.
+    pub rank: i32,
+    /// When the head learnt of it, seconds since start-up.
+    pub at_seconds: f64,
+    /// How: the failure detector, or a peer's report (the other side of an exchange).
+    pub noticed_by: String,
+    /// Seconds from the failure to the head's notice, where the failure's time is known
+    /// (failures injected with `OMPCLUSTER_FT_INJECT`).
+    pub detection_latency_seconds: Option<f64>,
+}
+
+/// One completed recovery, for the report.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RecoveryRecord {
+    /// Every rank dead when it completed.
+    pub dead: Vec<i32>,
+    /// When it started, seconds since start-up.
+    pub at_seconds: f64,
+    /// How long the program's offloading was held, seconds.
+    pub paused_seconds: f64,
+    /// Versions the dead held that no live rank had.
+    pub versions_lost: u64,
+    /// Tasks run again.
+    pub tasks_reexecuted: u64,
+    /// Buffer versions loaded from checkpoints.
+    pub buffers_from_checkpoints: u64,
+    /// Buffer versions copied from live ranks to where a re-run task needed them.
+    pub buffers_from_live_copies: u64,
+    /// Lost versions rebuilt by re-running tasks.
+    pub buffers_rebuilt: u64,
+    /// Attempts (more than 1 if ranks died during it).
+    pub attempts: u32,
+}
+
+/// The cluster device as the handler sees it.
+pub(crate) struct HeadDevice(pub(crate) &'static Cluster);
+
+impl Device for HeadDevice {
+    fn dead(&self) -> BTreeSet<i32> {
+        let mut d = self.0.live.dead_ranks();
+        d.remove(&HEAD);
+        d
+    }
+
+    fn recover(&self, dead: &BTreeSet<i32>) -> std::result::Result<(), RecoverError> {
+        self.0.recover(dead)
+    }
+
+    fn fatal(&self, why: &str) {
+        // SAFETY: flushing all C streams is always allowed.
+        unsafe { libc::fflush(std::ptr::null_mut()) };
+        eprintln!("ompcluster: cannot recover: {why}; ending the job");
+        // SAFETY: MPI is initialised; MPI_Abort ends every process of the job.
+        unsafe { mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, 4) };
+    }
+}
+
+/// Why one attempt to rebuild stopped.
+enum Stop {
+    /// A checkpoint file holding this version could not be loaded: plan again without it.
+    BadCheckpoint(Access),
+    /// Give up this attempt (a new failure) or for good.
+    Recover(RecoverError),
+}
+
+impl From<RecoverError> for Stop {
+    fn from(e: RecoverError) -> Self {
+        Stop::Recover(e)
+    }
+}
+
+/// Where one version comes from, for one re-run task's worker.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    /// Already there.
+    Present,
+    /// A live rank's copy (the head's staged copy if HEAD).
+    Copy(i32),
+    /// Zeros (version 0).
+    Zeros,
+    /// A published checkpoint.
+    Checkpoint,
+}
+
+impl Cluster {
+    /// Start the handler thread. Called once, when the cluster is in its final place.
+    pub(crate) fn start_handler(&'static self) -> std::io::Result<()> {
+        self.ft.start(Arc::new(HeadDevice(self)))
+    }
+
+    /// A rank failed (the failure detector said so, or a peer reported it): tell the handler,
+    /// and record and report the first notice of each rank.
+    pub(crate) fn note_failure(&self, rank: i32, how: &str) {
+        if rank == HEAD || self.stopped.load(Ordering::Acquire) {
+            return;
+        }
+        self.record_failure(rank, how);
+        self.ft.notify(rank);
+    }
+
+    /// Fence `rank` and, the first time, record and report its failure.
+    fn record_failure(&self, rank: i32, how: &str) {
+        self.live.fence(rank);
+        let mut f = self.failures.lock();
+        if !f.iter().any(|x| x.rank == rank) {
+            let at = self.start.elapsed().as_secs_f64();
+            eprintln!("ompcluster: worker rank {rank} failed ({how}) at {at:.3} s; recovering");
+            f.push(FailureRecord { rank, at_seconds: at, noticed_by: how.to_string(), detection_latency_seconds: None });
+        }
+    }
+
+    /// Rebuild what the `dead` ranks took with them (see the module's documentation).
+    pub(super) fn recover(&self, dead: &BTreeSet<i32>) -> std::result::Result<(), RecoverError> {
+        let t0 = Instant::now();
+        let at_seconds = self.start.elapsed().as_secs_f64();
+        for &r in dead {
+            self.record_failure(r, "declared dead");
+        }
+        let survivors: Vec<i32> = self.workers().collect();
+        if survivors.is_empty() {
+            return Err(RecoverError::Fatal(format!(
+                "every worker died (ranks {dead:?}): no rank is left to run the program's target regions"
+            )));
+        }
+        self.fence(dead, &survivors)?;
+        let lost = self.buffers.lock().forget_ranks(dead);
+        let attempts = self.attempts.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut rec = RecoveryRecord { at_seconds, versions_lost: lost.len() as u64, attempts, ..Default::default() };
+        let mut bad = BTreeSet::new();
+        loop {
+            let work = self.plan(&lost, &bad, dead)?;
+            match self.rebuild(&work, &lost, &survivors, &mut rec) {
+                Ok(()) => break,
+                Err(Stop::BadCheckpoint(a)) => {
+                    eprintln!("ompcluster: checkpoint of buffer {} version {} is unusable; rebuilding it another way", a.buffer, a.version);
+                    bad.insert(a);
+                }
+                Err(Stop::Recover(e)) => {
+                    if let RecoverError::NewFailure(r) = e {
+                        self.record_failure(r, "declared dead during recovery");
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        self.release_retired_on_workers()?;
+        self.attempts.store(0, Ordering::Relaxed);
+        rec.dead = dead.iter().copied().collect();
+        rec.paused_seconds = t0.elapsed().as_secs_f64();
+        eprintln!(
+            "ompcluster: recovered from the loss of rank{} {} in {:.3} s: {} buffer version(s) lost; {} task(s) re-run on ranks {:?}; {} version(s) from checkpoints, {} from live copies, {} rebuilt",
+            if dead.len() > 1 { "s" } else { "" },
+            dead.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", "),
+            rec.paused_seconds,
+            rec.versions_lost,
+            rec.tasks_reexecuted,
+            survivors,
+            rec.buffers_from_checkpoints,
+            rec.buffers_from_live_copies,
+            rec.buffers_rebuilt,
+        );
+        self.recoveries.lock().push(rec);
+        Ok(())
+    }
+
+    /// Fence the dead: every survivor stops waiting for them (each answers once it has taken
+    /// that in), and each dead process still there is killed by the head or a live worker on
+    /// its host, so that one that was only frozen can never act again (and mpirun sees it
+    /// end). A dead rank that reads the notice leaves by itself.
+    fn fence(&self, dead: &BTreeSet<i32>, survivors: &[i32]) -> std::result::Result<(), RecoverError> {
+        let list: Vec<i32> = dead.iter().copied().collect();
+        let mut kills: BTreeMap<i32, Vec<Victim>> = BTreeMap::new();
+        for &r in dead {
+            let Some(&(host, victim)) = self.procs.get(r as usize) else { continue };
+            if host == self.procs[HEAD as usize].0 {
+                event_system::process::kill(victim);
+            } else if let Some(&w) = survivors.iter().find(|&&w| self.procs.get(w as usize).is_some_and(|p| p.0 == host)) {
+                kills.entry(w).or_default().push(victim);
+            }
+            let tag = self.tags.next();
+            let notice = Event::Fence { ranks: list.clone(), kill: Vec::new() };
+            let _ = self.comm.send_msg(r, CONTROL_TAG, &Envelope { tag, event: notice }, self.live.as_ref());
+        }
+        let mut tags = Vec::new();
+        for &w in survivors {
+            let kill = kills.remove(&w).unwrap_or_default();
+            tags.push((w, self.post(w, Event::Fence { ranks: list.clone(), kill }).map_err(new_failure)?));
+        }
+        for (w, tag) in tags {
+            self.expect_ok(w, tag).map_err(new_failure)?;
+        }
+        Ok(())
+    }
+
+    /// Is `a` available without re-running anything: a live copy, zeros, or a checkpoint?
+    fn available(&self, bufs: &Buffers, a: Access, bad: &BTreeSet<Access>) -> bool {
+        a.version == 0
+            || bufs.by_id(a.buffer).is_some_and(|b| b.ranks_with(a.version).next().is_some())
+            || (!bad.contains(&a) && self.ckpt.as_ref().is_some_and(|c| c.holds(a.buffer, a.version)))
+    }
+
+    /// The lineage search, and why it fails if it does.
+    fn plan(&self, lost: &BTreeSet<Access>, bad: &BTreeSet<Access>, dead: &BTreeSet<i32>) -> std::result::Result<LostWork, RecoverError> {
+        let bufs = self.buffers.lock();
+        let graph = self.graph.lock();
+        let work = graph.lost_work(lost, &|a| self.available(&bufs, a, bad));
+        let describe = |a: &Access| match bufs.by_id(a.buffer) {
+            Some(b) => format!("buffer {:#x} ({} bytes) version {}", b.addr, b.size, a.version),
+            None => format!("buffer #{} version {} (freed by the program)", a.buffer, a.version),
+        };
+        if let Some(a) = work.unrecoverable.first() {
+            let why = match bufs.by_id(a.buffer) {
+                None => "the program freed it and the head kept no copy".to_string(),
+                Some(_) => format!(
+                    "no live rank holds it, no published checkpoint holds it{}, and no recorded task produced it (host data the head did not keep: see OMPCLUSTER_FT_RETAIN)",
+                    if self.ckpt.is_none() { " (checkpoints are off: OMPCLUSTER_CP_ENABLE=1)" } else { "" }
+                ),
+            };
+            return Err(RecoverError::Fatal(format!(
+                "{} was lost with rank(s) {:?} and cannot be rebuilt: {why} ({} version(s) in all)",
+                describe(a),
+                dead,
+                work.unrecoverable.len()
+            )));
+        }
+        for &id in &work.tasks {
+            let t = graph.task(id).expect("lost_work returns recorded tasks");
+            if let Some(a) = t.reads.iter().find(|a| bufs.by_id(a.buffer).is_none()) {
+                return Err(RecoverError::Fatal(format!(
+                    "task #{id} ({}) must run again to rebuild lost data, but it read {}, which no longer exists",
+                    t.kernel,
+                    describe(a)
+                )));
+            }
+        }
+        Ok(work)
+    }
+
+    /// Re-run `work.tasks` and restore the lost versions only checkpoints hold.
+    fn rebuild(&self, work: &LostWork, lost: &BTreeSet<Access>, survivors: &[i32], rec: &mut RecoveryRecord) -> std::result::Result<(), Stop> {
+        let tasks: Vec<TaskRecord> = {
+            let g = self.graph.lock();
+            work.tasks.iter().map(|&id| g.task(id).expect("planned from the record").clone()).collect()
+        };
+        // Task i waits for every earlier task of the set that touches a buffer it touches
+        // and writes one of them (flow, output and anti dependences, per buffer): record order
+        // is an order the program allowed, and keeping it per buffer means no task overwrites
+        // a copy an earlier one still needs.
+        let touched: Vec<BTreeSet<u64>> = tasks.iter().map(|t| t.reads.iter().map(|a| a.buffer).collect()).collect();
+        let written: Vec<BTreeSet<u64>> = tasks.iter().map(|t| t.writes.iter().map(|a| a.buffer).collect()).collect();
+        let deps: Vec<Vec<usize>> = (0..tasks.len())
+            .map(|i| {
+                (0..i)
+                    .filter(|&j| {
+                        touched[i].iter().any(|b| written[j].contains(b)) || written[i].iter().any(|b| touched[j].contains(b))
+                    })
+                    .collect()
+            })
+            .collect();
+        let parallel = match self.cfg.ft_reexec {
+            Reexec::Parallel => survivors.len(),
+            Reexec::Sequential => 1,
+        };
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let mut done = vec![false; tasks.len()];
+        let mut started = vec![false; tasks.len()];
+        let mut busy: BTreeSet<i32> = BTreeSet::new();
+        let mut stop: Option<Stop> = None;
+        let mut from_ckpt = 0u64;
+        let mut from_copies = 0u64;
+        std::thread::scope(|s| {
+            let mut running = 0usize;
+            loop {
+                if stop.is_none() {
+                    for i in 0..tasks.len() {
+                        if running >= parallel {
+                            break;
+                        }
+                        if started[i] || !deps[i].iter().all(|&j| done[j]) {
+                            continue;
+                        }
+                        let pending: Vec<&TaskRecord> = (0..tasks.len()).filter(|&k| !started[k] && k != i).map(|k| &tasks[k]).collect();
+                        let Some(w) = self.place(&tasks[i], survivors, &busy, &pending) else { continue };
+                        started[i] = true;
+                        busy.insert(w);
+                        running += 1;
+                        let (tx, t) = (tx.clone(), &tasks[i]);
+                        s.spawn(move || {
+                            let _ = tx.send((i, w, self.rerun(t, w)));
+                        });
+                    }
+                }
+                if running == 0 {
+                    break;
+                }
+                let (i, w, res) = rx.recv().expect("a re-run thread always answers");
+                running -= 1;
+                busy.remove(&w);
+                match res {
+                    Ok((ck, copies)) => {
+                        done[i] = true;
+                        from_ckpt += ck;
+                        from_copies += copies;
+                    }
+                    Err(e) => {
+                        stop.get_or_insert(e);
+                    }
+                }
+            }
+        });
+        if let Some(e) = stop {
+            return Err(e);
+        }
+        if let Some(i) = done.iter().position(|d| !d) {
+            return Err(Stop::Recover(RecoverError::Fatal(format!(
+                "no surviving worker can re-run task #{} ({}) without overwriting the only copy of data another task needs",
+                tasks[i].id, tasks[i].kernel
+            ))));
+        }
+        // Lost versions that no task rebuilt come from checkpoints: into the head's copy.
+        for a in work.restore.iter().filter(|a| lost.contains(a)) {
+            let addr = match self.buffers.lock().by_id(a.buffer) {
+                Some(b) => b.addr,
+                None => continue,
+            };
+            let bytes = self.ckpt.as_ref().map(|c| c.load(a.buffer, a.version));
+            let Some(Ok(bytes)) = bytes else { return Err(Stop::BadCheckpoint(*a)) };
+            let mut bufs = self.buffers.lock();
+            self.stage_on_head(&mut bufs, addr).map_err(fatal)?;
+            self.before_changing_staged(addr);
+            let n = bytes.len().min(bufs.get(addr).map_or(0, |b| b.size as usize));
+            // SAFETY: the head backed this buffer's pages just above; no request is in flight
+            // (recovery holds the gate) and a checkpoint saving them finished (waited above).
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, n) };
+            bufs.install(a.buffer, HEAD, a.version);
+            from_ckpt += 1;
+        }
+        let mut g = self.graph.lock();
+        for t in &tasks {
+            g.mark(t.id, Mark::Reexecuted);
+        }
+        rec.tasks_reexecuted += tasks.len() as u64;
+        rec.buffers_from_checkpoints += from_ckpt;
+        rec.buffers_from_live_copies += from_copies;
+        rec.buffers_rebuilt += tasks.iter().flat_map(|t| &t.writes).filter(|a| lost.contains(a)).count() as u64;
+        Ok(())
+    }
+
+    /// The survivor to re-run `t` on: not busy, and where installing `t`'s inputs overwrites
+    /// no copy that is the only one of a version still needed (the current version, or an
+    /// input of a task still `pending`), preferring the one holding most of its inputs.
+    fn place(&self, t: &TaskRecord, survivors: &[i32], busy: &BTreeSet<i32>, pending: &[&TaskRecord]) -> Option<i32> {
+        let bufs = self.buffers.lock();
+        let needed_later = |a: Access| pending.iter().any(|p| p.reads.contains(&a));
+        let precious = |b: &Buffer, v: u64, w: i32| {
+            b.ranks_with(v).all(|r| r == w)
+                && !self.ckpt.as_ref().is_some_and(|c| c.holds(b.id, v))
+                && (v == b.version || needed_later(Access { buffer: b.id, version: v }))
+        };
+        survivors
+            .iter()
+            .copied()
+            .filter(|w| !busy.contains(w))
+            .filter_map(|w| {
+                let mut present = 0u64;
+                for a in &t.reads {
+                    let b = bufs.by_id(a.buffer)?;
+                    match b.version_on(w) {
+                        Some(v) if v == a.version => present += b.size,
+                        Some(v) if precious(b, v, w) => return None,
+                        _ => {}
+                    }
+                }
+                Some((present, w == t.worker, std::cmp::Reverse(w), w))
+            })
+            .max()
+            .map(|(.., w)| w)
+    }
+
+    /// Re-run task `t` on worker `w`: install its inputs there at the versions it first read,
+    /// run its kernel (its output is not printed again), record the versions it produced.
+    /// Returns how many inputs came from checkpoints and how many from live copies.
+    fn rerun(&self, t: &TaskRecord, w: i32) -> std::result::Result<(u64, u64), Stop> {
+        let (mut from_ckpt, mut from_copies) = (0, 0);
+        let mut regions = Vec::with_capacity(t.reads.len());
+        for a in &t.reads {
+            let (region, source) = {
+                let mut bufs = self.buffers.lock();
+                let b = bufs.by_id_mut(a.buffer).ok_or_else(|| fatal(ClusterError::Lost(a.buffer)))?;
+                let region = Region { addr: b.addr, size: b.size };
+                let source = if b.version_on(w) == Some(a.version) {
+                    Source::Present
+                } else if let Some(r) = b.ranks_with(a.version).filter(|&r| r != w).min_by_key(|&r| (r == HEAD, r)) {
+                    Source::Copy(r)
+                } else if a.version == 0 {
+                    Source::Zeros
+                } else {
+                    Source::Checkpoint
+                };
+                if !b.backed.contains(&w) {
+                    let b = bufs.by_id_mut(a.buffer).expect("found above");
+                    self.back_on(b, w).map_err(new_failure)?;
+                }
+                (region, source)
+            };
+            regions.push(region);
+            match source {
+                Source::Present => continue,
+                Source::Copy(r) => {
+                    self.copy_between(region, r, w).map_err(new_failure)?;
+                    from_copies += 1;
+                }
+                Source::Zeros => {
+                    let zeros = vec![0u8; region.size as usize];
+                    // SAFETY: a private vector of the region's size, leaked on a dead peer.
+                    let res = unsafe { self.submit_from(region, zeros.as_ptr(), w) };
+                    if res.is_err() {
+                        std::mem::forget(zeros);
+                    }
+                    res.map_err(new_failure)?;
+                }
+                Source::Checkpoint => {
+                    let bytes = self.ckpt.as_ref().map(|c| c.load(a.buffer, a.version));
+                    let Some(Ok(bytes)) = bytes else { return Err(Stop::BadCheckpoint(*a)) };
+                    if bytes.len() as u64 != region.size {
+                        return Err(Stop::BadCheckpoint(*a));
+                    }
+                    // SAFETY: a private vector of the region's size, leaked on a dead peer.
+                    let res = unsafe { self.submit_from(region, bytes.as_ptr(), w) };
+                    if res.is_err() {
+                        std::mem::forget(bytes);
+                    }
+                    res.map_err(new_failure)?;
+                    from_ckpt += 1;
+                    self.graph.lock().mark(t.id, Mark::FromCheckpoint);
+                }
+            }
+            self.buffers.lock().install(a.buffer, w, a.version);
+        }
+        let written: Vec<bool> = t.reads.iter().map(|a| t.writes.iter().any(|x| x.buffer == a.buffer)).collect();
+        let tag = self
+            .post(
+                w,
+                Event::Execute { image: t.image, kernel: t.index, args: t.args.clone(), regions, assume_written: written.clone(), short: false },
+            )
+            .map_err(new_failure)?;
+        let changed = match self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref()) {
+            Ok(Reply::Executed { changed, .. }) if changed.len() == t.reads.len() => changed,
+            Ok(Reply::PeerDead(r)) => return Err(new_failure(ClusterError::PeerDead(r)).into()),
+            Ok(other) => {
+                return Err(fatal(ClusterError::Worker { rank: w, msg: format!("re-running task #{} ({}): {other:?}", t.id, t.kernel) }))
+            }
+            Err(e) => return Err(new_failure(e.into()).into()),
+        };
+        let mut bufs = self.buffers.lock();
+        for ((a, c), wr) in t.reads.iter().zip(changed).zip(&written) {
+            if *wr {
+                let v = t.writes.iter().find(|x| x.buffer == a.buffer).expect("written").version;
+                bufs.install(a.buffer, w, v);
+            } else if c {
+                // Not deterministic: it changed a buffer its first run did not. That copy now
+                // holds no recorded version.
+                if let Some(b) = bufs.by_id(a.buffer) {
+                    let addr = b.addr;
+                    bufs.drop_copy(addr, w);
+                }
+            }
+        }
+        drop(bufs);
+        let mut g = self.graph.lock();
+        if w != t.worker {
+            g.mark(t.id, Mark::Moved);
+        }
+        Ok((from_ckpt, from_copies))
+    }
+
+    /// Retired buffers that recovery backed on workers (to re-run tasks that read them) are
+    /// released there again.
+    fn release_retired_on_workers(&self) -> std::result::Result<(), RecoverError> {
+        let mut bufs = self.buffers.lock();
+        let ids: Vec<u64> = bufs.retired_ids().collect();
+        for id in ids {
+            let Some(b) = bufs.by_id_mut(id) else { continue };
+            let region = Region { addr: b.addr, size: b.span };
+            let on: Vec<i32> = b.backed.iter().copied().filter(|&r| r != HEAD).collect();
+            b.backed.retain(|&r| r == HEAD);
+            b.holders.retain(|&r| r == HEAD);
+            b.stale.retain(|&r, _| r == HEAD);
+            for r in on {
+                match self.post(r, Event::Delete(region)) {
+                    Ok(_) | Err(ClusterError::Comm(CommError::PeerDead(_))) => {}
+                    Err(e) => return Err(new_failure(e)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Keep the task record bounded: once it holds `prune_at` tasks, forget the tasks recovery
+    /// can no longer need (lineage stops at version 0 and at versions a published checkpoint
+    /// holds), and the retired buffers only they read.
+    pub(super) fn maybe_prune(&self) {
+        if (self.graph.lock().len() as u64) < self.prune_at.load(Ordering::Relaxed) {
+            return;
+        }
+        let released = {
+            let mut bufs = self.buffers.lock();
+            let mut g = self.graph.lock();
+            let safe = |a: Access| a.version == 0 || self.ckpt.as_ref().is_some_and(|c| c.holds(a.buffer, a.version));
+            let roots: BTreeSet<Access> = bufs
+                .iter()
+                .map(|b| Access { buffer: b.id, version: b.version })
+                .filter(|&a| !safe(a))
+                .collect();
+            let removed = g.prune(&roots, &safe);
+            self.prune_at.store(FIRST_PRUNE.max(2 * g.len() as u64), Ordering::Relaxed);
+            self.log(format_args!("PRUNE {removed} tasks; {} kept", g.len()));
+            bufs.release_retired(&g.buffers_read())
+        };
+        for b in released {
+            if let Err(e) = self.release_head_copy(&b) {
+                eprintln!("ompcluster: cannot release buffer {:#x}: {e}", b.addr);
+            }
+        }
+    }
+
+    /// Failures and recoveries so far, for the report.
+    pub(super) fn ft_report(&self) -> (Vec<FailureRecord>, Vec<RecoveryRecord>) {
+        (self.failures.lock().clone(), self.recoveries.lock().clone())
+    }
+}
+
+/// A request of recovery failed: a new failure if a rank died (recovery starts again with
+/// it), else the end.
+fn new_failure(e: ClusterError) -> RecoverError {
+    match e {
+        ClusterError::Comm(CommError::PeerDead(r)) | ClusterError::PeerDead(r) => RecoverError::NewFailure(r),
+        e => RecoverError::Fatal(e.to_string()),
+    }
+}
+
+fn fatal(e: ClusterError) -> Stop {
+    Stop::Recover(new_failure(e))
+}
