@@ -22,6 +22,17 @@ pub fn start_time(pid: u32) -> Option<u64> {
     stat[stat.rfind(')')? + 2..].split_whitespace().nth(19)?.parse().ok()
 }
 
+/// Has `v` ended (exited, or killed and not yet reaped)? A process that is only stopped
+/// (SIGSTOP) has not.
+pub fn is_gone(v: Victim) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", v.pid)) else { return true };
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else { return true };
+    let mut fields = rest.split_whitespace();
+    let state = fields.next().unwrap_or("X");
+    let start: Option<u64> = fields.nth(18).and_then(|s| s.parse().ok());
+    state == "Z" || state == "X" || start != Some(v.start)
+}
+
 /// This process.
 pub fn me() -> Victim {
     let pid = std::process::id();
@@ -49,7 +60,13 @@ mod tests {
         // Another start time: a reused pid, left alone.
         assert!(!kill(Victim { start: v.start + 1, ..v }));
         assert!(!kill(me()));
+        assert!(!is_gone(v));
         assert!(kill(v));
+        let t0 = std::time::Instant::now();
+        while !is_gone(v) {
+            assert!(t0.elapsed().as_secs() < 5, "a killed child (a zombie until reaped) counts as gone");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         let st = child.wait().unwrap();
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(st.signal(), Some(libc::SIGKILL));

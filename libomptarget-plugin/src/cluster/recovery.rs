@@ -24,6 +24,9 @@ use ft_handler::{Device, RecoverError};
 use serde::Serialize;
 use task_graph::{LostWork, Mark};
 
+/// How often the head looks whether the worker processes on its host still exist.
+const PROBE_PERIOD: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// The record is first pruned when it holds this many tasks (then when it has doubled).
 pub(super) const FIRST_PRUNE: u64 = 4096;
 
@@ -115,9 +118,30 @@ enum Source {
 }
 
 impl Cluster {
-    /// Start the handler thread. Called once, when the cluster is in its final place.
+    /// Start the handler thread, and the prober that watches the workers on the head's host.
+    /// Called once, when the cluster is in its final place.
     pub(crate) fn start_handler(&'static self) -> std::io::Result<()> {
-        self.ft.start(Arc::new(HeadDevice(self)))
+        self.ft.start(Arc::new(HeadDevice(self)))?;
+        let host = self.procs[HEAD as usize].0;
+        let local: Vec<(i32, Victim)> =
+            (1..self.comm.size()).filter(|&r| self.procs[r as usize].0 == host).map(|r| (r, self.procs[r as usize].1)).collect();
+        if local.is_empty() {
+            return Ok(());
+        }
+        std::thread::Builder::new().name("ompc-ft-prober".into()).spawn(move || self.probe(&local)).map(|_| ())
+    }
+
+    /// A worker process on the head's host that has ended is dead now, not only after the
+    /// heartbeat timeout: look every [`PROBE_PERIOD`] (a read of `/proc/PID/stat` each).
+    fn probe(&self, local: &[(i32, Victim)]) {
+        while !self.stopped.load(Ordering::Acquire) {
+            for &(r, v) in local {
+                if !self.live.is_dead(r) && event_system::process::is_gone(v) {
+                    self.note_failure(r, "its process ended: seen by the head on their shared host");
+                }
+            }
+            std::thread::sleep(PROBE_PERIOD);
+        }
     }
 
     /// A rank failed (the failure detector said so, or a peer reported it): tell the handler,
