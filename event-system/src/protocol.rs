@@ -109,6 +109,12 @@ pub enum Event {
     },
     /// Reply once every earlier event of this worker has been handled.
     Sync,
+    /// Fault injection (`OMPCLUSTER_FT_INJECT`): raise this signal (SIGKILL or SIGSTOP) on
+    /// yourself, now. No reply.
+    Inject {
+        /// The signal.
+        signal: i32,
+    },
     /// These ranks were declared dead: never wait for them, nor accept their data, again, and
     /// kill the processes in `kill` (dead ranks on this worker's host). Sent by the head before
     /// recovery touches this worker's memory; reply `Ok`.
@@ -259,6 +265,12 @@ impl Event {
             Event::Fence { ranks, kill } => {
                 if ranks.len() > MAX_LIST || kill.len() > MAX_LIST {
                     return Err(ProtocolError::Invalid("too many fenced ranks".into()));
+                }
+                Ok(())
+            }
+            Event::Inject { signal } => {
+                if *signal != libc::SIGKILL && *signal != libc::SIGSTOP {
+                    return Err(ProtocolError::Invalid(format!("signal {signal} cannot be injected")));
                 }
                 Ok(())
             }

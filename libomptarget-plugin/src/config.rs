@@ -36,6 +36,8 @@ pub struct Config {
     /// have since overwritten on workers, and of buffers the program deleted while recorded
     /// tasks still read them (`OMPCLUSTER_FT_RETAIN`, default half the physical memory).
     pub ft_retain: u64,
+    /// Faults to inject (`OMPCLUSTER_FT_INJECT`, grammar in `inject.rs`), checked for syntax.
+    pub ft_inject: Option<String>,
 }
 
 /// How recovery re-runs lost tasks.
@@ -108,7 +110,12 @@ impl Config {
             None => Policy::Locality,
             Some(v) => v.parse().map_err(|e: scheduler::UnknownPolicy| bad("OMPCLUSTER_SCHEDULER", &v, e.to_string()))?,
         };
+        let ft_inject = var("OMPCLUSTER_FT_INJECT");
+        if let Some(v) = &ft_inject {
+            crate::inject::parse(v, None).map_err(|e| bad("OMPCLUSTER_FT_INJECT", v, e))?;
+        }
         Ok(Config {
+            ft_inject,
             fragment: fragment as usize,
             heap_size,
             policy,

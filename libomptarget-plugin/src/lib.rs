@@ -13,5 +13,6 @@ pub mod cluster;
 pub mod ctypes;
 pub mod config;
 mod data;
+pub mod inject;
 pub mod report;
 mod runtime;

@@ -123,6 +123,11 @@ pub(crate) fn init() -> Result<(), String> {
     })
     .map_err(|e| e.to_string())?;
     let comm = Arc::new(Comm::duplicate_world(cfg.fragment).map_err(|e| e.to_string())?);
+    if let Some(spec) = &cfg.ft_inject {
+        if let Err(e) = crate::inject::parse(spec, Some(comm.size())) {
+            startup_error(format_args!("invalid setting OMPCLUSTER_FT_INJECT: {e}"));
+        }
+    }
     // Every rank's host and process, so that a rank declared dead can be fenced for good
     // (killed by a live rank on its host).
     let procs = {

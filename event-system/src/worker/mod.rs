@@ -175,6 +175,14 @@ fn lead(w: &Arc<Worker>) -> Result<Turn, CommError> {
                 w.exit.store(true, Ordering::Release);
                 return Ok(Turn::Exit(env.tag));
             }
+            Event::Inject { signal } => {
+                // SAFETY: flushing C streams, then raising a signal (validated: SIGKILL or
+                // SIGSTOP) on this process, as a test asked.
+                unsafe {
+                    libc::fflush(std::ptr::null_mut());
+                    libc::raise(*signal);
+                }
+            }
             // Handled right here, still holding `poll` (reasons in README.md):
             // - CHECKPOINT: saved before this worker looks at any later event, which is
             //   what keeps the saved copies as they were at the checkpoint;
@@ -366,7 +374,7 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
             }
             Reply::Ok
         }
-        Event::Alloc(_) | Event::Delete(_) | Event::Exit => unreachable!("handled inline"),
+        Event::Alloc(_) | Event::Delete(_) | Event::Exit | Event::Inject { .. } => unreachable!("handled inline"),
     }))
 }
 

@@ -137,6 +137,11 @@ fn main() -> ExitCode {
     if args.np < 2 {
         return fail(format!("-np must be at least 2 (1 head + at least 1 worker), got {}", args.np));
     }
+    if let Some(spec) = std::env::var("OMPCLUSTER_FT_INJECT").ok().filter(|v| !v.trim().is_empty()) {
+        if let Err(e) = ompcluster_plugin::inject::parse(&spec, Some(args.np as i32)) {
+            return fail(format!("invalid setting OMPCLUSTER_FT_INJECT: {e}"));
+        }
+    }
     let mpirun = match std::env::var_os("OMPCLUSTER_MPIRUN").map(PathBuf::from).or_else(|| find_in_path("mpirun")) {
         Some(m) => m,
         None => return fail("mpirun not found: install Open MPI (apt-get install openmpi-bin) or set OMPCLUSTER_MPIRUN"),

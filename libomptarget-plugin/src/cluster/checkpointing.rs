@@ -38,6 +38,7 @@ impl Cluster {
                 }
             }
         }
+        self.inject_due(|t| *t == crate::inject::Trigger::DuringCheckpoint);
         let head_items = plan.get(&HEAD).cloned().unwrap_or_default();
         let items: Vec<SaveItem> = plan.values().flatten().copied().collect();
         let pause = t0.elapsed();

@@ -171,7 +171,7 @@ impl Cluster {
         kernel.last_ns.store((kernel_s * 1e9) as u64, Ordering::Relaxed);
         self.stats.add_task(w);
         let t1 = self.start.elapsed().as_secs_f64();
-        self.graph.lock().record(TaskRecord {
+        let done = self.graph.lock().record(TaskRecord {
             id: 0,
             kernel: kernel.name.clone(),
             image: kernel.image,
@@ -185,6 +185,7 @@ impl Cluster {
             kernel_s,
         });
         self.maybe_prune();
+        self.inject_due(|t| matches!(t, crate::inject::Trigger::AfterTasks(n) if *n <= done + 1));
         self.log(format_args!("EXECUTE {} on {w}: {:.3} ms in kernel, {:.3} ms total", kernel.name, kernel_s * 1e3, (t1 - t0) * 1e3));
         Ok(())
     }

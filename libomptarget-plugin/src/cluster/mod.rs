@@ -36,6 +36,7 @@ use task_graph::{Access, TaskGraph, TaskRecord};
 use thiserror::Error;
 
 mod checkpointing;
+mod faults;
 mod images;
 mod launch;
 mod memory;
@@ -175,6 +176,8 @@ pub struct Cluster {
     attempts: AtomicU32,
     /// Rank -> its host and process (for fencing).
     procs: Vec<(u64, Victim)>,
+    /// Faults to inject (`OMPCLUSTER_FT_INJECT`).
+    inject: crate::inject::Injector,
 }
 
 impl Cluster {
@@ -213,6 +216,9 @@ impl Cluster {
             prune_at: AtomicU64::new(recovery::FIRST_PRUNE),
             attempts: AtomicU32::new(0),
             procs,
+            inject: crate::inject::Injector::new(
+                cfg.ft_inject.as_deref().and_then(|s| crate::inject::parse(s, Some(n as i32)).ok()).unwrap_or_default(),
+            ),
             comm,
             heap,
             live,

@@ -122,6 +122,7 @@ impl Cluster {
     /// Called once, when the cluster is in its final place.
     pub(crate) fn start_handler(&'static self) -> std::io::Result<()> {
         self.ft.start(Arc::new(HeadDevice(self)))?;
+        self.start_timed_faults();
         let host = self.procs[HEAD as usize].0;
         let local: Vec<(i32, Victim)> =
             (1..self.comm.size()).filter(|&r| self.procs[r as usize].0 == host).map(|r| (r, self.procs[r as usize].1)).collect();
@@ -161,7 +162,8 @@ impl Cluster {
         if !f.iter().any(|x| x.rank == rank) {
             let at = self.start.elapsed().as_secs_f64();
             eprintln!("ompcluster: worker rank {rank} failed ({how}) at {at:.3} s; recovering");
-            f.push(FailureRecord { rank, at_seconds: at, noticed_by: how.to_string(), detection_latency_seconds: None });
+            let latency = self.since_injected(rank);
+            f.push(FailureRecord { rank, at_seconds: at, noticed_by: how.to_string(), detection_latency_seconds: latency });
         }
     }
 
@@ -180,6 +182,10 @@ impl Cluster {
         }
         self.fence(dead, &survivors)?;
         let lost = self.buffers.lock().forget_ranks(dead);
+        self.inject_due(|t| *t == crate::inject::Trigger::DuringRecovery);
+        for &r in dead {
+            self.inject.rearm(r, crate::inject::Trigger::DuringRecovery);
+        }
         let attempts = self.attempts.fetch_add(1, Ordering::Relaxed) + 1;
         let mut rec = RecoveryRecord { at_seconds, versions_lost: lost.len() as u64, attempts, ..Default::default() };
         let mut bad = BTreeSet::new();

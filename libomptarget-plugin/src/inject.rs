@@ -1,0 +1,196 @@
+//! Fault injection for tests and benchmarks: `OMPCLUSTER_FT_INJECT`.
+//!
+//! Grammar: one or more faults separated by `;`, each `ACTION:rank=R:TRIGGER` with
+//! * `ACTION`: `kill` (the rank gets SIGKILL) or `stop` (SIGSTOP: frozen, never resumed);
+//! * `R`: a worker rank (1..N-1);
+//! * `TRIGGER`: `after_tasks=N` (once the head has seen N target regions complete),
+//!   `after_ms=N` (N ms after start-up), `during=checkpoint` (in the pause of the next
+//!   checkpoint) or `during=recovery` (while the next recovery that does not involve R runs).
+//!
+//! Example: `kill:rank=2:after_tasks=40;stop:rank=3:after_ms=1500`. The head sends the
+//! victim an INJECT event and the victim raises the signal on itself; the head notes when, so
+//! the report can give each injected failure's detection latency.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// What happens to the victim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// SIGKILL.
+    Kill,
+    /// SIGSTOP.
+    Stop,
+}
+
+impl Action {
+    /// The signal.
+    pub fn signal(self) -> i32 {
+        match self {
+            Action::Kill => libc::SIGKILL,
+            Action::Stop => libc::SIGSTOP,
+        }
+    }
+}
+
+/// When it happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// After this many completed target regions.
+    AfterTasks(u64),
+    /// This many ms after start-up.
+    AfterMs(u64),
+    /// In the pause of the next checkpoint.
+    DuringCheckpoint,
+    /// While the next recovery (of other ranks) runs.
+    DuringRecovery,
+}
+
+/// One fault.
+#[derive(Debug)]
+pub struct Fault {
+    /// What.
+    pub action: Action,
+    /// Whom.
+    pub rank: i32,
+    /// When.
+    pub trigger: Trigger,
+    fired: AtomicBool,
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let a = match self.action {
+            Action::Kill => "kill",
+            Action::Stop => "stop",
+        };
+        let t = match self.trigger {
+            Trigger::AfterTasks(n) => format!("after_tasks={n}"),
+            Trigger::AfterMs(n) => format!("after_ms={n}"),
+            Trigger::DuringCheckpoint => "during=checkpoint".into(),
+            Trigger::DuringRecovery => "during=recovery".into(),
+        };
+        write!(f, "{a}:rank={}:{t}", self.rank)
+    }
+}
+
+/// Parse the value of `OMPCLUSTER_FT_INJECT`. `ranks`, if known, is the job's size: ranks
+/// must then be workers of it.
+pub fn parse(spec: &str, ranks: Option<i32>) -> Result<Vec<Fault>, String> {
+    let mut out = Vec::new();
+    for item in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        let parts: Vec<&str> = item.split(':').map(str::trim).collect();
+        let [action, rank, trigger] = parts[..] else {
+            return Err(format!("{item:?} is not ACTION:rank=R:TRIGGER"));
+        };
+        let action = match action {
+            "kill" => Action::Kill,
+            "stop" => Action::Stop,
+            a => return Err(format!("{item:?}: unknown action {a:?} (kill or stop)")),
+        };
+        let rank: i32 = rank
+            .strip_prefix("rank=")
+            .and_then(|r| r.parse().ok())
+            .ok_or_else(|| format!("{item:?}: expected rank=R with R a worker rank"))?;
+        if rank < 1 || ranks.is_some_and(|n| rank >= n) {
+            let range = ranks.map_or("1 or more".to_string(), |n| format!("1..{}", n - 1));
+            return Err(format!("{item:?}: rank {rank} is not a worker rank ({range})"));
+        }
+        let num = |s: &str| s.parse::<u64>().map_err(|_| format!("{item:?}: {s:?} is not a number"));
+        let trigger = match trigger.split_once('=') {
+            Some(("after_tasks", n)) => Trigger::AfterTasks(num(n)?),
+            Some(("after_ms", n)) => Trigger::AfterMs(num(n)?),
+            Some(("during", "checkpoint")) => Trigger::DuringCheckpoint,
+            Some(("during", "recovery")) => Trigger::DuringRecovery,
+            _ => {
+                return Err(format!(
+                    "{item:?}: unknown trigger {trigger:?} (after_tasks=N, after_ms=N, during=checkpoint or during=recovery)"
+                ))
+            }
+        };
+        out.push(Fault { action, rank, trigger, fired: AtomicBool::new(false) });
+    }
+    Ok(out)
+}
+
+/// The faults still to inject, and when each was injected.
+#[derive(Debug, Default)]
+pub struct Injector {
+    faults: Vec<Fault>,
+    injected: parking_lot::Mutex<Vec<(i32, Instant)>>,
+}
+
+impl Injector {
+    /// Over `faults`.
+    pub fn new(faults: Vec<Fault>) -> Self {
+        Injector { faults, injected: Default::default() }
+    }
+
+    /// No fault to inject?
+    pub fn is_empty(&self) -> bool {
+        self.faults.is_empty()
+    }
+
+    /// The faults whose trigger `due` accepts and that did not fire yet; each is marked fired.
+    pub fn due(&self, due: impl Fn(&Trigger) -> bool) -> Vec<(Action, i32)> {
+        self.faults
+            .iter()
+            .filter(|f| due(&f.trigger) && !f.fired.swap(true, Ordering::AcqRel))
+            .map(|f| (f.action, f.rank))
+            .collect()
+    }
+
+    /// Un-fire a fault that could not be injected now (e.g. recovery of its own rank).
+    pub fn rearm(&self, rank: i32, trigger: Trigger) {
+        if let Some(f) = self.faults.iter().find(|f| f.rank == rank && f.trigger == trigger) {
+            f.fired.store(false, Ordering::Release);
+        }
+    }
+
+    /// Note that `rank` was sent its fault now.
+    pub fn injected(&self, rank: i32) {
+        self.injected.lock().push((rank, Instant::now()));
+    }
+
+    /// When `rank` was sent its fault, if it was.
+    pub fn injected_at(&self, rank: i32) -> Option<Instant> {
+        self.injected.lock().iter().find(|(r, _)| *r == rank).map(|&(_, t)| t)
+    }
+
+    /// The longest `after_ms` delay, for the timer thread.
+    pub fn timed(&self) -> Vec<u64> {
+        self.faults
+            .iter()
+            .filter_map(|f| match f.trigger {
+                Trigger::AfterMs(ms) => Some(ms),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grammar() {
+        let f = parse("kill:rank=2:after_tasks=40; stop:rank=3:after_ms=1500;kill:rank=1:during=checkpoint;kill:rank=2:during=recovery", Some(4)).unwrap();
+        assert_eq!(f.len(), 4);
+        assert_eq!(f[0].to_string(), "kill:rank=2:after_tasks=40");
+        assert_eq!((f[1].action, f[1].rank, f[1].trigger), (Action::Stop, 3, Trigger::AfterMs(1500)));
+        assert_eq!(f[2].trigger, Trigger::DuringCheckpoint);
+        assert_eq!(f[3].trigger, Trigger::DuringRecovery);
+        assert!(parse("", None).unwrap().is_empty());
+        for bad in ["kill:rank=0:after_ms=1", "kill:rank=4:after_ms=1", "explode:rank=1:after_ms=1", "kill:rank=1", "kill:rank=x:after_ms=1", "kill:rank=1:after_ms=soon", "kill:rank=1:during=lunch"] {
+            assert!(parse(bad, Some(4)).is_err(), "{bad} accepted");
+        }
+        // Without the job's size, any positive rank is accepted.
+        assert!(parse("kill:rank=9:after_ms=1", None).is_ok());
+        let inj = Injector::new(f);
+        assert_eq!(inj.due(|t| matches!(t, Trigger::AfterTasks(n) if *n <= 40)), vec![(Action::Kill, 2)]);
+        assert!(inj.due(|t| matches!(t, Trigger::AfterTasks(_))).is_empty(), "fires once");
+        assert_eq!(inj.timed(), vec![1500]);
+    }
+}
