@@ -104,13 +104,19 @@ impl From<RecoverError> for Stop {
     }
 }
 
+/// Copies that recovery rescued from a worker before overwriting them (the only copy of a
+/// version still needed), kept on the head until recovery ends.
+type Side = Mutex<HashMap<Access, Arc<Vec<u8>>>>;
+
 /// Where one version comes from, for one re-run task's worker.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Source {
     /// Already there.
     Present,
     /// A live rank's copy (the head's staged copy if HEAD).
     Copy(i32),
+    /// A copy recovery rescued.
+    Side(Arc<Vec<u8>>),
     /// Zeros (version 0).
     Zeros,
     /// A published checkpoint.
@@ -324,6 +330,7 @@ impl Cluster {
             Reexec::Sequential => 1,
         };
         let (tx, rx) = crossbeam_channel::unbounded();
+        let side: Side = Mutex::new(HashMap::new());
         let mut done = vec![false; tasks.len()];
         let mut started = vec![false; tasks.len()];
         let mut busy: BTreeSet<i32> = BTreeSet::new();
@@ -342,13 +349,13 @@ impl Cluster {
                             continue;
                         }
                         let pending: Vec<&TaskRecord> = (0..tasks.len()).filter(|&k| !started[k] && k != i).map(|k| &tasks[k]).collect();
-                        let Some(w) = self.place(&tasks[i], survivors, &busy, &pending) else { continue };
+                        let Some((w, rescue)) = self.place(&tasks[i], survivors, &busy, &pending, &side) else { continue };
                         started[i] = true;
                         busy.insert(w);
                         running += 1;
-                        let (tx, t) = (tx.clone(), &tasks[i]);
+                        let (tx, t, side) = (tx.clone(), &tasks[i], &side);
                         s.spawn(move || {
-                            let _ = tx.send((i, w, self.rerun(t, w)));
+                            let _ = tx.send((i, w, self.rerun(t, w, &rescue, side)));
                         });
                     }
                 }
@@ -375,9 +382,21 @@ impl Cluster {
         }
         if let Some(i) = done.iter().position(|d| !d) {
             return Err(Stop::Recover(RecoverError::Fatal(format!(
-                "no surviving worker can re-run task #{} ({}) without overwriting the only copy of data another task needs",
+                "task #{} ({}) could not be re-run: the tasks it waits for did not finish",
                 tasks[i].id, tasks[i].kernel
             ))));
+        }
+        // Rescued copies that are still the only copy of a current version go to the head's
+        // copy; the others were only needed during recovery.
+        for (a, bytes) in side.into_inner() {
+            let addr = {
+                let bufs = self.buffers.lock();
+                match bufs.by_id(a.buffer) {
+                    Some(b) if b.version == a.version && b.holders.is_empty() && bufs.get(b.addr).is_some() => b.addr,
+                    _ => continue,
+                }
+            };
+            self.put_on_head(a, addr, &bytes).map_err(fatal)?;
         }
         // Lost versions that no task rebuilt come from checkpoints: into the head's copy.
         for a in work.restore.iter().filter(|a| lost.contains(a)) {
@@ -387,14 +406,7 @@ impl Cluster {
             };
             let bytes = self.ckpt.as_ref().map(|c| c.load(a.buffer, a.version));
             let Some(Ok(bytes)) = bytes else { return Err(Stop::BadCheckpoint(*a)) };
-            let mut bufs = self.buffers.lock();
-            self.stage_on_head(&mut bufs, addr).map_err(fatal)?;
-            self.before_changing_staged(addr);
-            let n = bytes.len().min(bufs.get(addr).map_or(0, |b| b.size as usize));
-            // SAFETY: the head backed this buffer's pages just above; no request is in flight
-            // (recovery holds the gate) and a checkpoint saving them finished (waited above).
-            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, n) };
-            bufs.install(a.buffer, HEAD, a.version);
+            self.put_on_head(*a, addr, &bytes).map_err(fatal)?;
             from_ckpt += 1;
         }
         let mut g = self.graph.lock();
@@ -408,42 +420,58 @@ impl Cluster {
         Ok(())
     }
 
-    /// The survivor to re-run `t` on: not busy, and where installing `t`'s inputs overwrites
-    /// no copy that is the only one of a version still needed (the current version, or an
-    /// input of a task still `pending`), preferring the one holding most of its inputs.
-    fn place(&self, t: &TaskRecord, survivors: &[i32], busy: &BTreeSet<i32>, pending: &[&TaskRecord]) -> Option<i32> {
+    /// The survivor to re-run `t` on (not busy), and the copies there that must be rescued
+    /// first: installing `t`'s inputs at the versions it first read overwrites them, and each
+    /// is the only copy of a version still needed (the current version, or an input of a task
+    /// still `pending`). Prefers fewest bytes to rescue, then most inputs already there.
+    fn place(&self, t: &TaskRecord, survivors: &[i32], busy: &BTreeSet<i32>, pending: &[&TaskRecord], side: &Side) -> Option<(i32, Vec<Access>)> {
         let bufs = self.buffers.lock();
+        let side = side.lock();
         let needed_later = |a: Access| pending.iter().any(|p| p.reads.contains(&a));
         let precious = |b: &Buffer, v: u64, w: i32| {
+            let a = Access { buffer: b.id, version: v };
             b.ranks_with(v).all(|r| r == w)
+                && !side.contains_key(&a)
                 && !self.ckpt.as_ref().is_some_and(|c| c.holds(b.id, v))
-                && (v == b.version || needed_later(Access { buffer: b.id, version: v }))
+                && (v == b.version || needed_later(a))
         };
         survivors
             .iter()
             .copied()
             .filter(|w| !busy.contains(w))
             .filter_map(|w| {
-                let mut present = 0u64;
+                let (mut present, mut rescue_bytes, mut rescue) = (0u64, 0u64, Vec::new());
                 for a in &t.reads {
                     let b = bufs.by_id(a.buffer)?;
                     match b.version_on(w) {
                         Some(v) if v == a.version => present += b.size,
-                        Some(v) if precious(b, v, w) => return None,
+                        Some(v) if precious(b, v, w) => {
+                            rescue_bytes += b.size;
+                            rescue.push(Access { buffer: b.id, version: v });
+                        }
                         _ => {}
                     }
                 }
-                Some((present, w == t.worker, std::cmp::Reverse(w), w))
+                Some(((std::cmp::Reverse(rescue_bytes), present, w == t.worker, std::cmp::Reverse(w)), (w, rescue)))
             })
-            .max()
-            .map(|(.., w)| w)
+            .max_by_key(|(k, _)| *k)
+            .map(|(_, v)| v)
     }
 
     /// Re-run task `t` on worker `w`: install its inputs there at the versions it first read,
     /// run its kernel (its output is not printed again), record the versions it produced.
     /// Returns how many inputs came from checkpoints and how many from live copies.
-    fn rerun(&self, t: &TaskRecord, w: i32) -> std::result::Result<(u64, u64), Stop> {
+    fn rerun(&self, t: &TaskRecord, w: i32, rescue: &[Access], side: &Side) -> std::result::Result<(u64, u64), Stop> {
         let (mut from_ckpt, mut from_copies) = (0, 0);
+        for a in rescue {
+            let region = match self.buffers.lock().by_id(a.buffer) {
+                Some(b) => Region { addr: b.addr, size: b.size },
+                None => continue,
+            };
+            let bytes = self.fetch(region, w).map_err(new_failure)?;
+            side.lock().insert(*a, Arc::new(bytes));
+            self.log(format_args!("RESCUE buffer {} version {} from rank {w}", a.buffer, a.version));
+        }
         let mut regions = Vec::with_capacity(t.reads.len());
         for a in &t.reads {
             let (region, source) = {
@@ -454,6 +482,8 @@ impl Cluster {
                     Source::Present
                 } else if let Some(r) = b.ranks_with(a.version).filter(|&r| r != w).min_by_key(|&r| (r == HEAD, r)) {
                     Source::Copy(r)
+                } else if let Some(bytes) = side.lock().get(a) {
+                    Source::Side(bytes.clone())
                 } else if a.version == 0 {
                     Source::Zeros
                 } else {
@@ -468,6 +498,16 @@ impl Cluster {
             regions.push(region);
             match source {
                 Source::Present => continue,
+                Source::Side(bytes) => {
+                    // SAFETY: the bytes are kept alive by the Arc, which is leaked on a dead
+                    // peer (MPI may still read them).
+                    let res = unsafe { self.submit_from(region, bytes.as_ptr(), w) };
+                    if res.is_err() {
+                        std::mem::forget(bytes);
+                    }
+                    res.map_err(new_failure)?;
+                    from_copies += 1;
+                }
                 Source::Copy(r) => {
                     self.copy_between(region, r, w).map_err(new_failure)?;
                     from_copies += 1;
@@ -534,6 +574,35 @@ impl Cluster {
             g.mark(t.id, Mark::Moved);
         }
         Ok((from_ckpt, from_copies))
+    }
+
+    /// Make the head's copy of the live buffer at `addr` hold version `a` (`bytes`).
+    fn put_on_head(&self, a: Access, addr: u64, bytes: &[u8]) -> Result<()> {
+        let mut bufs = self.buffers.lock();
+        self.stage_on_head(&mut bufs, addr)?;
+        self.before_changing_staged(addr);
+        let n = bytes.len().min(bufs.get(addr).map_or(0, |b| b.size as usize));
+        // SAFETY: the head backed this buffer's pages just above; no request is in flight
+        // (recovery holds the gate) and a checkpoint saving them finished (waited above).
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, n) };
+        bufs.install(a.buffer, HEAD, a.version);
+        Ok(())
+    }
+
+    /// Copy worker `from`'s copy of `region` to the head.
+    fn fetch(&self, region: Region, from: i32) -> Result<Vec<u8>> {
+        let mut bytes = vec![0u8; region.size as usize];
+        let tag = self.post(from, Event::Retrieve(region))?;
+        self.expect_ok(from, tag)?;
+        // SAFETY: `bytes` has `region.size` writable bytes, leaked if the peer died (MPI may
+        // still write them).
+        let res = unsafe { self.comm.recv_bytes(from, tag, bytes.as_mut_ptr(), bytes.len(), self.live.as_ref()) };
+        if let Err(e) = res {
+            std::mem::forget(bytes);
+            return Err(e.into());
+        }
+        self.stats.add_retrieved(region.size);
+        Ok(bytes)
     }
 
     /// Retired buffers that recovery backed on workers (to re-run tasks that read them) are

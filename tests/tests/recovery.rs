@@ -1,0 +1,294 @@
+//! Recovery, tested as a user meets it: real programs under `ompcluster-run -np 4`, workers
+//! killed (SIGKILL) or frozen (SIGSTOP, never resumed) from outside by pid at moments chosen
+//! by seeded random numbers, or by `OMPCLUSTER_FT_INJECT`; every run must print exactly what
+//! the failure-free run printed and exit 0, within a bound after which it fails as a hang.
+
+use ompcluster_tests::{compile, describe, stderr, stdout, Job, Report};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Heartbeat settings of these tests: a frozen worker is declared dead after 1 s.
+const FT: &[(&str, &str)] = &[("OMPCLUSTER_HB_PERIOD", "100"), ("OMPCLUSTER_HB_TIMEOUT", "1000")];
+
+/// A run that takes longer than this has hung.
+const BOUND: Duration = Duration::from_secs(150);
+
+/// The programs, with arguments that make each run for a few seconds on 3 workers (kernels
+/// sleep, so the run's length does not depend on the machine's speed).
+const PROGRAMS: &[(&str, &[&str])] = &[
+    ("ft_matmul.c", &["512", "128", "400000"]),
+    ("ft_stencil.c", &["8", "4096", "24", "90000"]),
+    ("ft_devptr.c", &["8", "4096", "20", "25000"]),
+    ("ft_cxx.cpp", &["8", "4096", "20", "120000"]),
+    ("ft_print.c", &["120", "25000"]),
+];
+
+fn args_of(src: &str) -> &'static [&'static str] {
+    PROGRAMS.iter().find(|(s, _)| *s == src).map(|(_, a)| *a).expect("a known program")
+}
+
+/// xorshift64*: reproducible moments from a seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in [lo, hi).
+    fn between(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo)
+    }
+}
+
+/// The failure-free output of `src` (computed once per test binary run).
+fn reference(src: &str, envs: &[(&str, &str)]) -> String {
+    static CACHE: OnceLock<Mutex<HashMap<String, String>>> = OnceLock::new();
+    let key = format!("{src} {envs:?}");
+    if let Some(s) = CACHE.get_or_init(Default::default).lock().unwrap().get(&key) {
+        return s.clone();
+    }
+    let prog = compile(src);
+    let o = Job::spawn(4, &prog, args_of(src), &with_ft(envs)).wait(BOUND);
+    assert!(o.status.success() && stdout(&o).contains("PASS"), "the failure-free run failed\n{}", describe(&o));
+    let out = stdout(&o);
+    CACHE.get().unwrap().lock().unwrap().insert(key, out.clone());
+    out
+}
+
+fn with_ft<'a>(envs: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut v = FT.to_vec();
+    v.extend_from_slice(envs);
+    v
+}
+
+/// One external fault: `sig` to worker `rank`, `after` the ranks showed up.
+#[derive(Debug, Clone, Copy)]
+struct Hit {
+    rank: u32,
+    sig: i32,
+    after: Duration,
+}
+
+/// Start `src` on 4 ranks, deliver `hits` from outside, wait for the end within [`BOUND`].
+fn run_hit(src: &str, envs: &[(&str, &str)], hits: &[Hit], report: Option<&Path>) -> (Output, Duration) {
+    let prog = compile(src);
+    let mut envs = with_ft(envs);
+    let rep;
+    if let Some(p) = report {
+        rep = p.to_string_lossy().into_owned();
+        envs.push(("OMPCLUSTER_REPORT", &rep));
+    }
+    let mut job = Job::spawn(4, &prog, args_of(src), &envs);
+    let t0 = Instant::now();
+    let ranks = loop {
+        let r = job.ranks(&prog);
+        if r.len() == 4 {
+            break r;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "the 4 ranks did not show up: {r:?}");
+        if job.wait_timeout(Duration::ZERO).is_some() {
+            break r; // already over: the hits below find nothing to hit
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let started = Instant::now();
+    let mut hits = hits.to_vec();
+    hits.sort_by_key(|h| h.after);
+    for h in &hits {
+        if let Some(wait) = h.after.checked_sub(started.elapsed()) {
+            std::thread::sleep(wait);
+        }
+        if let Some(&(_, pid)) = ranks.iter().find(|(r, _)| *r == h.rank) {
+            // SAFETY: kill has no memory-safety preconditions; the pid is a rank of our job.
+            unsafe { libc::kill(pid, h.sig) };
+        }
+    }
+    let o = job.wait(BOUND);
+    (o, started.elapsed())
+}
+
+/// The run printed what the failure-free run printed, exited 0, and recovered `recoveries`
+/// times at least.
+#[track_caller]
+fn assert_same(src: &str, o: &Output, expected: &str, what: &str) {
+    assert!(o.status.success(), "{src}, {what}: exit status\n{}", describe(o));
+    assert_eq!(stdout(o), expected, "{src}, {what}: output differs from the failure-free run\n{}", describe(o));
+}
+
+fn recovered(o: &Output) -> bool {
+    stderr(o).contains("ompcluster: recovered from the loss of")
+}
+
+fn tmp_report() -> (tempfile::TempDir, PathBuf) {
+    let d = tempfile::tempdir_in(ompcluster_tests::work_dir()).unwrap();
+    let p = d.path().join("report.json");
+    (d, p)
+}
+
+fn read_report(p: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(p).expect("a report")).expect("a JSON report")
+}
+
+/// SIGKILL a random worker at a random moment, several seeds, for every program.
+#[test]
+fn random_kills_give_the_failure_free_output() {
+    for &(src, _) in PROGRAMS {
+        let expected = reference(src, &[]);
+        for seed in [11u64, 12] {
+            let mut rng = Rng(seed * 0x9E37_79B9 + src.len() as u64);
+            let hit = Hit { rank: rng.between(1, 4) as u32, sig: libc::SIGKILL, after: Duration::from_millis(rng.between(300, 2500)) };
+            let (o, _) = run_hit(src, &[], &[hit], None);
+            assert_same(src, &o, &expected, &format!("seed {seed}: {hit:?}"));
+        }
+    }
+}
+
+/// A frozen worker (SIGSTOP, never resumed) is declared dead by the detector, fenced (killed
+/// by the head) and recovered from; no process of the job outlives it.
+#[test]
+fn frozen_worker_gives_the_failure_free_output() {
+    for src in ["ft_matmul.c", "ft_stencil.c", "ft_print.c"] {
+        let expected = reference(src, &[]);
+        let (o, _) = run_hit(src, &[], &[Hit { rank: 2, sig: libc::SIGSTOP, after: Duration::from_millis(800) }], None);
+        assert_same(src, &o, &expected, "rank 2 frozen");
+        assert!(recovered(&o), "{src}: no recovery reported\n{}", describe(&o));
+        assert!(stderr(&o).contains("declared dead by the failure detector"), "{}", describe(&o));
+    }
+}
+
+/// Rank 1 is no special worker.
+#[test]
+fn killing_rank_1_gives_the_failure_free_output() {
+    for src in ["ft_matmul.c", "ft_devptr.c", "ft_cxx.cpp"] {
+        let expected = reference(src, &[]);
+        let (o, _) = run_hit(src, &[], &[Hit { rank: 1, sig: libc::SIGKILL, after: Duration::from_millis(700) }], None);
+        assert_same(src, &o, &expected, "rank 1 killed");
+        assert!(recovered(&o), "{src}: no recovery reported\n{}", describe(&o));
+    }
+}
+
+/// Two workers at once, and two of three one after another (the last one finishes the run).
+#[test]
+fn two_workers_at_once_or_one_after_another() {
+    for src in ["ft_matmul.c", "ft_stencil.c", "ft_devptr.c"] {
+        let expected = reference(src, &[]);
+        let at = Duration::from_millis(900);
+        let both = [Hit { rank: 1, sig: libc::SIGKILL, after: at }, Hit { rank: 3, sig: libc::SIGKILL, after: at }];
+        let (o, _) = run_hit(src, &[], &both, None);
+        assert_same(src, &o, &expected, "ranks 1 and 3 killed at once");
+        let (_d, rep) = tmp_report();
+        let seq = [
+            Hit { rank: 2, sig: libc::SIGKILL, after: Duration::from_millis(600) },
+            Hit { rank: 3, sig: libc::SIGSTOP, after: Duration::from_millis(1800) },
+        ];
+        let (o, _) = run_hit(src, &[], &seq, Some(&rep));
+        assert_same(src, &o, &expected, "rank 2 killed, then rank 3 frozen");
+        let r = read_report(&rep);
+        assert_eq!(r["workers_alive_at_end"], 1, "{src}: {r}");
+        assert_eq!(r["failures"].as_array().map(Vec::len), Some(2), "{src}: {r}");
+    }
+}
+
+/// Checkpoints on: a kill while a checkpoint is taken abandons that checkpoint (earlier ones
+/// stay valid) and recovery may load versions from the published ones.
+#[test]
+fn kill_during_a_checkpoint_with_checkpoints_on() {
+    let dir = tempfile::tempdir_in(ompcluster_tests::work_dir()).unwrap();
+    let dir_s = dir.path().join("ckpt").to_string_lossy().into_owned();
+    for src in ["ft_matmul.c", "ft_stencil.c"] {
+        let cp: Vec<(&str, &str)> = vec![("OMPCLUSTER_CP_INTERVAL", "0.3"), ("OMPCLUSTER_CP_PERSISTENT", &dir_s)];
+        let expected = reference(src, &[]);
+        let mut envs = cp.clone();
+        envs.push(("OMPCLUSTER_FT_INJECT", "kill:rank=2:during=checkpoint"));
+        let (_d, rep) = tmp_report();
+        let (o, _) = run_hit(src, &envs, &[], Some(&rep));
+        assert_same(src, &o, &expected, "rank 2 killed during a checkpoint");
+        assert!(recovered(&o), "{src}: no recovery reported\n{}", describe(&o));
+        // And a plain external kill later in the run, with checkpoints taken before it.
+        let (o, _) = run_hit(src, &cp, &[Hit { rank: 3, sig: libc::SIGKILL, after: Duration::from_millis(1500) }], Some(&rep));
+        assert_same(src, &o, &expected, "rank 3 killed with checkpoints on");
+        let r = read_report(&rep);
+        assert!(r["checkpoints"].as_u64().unwrap_or(0) >= 1, "{src}: no checkpoint completed\n{r}");
+    }
+}
+
+/// A worker that dies while recovery runs: recovery starts again with both dead.
+#[test]
+fn kill_during_recovery() {
+    for src in ["ft_matmul.c", "ft_cxx.cpp"] {
+        let expected = reference(src, &[]);
+        let (_d, rep) = tmp_report();
+        let envs = [("OMPCLUSTER_FT_INJECT", "kill:rank=1:after_tasks=30;kill:rank=3:during=recovery")];
+        let (o, _) = run_hit(src, &envs, &[], Some(&rep));
+        assert_same(src, &o, &expected, "rank 1 killed, then rank 3 during its recovery");
+        let r = read_report(&rep);
+        let dead: Vec<u64> = r["failures"].as_array().unwrap().iter().map(|f| f["rank"].as_u64().unwrap()).collect();
+        assert!(dead.contains(&1) && dead.contains(&3), "{src}: {r}");
+        assert_eq!(r["workers_alive_at_end"], 1, "{src}: {r}");
+    }
+}
+
+/// Re-executed regions do not print again; the report and the DOT graph show what was re-run.
+#[test]
+fn report_and_graph_show_what_was_rerun() {
+    let src = "ft_print.c";
+    let expected = reference(src, &[]);
+    let (_d, rep) = tmp_report();
+    let dot = rep.with_file_name("graph.dot");
+    let dot_s = dot.to_string_lossy().into_owned();
+    let envs = [("OMPCLUSTER_GRAPH", dot_s.as_str()), ("OMPCLUSTER_FT_INJECT", "kill:rank=2:after_tasks=60")];
+    let (o, _) = run_hit(src, &envs, &[], Some(&rep));
+    assert_same(src, &o, &expected, "rank 2 killed after 60 regions");
+    let r = read_report(&rep);
+    let rec = &r["recoveries"][0];
+    assert!(rec["paused_seconds"].as_f64().is_some(), "{r}");
+    assert!(r["tasks_reexecuted"].as_u64().unwrap() >= 1, "the lost chain must be re-run: {r}");
+    assert!(r["failures"][0]["detection_latency_seconds"].as_f64().is_some(), "{r}");
+    let g = std::fs::read_to_string(&dot).unwrap();
+    assert!(g.contains("fillcolor=orange"), "no re-executed task in the graph:\n{g}");
+}
+
+/// Sequential re-execution (the thesis's way) gives the same result.
+#[test]
+fn sequential_reexecution_gives_the_same_output() {
+    let src = "ft_matmul.c";
+    let expected = reference(src, &[]);
+    let envs = [("OMPCLUSTER_FT_REEXEC", "sequential"), ("OMPCLUSTER_FT_INJECT", "kill:rank=2:after_tasks=40")];
+    let (o, _) = run_hit(src, &envs, &[], None);
+    assert_same(src, &o, &expected, "sequential re-execution");
+    assert!(recovered(&o), "{}", describe(&o));
+}
+
+/// Every worker gone: the job ends with a message, non-zero, never hangs.
+#[test]
+fn losing_every_worker_ends_the_job_with_a_reason() {
+    let prog = compile("ft_matmul.c");
+    let envs = with_ft(&[("OMPCLUSTER_FT_INJECT", "kill:rank=1:after_tasks=10;kill:rank=2:after_tasks=10;kill:rank=3:after_tasks=10")]);
+    let o = Job::spawn(4, &prog, args_of("ft_matmul.c"), &envs).wait(BOUND);
+    assert!(!o.status.success(), "{}", describe(&o));
+    assert!(stderr(&o).contains("every worker died"), "{}", describe(&o));
+    assert!(!stdout(&o).contains("PASS"), "{}", describe(&o));
+}
+
+/// Without a worker's death, nothing changes: the report says so.
+#[test]
+fn failure_free_report_has_no_failures() {
+    let (_d, rep) = tmp_report();
+    let prog = compile("ft_matmul.c");
+    let mut envs = with_ft(&[]);
+    let rep_s = rep.to_string_lossy().into_owned();
+    envs.push(("OMPCLUSTER_REPORT", &rep_s));
+    let o = Job::spawn(4, &prog, &["256", "128", "0"], &envs).wait(BOUND);
+    assert!(o.status.success(), "{}", describe(&o));
+    let r = Report::read(&rep).unwrap();
+    assert_eq!(r.tasks_executed, 8);
+    let raw = read_report(&rep);
+    assert_eq!(raw["failures"].as_array().map(Vec::len), Some(0));
+    assert_eq!(raw["workers_alive_at_end"], 3);
+}
