@@ -120,12 +120,17 @@ impl Checkpointer {
         self.inner.lock().last.is_none_or(|t| t.elapsed() >= interval)
     }
 
-    /// Start a checkpoint: its id, and the version already saved of each buffer.
-    pub(crate) fn begin(&self) -> (u64, HashMap<u64, u64>) {
+    /// The version already saved of each buffer (in a published or in-flight checkpoint).
+    pub(crate) fn saved_versions(&self) -> HashMap<u64, u64> {
+        self.inner.lock().saved.clone()
+    }
+
+    /// Start a checkpoint: its id.
+    pub(crate) fn begin(&self) -> u64 {
         let mut i = self.inner.lock();
         let id = i.next_ckpt;
         i.next_ckpt += 1;
-        (id, i.saved.clone())
+        id
     }
 
     /// The pause is over (the gate is about to be released): remember what is being saved and
@@ -332,8 +337,8 @@ mod tests {
         let cp = checkpointer(t.path());
         let data = vec![5u8; 4096];
         let item = (7, data.as_ptr() as u64, data.len() as u64, 3);
-        let (id, before) = cp.begin();
-        assert!(before.is_empty());
+        assert!(cp.saved_versions().is_empty());
+        let id = cp.begin();
         cp.end_pause(id, &[item], vec![], Duration::ZERO, |_, saved| {
             saved();
             Err("rank 2: disk full".into())
@@ -343,18 +348,18 @@ mod tests {
         assert_eq!(p.checkpoints, 0);
         assert_eq!(p.errors.len(), 1, "{:?}", p.errors);
         drop(p);
-        let (_, after) = cp.begin();
-        assert_eq!(after.get(&7), None, "the failed save still counts as saved");
+        assert_eq!(cp.saved_versions().get(&7), None, "the failed save still counts as saved");
 
         // The same buffer in a checkpoint that works: saved by the head, published.
-        let (id, _) = cp.begin();
+        let id = cp.begin();
         cp.end_pause(id, &[item], vec![item], Duration::ZERO, |own, saved| {
             saved();
             Ok(own.and_then(|h| h.wait()).map_err(|e| e.to_string())?.records)
         });
         cp.wait();
         assert_eq!(cp.published.lock().checkpoints, 1);
-        assert_eq!(cp.begin().1.get(&7), Some(&3));
+        assert_eq!(cp.saved_versions().get(&7), Some(&3));
+        assert!(cp.holds(7, 3) && !cp.holds(7, 2), "recovery can load what was published");
         let loaded = ckpt_veloc::load_region(&t.path().join("persistent"), id, 7).unwrap();
         assert_eq!(loaded, data);
     }

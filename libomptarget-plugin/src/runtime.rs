@@ -74,6 +74,36 @@ fn on_notice(me: i32, notice: Notice, timeout_ms: u128) {
     }
 }
 
+/// Where the head writes its exit status (`OMPCLUSTER_EXIT_STATUS_FILE`, set by the launcher:
+/// in its recovery mode mpirun exits 0 whatever rank 0 did).
+static STATUS_FILE: OnceLock<std::path::PathBuf> = OnceLock::new();
+
+extern "C" {
+    /// glibc: call `func(status, arg)` at `exit`, with the status `exit` was given.
+    fn on_exit(func: extern "C" fn(libc::c_int, *mut libc::c_void), arg: *mut libc::c_void) -> libc::c_int;
+}
+
+extern "C" fn record_exit_status(status: libc::c_int, _arg: *mut libc::c_void) {
+    let _ = std::panic::catch_unwind(|| write_exit_status(status));
+}
+
+/// Tell the launcher how the program ended (the head only).
+pub(crate) fn write_exit_status(status: i32) {
+    if let Some(p) = STATUS_FILE.get() {
+        let _ = std::fs::write(p, format!("{status}\n"));
+    }
+}
+
+/// On the head: have the program's exit status written where the launcher reads it.
+fn keep_exit_status() {
+    let Some(p) = std::env::var_os("OMPCLUSTER_EXIT_STATUS_FILE").filter(|p| !p.is_empty()) else { return };
+    if STATUS_FILE.set(p.into()).is_ok() {
+        // SAFETY: registering a handler that only writes a small file; glibc calls it once,
+        // from `exit`, with the exit status.
+        unsafe { on_exit(record_exit_status, std::ptr::null_mut()) };
+    }
+}
+
 /// This host, as a number every rank on it computes alike (a hash of its name).
 fn host_id() -> u64 {
     use std::hash::{Hash, Hasher};
@@ -180,6 +210,7 @@ pub(crate) fn init() -> Result<(), String> {
     };
     let _ = RUNTIME.set(rt);
     if let Some(Runtime::Head(c)) = RUNTIME.get() {
+        keep_exit_status();
         if recovery {
             c.start_handler().map_err(|e| format!("cannot start the recovery handler thread: {e}"))?;
         }

@@ -25,7 +25,31 @@ pub struct Access {
     pub version: u64,
 }
 
-/// One executed target region.
+/// What a recorded task does, for re-running it.
+#[derive(Debug, Clone, Serialize)]
+pub enum Op {
+    /// A target region: its kernel (`image`, `index`) called with `args`.
+    Kernel,
+    /// The host wrote `bytes` at `offset` into the buffer it reads and writes (a partial
+    /// `target update to` or submit): kept so that the version it made can be rebuilt.
+    HostUpdate {
+        /// Offset in the buffer.
+        offset: u64,
+        /// The bytes.
+        bytes: std::sync::Arc<[u8]>,
+    },
+    /// A device-to-device copy (`omp_target_memcpy`).
+    DeviceCopy {
+        /// Source address.
+        src: u64,
+        /// Destination address.
+        dst: u64,
+        /// Bytes.
+        size: u64,
+    },
+}
+
+/// One executed target region (or another operation that made a version: see [`Op`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct TaskRecord {
     /// Sequence number, from 0.
@@ -51,6 +75,8 @@ pub struct TaskRecord {
     pub end_s: f64,
     /// Time inside the kernel on the worker, seconds.
     pub kernel_s: f64,
+    /// What it does.
+    pub op: Op,
 }
 
 /// Why one task depends on another.
@@ -315,6 +341,7 @@ mod tests {
             start_s: 0.0,
             end_s: 0.0,
             kernel_s: 0.001,
+            op: Op::Kernel,
         }
     }
 

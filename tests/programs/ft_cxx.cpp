@@ -2,8 +2,7 @@
 // updated in place by ITERS rounds of `target nowait` tasks chained with `depend` (each block
 // also reads its right neighbour's previous value from a second buffer), checksum at the end.
 // Integer arithmetic: exact. Args: NBLOCKS SIZE ITERS DELAY_US.
-#include <cstdio>
-#include <cstdlib>
+#include "check.h"
 #include <omp.h>
 #include <unistd.h>
 
@@ -69,8 +68,7 @@ int main(int argc, char **argv) {
   int bad = 0;
   for (int b = 0; b < nb; b++)
     for (int i = 0; i < n; i++) bad += x[b][i] != hx[b][i], sum += x[b][i] * (b + 1);
-  if (bad) printf("FAILED: %d wrong values\n", bad);
+  CHECK(bad == 0, "%d wrong values", bad);
   printf("ft_cxx: %d blocks x %d, %d rounds, sum %lld\n", nb, n, iters, sum);
-  printf("ft_cxx: %s\n", bad ? "FAILED" : "PASS");
-  return bad != 0;
+  return finish("ft_cxx");
 }

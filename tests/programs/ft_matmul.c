@@ -63,7 +63,7 @@ int main(int argc, char **argv) {
       double got = C[(size_t)(r / bs) * nb + c / bs][(size_t)(r % bs) * bs + c % bs];
       bad += got != ref;
       sum += (long long)got;
-      wsum += (long long)got * ((r + 3 * c) % 7);
+      wsum += (long long)got * ((r * 131 + c * 71) % 1009 + 1); // position-weighted
     }
   CHECK(bad == 0, "%d wrong elements", bad);
   printf("ft_matmul N=%d BS=%d: sum %lld, weighted %lld\n", n, bs, sum, wsum);

@@ -202,6 +202,21 @@ fn main() -> ExitCode {
     if ft_on || matches!(kind, ProgramKind::PlainMpi) {
         cmd.arg("--enable-recovery");
     }
+    // In its recovery mode mpirun exits 0 whatever rank 0 did (checked with Open MPI 4.1.4:
+    // MPI_Abort, exit(3), SIGSEGV all give 0): the head writes its exit status to a file
+    // in a private directory, and this launcher exits with it.
+    let status_dir = match ft_on && !matches!(kind, ProgramKind::PlainMpi) {
+        true => match tempfile::Builder::new().prefix("ompcluster-run-").tempdir() {
+            Ok(d) => Some(d),
+            Err(e) => return fail(format!("cannot create a private directory for the exit status: {e}")),
+        },
+        false => None,
+    };
+    let status_file = status_dir.as_ref().map(|d| d.path().join("exit-status"));
+    if let Some(f) = &status_file {
+        cmd.env("OMPCLUSTER_EXIT_STATUS_FILE", f);
+        cmd.arg("-x").arg("OMPCLUSTER_EXIT_STATUS_FILE");
+    }
     if let Some(h) = &args.hostfile {
         cmd.arg("--hostfile").arg(h);
     }
@@ -224,13 +239,24 @@ fn main() -> ExitCode {
     match cmd.status() {
         Ok(status) => {
             use std::os::unix::process::ExitStatusExt;
-            let code = status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1);
+            let mut code = status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1);
+            if let Some(f) = &status_file {
+                match std::fs::read_to_string(f).ok().and_then(|s| s.trim().parse::<i32>().ok()) {
+                    Some(c) => code = c,
+                    None if code == 0 => {
+                        eprintln!("ompcluster-run: rank 0 (the program) ended without exiting normally (it crashed or was killed): see the messages above");
+                        code = 1;
+                    }
+                    None => {}
+                }
+            }
             // mpirun reports a rank killed by signal N as exit code 128 + N. Die of the same
             // signal for the fatal ones, so that shells and test harnesses see a crash as a
             // crash, as they would running the program directly.
             let crash = [libc::SIGILL, libc::SIGABRT, libc::SIGBUS, libc::SIGFPE, libc::SIGSEGV, libc::SIGKILL];
             if let Some(&sig) = crash.iter().find(|&&s| code == 128 + s) {
                 drop(_guard);
+                drop(status_dir);
                 // SAFETY: resetting a signal to its default action, disabling core files (this
                 // process did not crash; the rank did) and raising the signal have no memory
                 // effects on this single-threaded process.

@@ -12,18 +12,25 @@ impl Cluster {
         if !cp.due(self.device_bytes.load(Ordering::Relaxed)) {
             return; // another thread took it while we waited
         }
-        let (ckpt, saved) = cp.begin();
+        // A failure not yet recovered from: no checkpoint now (a buffer whose only holders
+        // died cannot be saved, and a checkpoint missing it would not be a consistent cut).
+        // Recovery holds the gate next; the checkpoint is taken at the first request after it.
+        if !self.live.dead_ranks().is_subset(&self.ft.recovered()) {
+            return;
+        }
+        let saved = cp.saved_versions();
         let mut plan: BTreeMap<i32, Vec<SaveItem>> = BTreeMap::new();
         {
             let bufs = self.buffers.lock();
             for b in bufs.iter().filter(|b| b.version > b.pristine_version() && saved.get(&b.id) != Some(&b.version)) {
-                let saver = self.current_holder(b);
-                match saver {
+                match self.current_holder(b) {
                     Some(r) => plan.entry(r).or_default().push((b.id, b.addr, b.size, b.version)),
-                    None => eprintln!("ompcluster: checkpoint {ckpt}: no live holder of buffer {}", b.id),
+                    // A rank died since the check above: as above, not now.
+                    None => return,
                 }
             }
         }
+        let ckpt = cp.begin();
         let mut posted = Vec::new();
         let mut post_failed = None;
         for (&r, items) in plan.iter().filter(|(&r, _)| r != HEAD) {

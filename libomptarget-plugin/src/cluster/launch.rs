@@ -183,6 +183,7 @@ impl Cluster {
             start_s: t0,
             end_s: t1,
             kernel_s,
+            op: task_graph::Op::Kernel,
         });
         self.maybe_prune();
         self.inject_due(|t| matches!(t, crate::inject::Trigger::AfterTasks(n) if *n <= done + 1));

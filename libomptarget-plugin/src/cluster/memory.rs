@@ -124,17 +124,51 @@ impl Cluster {
         // SAFETY: forwarded contract (readable host bytes).
         let (addr, targets, whole, found) = unsafe { self.submit_bytes(tgt, host, len, scan)? };
         let mut bufs = self.buffers.lock();
+        let mut made = None;
         if let Some(b) = bufs.get_mut(addr) {
             if whole {
                 b.points_to = found;
             } else {
                 b.points_to.add(found);
             }
-            bufs.new_version(addr, targets.into_iter().collect());
+            let before = Access { buffer: b.id, version: b.version };
+            let worker = targets.first().copied().unwrap_or(HEAD);
+            let on_head = targets.contains(&HEAD);
+            let v = bufs.new_version(addr, targets.into_iter().collect()).expect("live buffer");
+            made = (!on_head && self.recovery_on()).then_some((before, v, worker));
         }
         drop(bufs);
+        if let Some((before, v, worker)) = made {
+            // A partial update of a buffer that lives on workers only: the head keeps no
+            // copy it could patch, so the update itself is recorded, to be replayed if the
+            // version it made is lost.
+            // SAFETY: the caller guarantees `host..host+len` is readable.
+            let bytes: Arc<[u8]> = unsafe { std::slice::from_raw_parts(host, len as usize) }.into();
+            let op = task_graph::Op::HostUpdate { offset: tgt - addr, bytes };
+            self.record_op("target update to (host bytes)", worker, vec![before], Access { buffer: before.buffer, version: v }, op);
+        }
         self.log(format_args!("SUBMIT {tgt:#x} {len} bytes"));
         Ok(())
+    }
+
+    /// Record an operation other than a kernel that made version `made` on `worker` from
+    /// `reads` (see [`task_graph::Op`]), so that recovery can replay it.
+    pub(super) fn record_op(&self, what: &str, worker: i32, reads: Vec<Access>, made: Access, op: task_graph::Op) {
+        let t = self.start.elapsed().as_secs_f64();
+        self.graph.lock().record(TaskRecord {
+            id: 0,
+            kernel: what.into(),
+            image: 0,
+            index: 0,
+            args: Vec::new(),
+            worker,
+            reads,
+            writes: vec![made],
+            start_s: t,
+            end_s: t,
+            kernel_s: 0.0,
+            op,
+        });
     }
 
     /// Move the bytes of a submit where they belong; returns the buffer, where its current
@@ -289,10 +323,17 @@ impl Cluster {
         let tag = self.post(at, Event::Copy { src, dst, size: len })?;
         self.expect_ok(at, tag)?;
         let mut bufs = self.buffers.lock();
-        let from = bufs.get(src_buf).map(|b| b.points_to.clone()).unwrap_or(PointsTo::All);
-        if let Some(b) = bufs.get_mut(dst_buf) {
-            b.points_to.add(from);
-            bufs.new_version(dst_buf, [at].into());
+        let from = bufs.get(src_buf).map(|b| (b.points_to.clone(), Access { buffer: b.id, version: b.version }));
+        let mut made = None;
+        if let (Some((points, src_access)), Some(b)) = (from, bufs.get_mut(dst_buf)) {
+            b.points_to.add(points);
+            let before = Access { buffer: b.id, version: b.version };
+            let v = bufs.new_version(dst_buf, [at].into()).expect("live buffer");
+            made = Some((vec![src_access, before], Access { buffer: before.buffer, version: v }));
+        }
+        drop(bufs);
+        if let Some((reads, made)) = made.filter(|_| self.recovery_on()) {
+            self.record_op("omp_target_memcpy", at, reads, made, task_graph::Op::DeviceCopy { src, dst, size: len });
         }
         self.log(format_args!("COPY {src:#x} -> {dst:#x} {len} bytes on {at}"));
         Ok(())

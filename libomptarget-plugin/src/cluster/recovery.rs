@@ -27,6 +27,9 @@ use task_graph::{LostWork, Mark};
 /// How often the head looks whether the worker processes on its host still exist.
 const PROBE_PERIOD: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// Most times one recovery plans again because a version vanished under it.
+const MAX_REPLANS: u32 = 8;
+
 /// The record is first pruned when it holds this many tasks (then when it has doubled).
 pub(super) const FIRST_PRUNE: u64 = 4096;
 
@@ -85,6 +88,7 @@ impl Device for HeadDevice {
         // SAFETY: flushing all C streams is always allowed.
         unsafe { libc::fflush(std::ptr::null_mut()) };
         eprintln!("ompcluster: cannot recover: {why}; ending the job");
+        crate::runtime::write_exit_status(4);
         // SAFETY: MPI is initialised; MPI_Abort ends every process of the job.
         unsafe { mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, 4) };
     }
@@ -92,8 +96,11 @@ impl Device for HeadDevice {
 
 /// Why one attempt to rebuild stopped.
 enum Stop {
-    /// A checkpoint file holding this version could not be loaded: plan again without it.
-    BadCheckpoint(Access),
+    /// A checkpoint file holding this version could not be loaded (why): plan again without it.
+    BadCheckpoint(Access, String),
+    /// This version, which the plan counted on, is gone (a failure or an overwrite since):
+    /// plan again.
+    Replan(Access),
     /// Give up this attempt (a new failure) or for good.
     Recover(RecoverError),
 }
@@ -195,13 +202,26 @@ impl Cluster {
         let attempts = self.attempts.fetch_add(1, Ordering::Relaxed) + 1;
         let mut rec = RecoveryRecord { at_seconds, versions_lost: lost.len() as u64, attempts, ..Default::default() };
         let mut bad = BTreeSet::new();
+        let mut replans = 0;
         loop {
             let work = self.plan(&lost, &bad, dead)?;
             match self.rebuild(&work, &lost, &survivors, &mut rec) {
                 Ok(()) => break,
-                Err(Stop::BadCheckpoint(a)) => {
-                    eprintln!("ompcluster: checkpoint of buffer {} version {} is unusable; rebuilding it another way", a.buffer, a.version);
-                    bad.insert(a);
+                Err(Stop::BadCheckpoint(a, why)) => {
+                    if !bad.insert(a) {
+                        return Err(RecoverError::Fatal(format!("the checkpoint of buffer #{} version {} is unusable ({why}) and was chosen again", a.buffer, a.version)));
+                    }
+                    eprintln!("ompcluster: the checkpoint of buffer #{} version {} is unusable ({why}); rebuilding it another way", a.buffer, a.version);
+                }
+                Err(Stop::Replan(a)) => {
+                    replans += 1;
+                    if replans > MAX_REPLANS {
+                        return Err(RecoverError::Fatal(format!(
+                            "version {} of buffer #{} kept disappearing while recovery rebuilt it ({MAX_REPLANS} plans)",
+                            a.version, a.buffer
+                        )));
+                    }
+                    self.log(format_args!("RECOVERY replans: buffer {} version {} is no longer where the plan found it", a.buffer, a.version));
                 }
                 Err(Stop::Recover(e)) => {
                     if let RecoverError::NewFailure(r) = e {
@@ -310,21 +330,7 @@ impl Cluster {
             let g = self.graph.lock();
             work.tasks.iter().map(|&id| g.task(id).expect("planned from the record").clone()).collect()
         };
-        // Task i waits for every earlier task of the set that touches a buffer it touches
-        // and writes one of them (flow, output and anti dependences, per buffer): record order
-        // is an order the program allowed, and keeping it per buffer means no task overwrites
-        // a copy an earlier one still needs.
-        let touched: Vec<BTreeSet<u64>> = tasks.iter().map(|t| t.reads.iter().map(|a| a.buffer).collect()).collect();
-        let written: Vec<BTreeSet<u64>> = tasks.iter().map(|t| t.writes.iter().map(|a| a.buffer).collect()).collect();
-        let deps: Vec<Vec<usize>> = (0..tasks.len())
-            .map(|i| {
-                (0..i)
-                    .filter(|&j| {
-                        touched[i].iter().any(|b| written[j].contains(b)) || written[i].iter().any(|b| touched[j].contains(b))
-                    })
-                    .collect()
-            })
-            .collect();
+        let deps = dependences(&tasks);
         let parallel = match self.cfg.ft_reexec {
             Reexec::Parallel => survivors.len(),
             Reexec::Sequential => 1,
@@ -398,14 +404,14 @@ impl Cluster {
             };
             self.put_on_head(a, addr, &bytes).map_err(fatal)?;
         }
-        // Lost versions that no task rebuilt come from checkpoints: into the head's copy.
+        // Lost versions that no task rebuilt and no live rank holds (an earlier attempt may
+        // have rebuilt some) come from checkpoints: into the head's copy.
         for a in work.restore.iter().filter(|a| lost.contains(a)) {
             let addr = match self.buffers.lock().by_id(a.buffer) {
-                Some(b) => b.addr,
-                None => continue,
+                Some(b) if b.ranks_with(a.version).next().is_none() => b.addr,
+                _ => continue,
             };
-            let bytes = self.ckpt.as_ref().map(|c| c.load(a.buffer, a.version));
-            let Some(Ok(bytes)) = bytes else { return Err(Stop::BadCheckpoint(*a)) };
+            let bytes = self.load_checkpointed(*a)?;
             self.put_on_head(*a, addr, &bytes).map_err(fatal)?;
             from_ckpt += 1;
         }
@@ -428,12 +434,15 @@ impl Cluster {
         let bufs = self.buffers.lock();
         let side = side.lock();
         let needed_later = |a: Access| pending.iter().any(|p| p.reads.contains(&a));
+        // A copy must be rescued before it is overwritten if it is the only copy of the
+        // current version, or if a task still to run needs its version and neither the head
+        // nor a checkpoint has that (another worker's copy might be overwritten too).
         let precious = |b: &Buffer, v: u64, w: i32| {
             let a = Access { buffer: b.id, version: v };
-            b.ranks_with(v).all(|r| r == w)
-                && !side.contains_key(&a)
-                && !self.ckpt.as_ref().is_some_and(|c| c.holds(b.id, v))
-                && (v == b.version || needed_later(a))
+            let kept = side.contains_key(&a) || self.ckpt.as_ref().is_some_and(|c| c.holds(b.id, v));
+            let current_here_only = v == b.version && b.ranks_with(v).all(|r| r == w);
+            let needed = needed_later(a) && !b.ranks_with(v).any(|r| r == HEAD);
+            !kept && (current_here_only || needed)
         };
         survivors
             .iter()
@@ -522,10 +531,9 @@ impl Cluster {
                     res.map_err(new_failure)?;
                 }
                 Source::Checkpoint => {
-                    let bytes = self.ckpt.as_ref().map(|c| c.load(a.buffer, a.version));
-                    let Some(Ok(bytes)) = bytes else { return Err(Stop::BadCheckpoint(*a)) };
+                    let bytes = self.load_checkpointed(*a)?;
                     if bytes.len() as u64 != region.size {
-                        return Err(Stop::BadCheckpoint(*a));
+                        return Err(Stop::BadCheckpoint(*a, format!("{} bytes, expected {}", bytes.len(), region.size)));
                     }
                     // SAFETY: a private vector of the region's size, leaked on a dead peer.
                     let res = unsafe { self.submit_from(region, bytes.as_ptr(), w) };
@@ -540,19 +548,24 @@ impl Cluster {
             self.buffers.lock().install(a.buffer, w, a.version);
         }
         let written: Vec<bool> = t.reads.iter().map(|a| t.writes.iter().any(|x| x.buffer == a.buffer)).collect();
-        let tag = self
-            .post(
-                w,
-                Event::Execute { image: t.image, kernel: t.index, args: t.args.clone(), regions, assume_written: written.clone(), short: false },
-            )
-            .map_err(new_failure)?;
-        let changed = match self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref()) {
-            Ok(Reply::Executed { changed, .. }) if changed.len() == t.reads.len() => changed,
-            Ok(Reply::PeerDead(r)) => return Err(new_failure(ClusterError::PeerDead(r)).into()),
-            Ok(other) => {
-                return Err(fatal(ClusterError::Worker { rank: w, msg: format!("re-running task #{} ({}): {other:?}", t.id, t.kernel) }))
+        let changed = match &t.op {
+            task_graph::Op::Kernel => self.rerun_kernel(t, w, regions, &written)?,
+            task_graph::Op::HostUpdate { offset, bytes } => {
+                let at = regions.first().map_or(0, |r| r.addr) + offset;
+                // SAFETY: the recorded bytes stay alive (the record holds them; a clone of
+                // the Arc is leaked on a dead peer).
+                let res = unsafe { self.submit_from(Region { addr: at, size: bytes.len() as u64 }, bytes.as_ptr(), w) };
+                if res.is_err() {
+                    std::mem::forget(bytes.clone());
+                }
+                res.map_err(new_failure)?;
+                written.clone()
             }
-            Err(e) => return Err(new_failure(e.into()).into()),
+            &task_graph::Op::DeviceCopy { src, dst, size } => {
+                let tag = self.post(w, Event::Copy { src, dst, size }).map_err(new_failure)?;
+                self.expect_ok(w, tag).map_err(new_failure)?;
+                written.clone()
+            }
         };
         let mut bufs = self.buffers.lock();
         for ((a, c), wr) in t.reads.iter().zip(changed).zip(&written) {
@@ -574,6 +587,15 @@ impl Cluster {
             g.mark(t.id, Mark::Moved);
         }
         Ok((from_ckpt, from_copies))
+    }
+
+    /// Load version `a` from the published checkpoints; if none holds it (any more), the plan
+    /// that counted on it is out of date.
+    fn load_checkpointed(&self, a: Access) -> std::result::Result<Vec<u8>, Stop> {
+        match &self.ckpt {
+            Some(c) if c.holds(a.buffer, a.version) => c.load(a.buffer, a.version).map_err(|e| Stop::BadCheckpoint(a, e)),
+            _ => Err(Stop::Replan(a)),
+        }
     }
 
     /// Make the head's copy of the live buffer at `addr` hold version `a` (`bytes`).
@@ -603,6 +625,18 @@ impl Cluster {
         }
         self.stats.add_retrieved(region.size);
         Ok(bytes)
+    }
+
+    /// Run the kernel of task `t` on `w` over `regions` (its reads); which regions changed.
+    fn rerun_kernel(&self, t: &TaskRecord, w: i32, regions: Vec<Region>, written: &[bool]) -> std::result::Result<Vec<bool>, Stop> {
+        let event = Event::Execute { image: t.image, kernel: t.index, args: t.args.clone(), regions, assume_written: written.to_vec(), short: false };
+        let tag = self.post(w, event).map_err(new_failure)?;
+        match self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref()) {
+            Ok(Reply::Executed { changed, .. }) if changed.len() == t.reads.len() => Ok(changed),
+            Ok(Reply::PeerDead(r)) => Err(fatal(ClusterError::PeerDead(r))),
+            Ok(other) => Err(fatal(ClusterError::Worker { rank: w, msg: format!("re-running task #{} ({}): {other:?}", t.id, t.kernel) })),
+            Err(e) => Err(fatal(e.into())),
+        }
     }
 
     /// Retired buffers that recovery backed on workers (to re-run tasks that read them) are
@@ -661,6 +695,35 @@ impl Cluster {
     }
 }
 
+/// For each task of a re-run set (in record order), the earlier ones it must wait for. Per
+/// buffer, in record order: a task that writes it waits for every earlier task touching it
+/// (since the previous writer, which it waits for too: that is enough, by transitivity); a
+/// task that only reads it waits for the earlier ones that write it or read another version
+/// of it (both would put another version in the copy it reads). Record order is an order the
+/// program allowed, and keeping it per buffer means no task overwrites a copy another still
+/// needs.
+fn dependences(tasks: &[TaskRecord]) -> Vec<Vec<usize>> {
+    // Buffer -> tasks touching it since its last writer: (task, version read, writes it).
+    let mut since: HashMap<u64, Vec<(usize, u64, bool)>> = HashMap::new();
+    let mut deps: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); tasks.len()];
+    for (i, t) in tasks.iter().enumerate() {
+        for a in &t.reads {
+            let writes = t.writes.iter().any(|w| w.buffer == a.buffer);
+            let list = since.entry(a.buffer).or_default();
+            for &(j, v, wj) in list.iter() {
+                if writes || wj || v != a.version {
+                    deps[i].insert(j);
+                }
+            }
+            if writes {
+                list.clear();
+            }
+            list.push((i, a.version, writes));
+        }
+    }
+    deps.into_iter().map(|d| d.into_iter().collect()).collect()
+}
+
 /// A request of recovery failed: a new failure if a rank died (recovery starts again with
 /// it), else the end.
 fn new_failure(e: ClusterError) -> RecoverError {
@@ -672,4 +735,44 @@ fn new_failure(e: ClusterError) -> RecoverError {
 
 fn fatal(e: ClusterError) -> Stop {
     Stop::Recover(new_failure(e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(reads: &[(u64, u64)], writes: &[(u64, u64)]) -> TaskRecord {
+        let acc = |v: &[(u64, u64)]| v.iter().map(|&(buffer, version)| Access { buffer, version }).collect();
+        TaskRecord {
+            id: 0,
+            kernel: "k".into(),
+            image: 0,
+            index: 0,
+            args: vec![],
+            worker: 1,
+            reads: acc(reads),
+            writes: acc(writes),
+            start_s: 0.0,
+            end_s: 0.0,
+            kernel_s: 0.0,
+            op: task_graph::Op::Kernel,
+        }
+    }
+
+    #[test]
+    fn dependences_per_buffer() {
+        let tasks = vec![
+            task(&[(1, 1), (2, 0)], &[(2, 1)]), // 0: reads A v1, writes B
+            task(&[(1, 1), (3, 0)], &[(3, 1)]), // 1: reads A v1 too: independent of 0
+            task(&[(2, 1)], &[(2, 2)]),         // 2: B in place: after 0
+            task(&[(2, 1), (4, 0)], &[(4, 1)]), // 3: reads B v1 (not v2): after 2's writer chain
+            task(&[(1, 2)], &[]),               // 4: reads A v2: after 0 and 1 (they read v1)
+        ];
+        let d = dependences(&tasks);
+        assert_eq!(d[0], Vec::<usize>::new());
+        assert_eq!(d[1], Vec::<usize>::new());
+        assert_eq!(d[2], vec![0]);
+        assert_eq!(d[3], vec![2]);
+        assert_eq!(d[4], vec![0, 1]);
+    }
 }
