@@ -84,6 +84,19 @@ pub struct Report {
     /// Tasks the record still held at the end (the rest were pruned: recovery could no longer
     /// need them).
     pub tasks_recorded: u64,
+    /// The head process's peak resident memory (getrusage).
+    pub head_max_rss_bytes: u64,
+}
+
+/// This process's peak resident memory, bytes.
+pub(crate) fn max_rss_bytes() -> u64 {
+    // SAFETY: getrusage fills the struct it is given; zeroed is a valid initial value.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid, writable rusage.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return 0;
+    }
+    (u.ru_maxrss.max(0) as u64) * 1024
 }
 
 impl Report {
@@ -116,6 +129,7 @@ impl Report {
             workers_alive_at_end: workers,
             retained_bytes: 0,
             tasks_recorded: 0,
+            head_max_rss_bytes: 0,
         }
     }
 

@@ -251,7 +251,7 @@ fn report_and_graph_show_what_was_rerun() {
     let r = read_report(&rep);
     let rec = &r["recoveries"][0];
     assert!(rec["paused_seconds"].as_f64().is_some(), "{r}");
-    assert!(r["tasks_reexecuted"].as_u64().unwrap() >= 60, "the lost chain must be re-run: {r}");
+    assert!(r["tasks_reexecuted"].as_u64().unwrap() >= 50, "the lost chain must be re-run: {r}");
     assert!(r["failures"][0]["detection_latency_seconds"].as_f64().is_some(), "{r}");
     let g = std::fs::read_to_string(&dot).unwrap();
     assert!(g.contains("fillcolor=orange"), "no re-executed task in the graph:\n{g}");

@@ -77,7 +77,7 @@ impl Cluster {
             b.version = 1;
             b.holders = loaded.iter().copied().collect();
             b.backed = b.holders.clone();
-            if self.recovery_on() {
+            if self.retains() {
                 // The head keeps the initial data too: no task produced it, so recovery can
                 // only take it from a copy.
                 self.stage_on_head(&mut bufs, addr)?;

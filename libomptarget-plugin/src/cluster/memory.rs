@@ -44,7 +44,7 @@ impl Cluster {
             let b = bufs.remove(addr).ok_or(ClusterError::UnknownAddress(addr))?;
             // A recorded task may have read it: keep the head's copy (and the address range)
             // for recovery, within the budget, until the record no longer needs it.
-            let retire = self.recovery_on() && b.version_on(HEAD).is_some() && bufs.may_retain(b.span);
+            let retire = self.retains() && b.version_on(HEAD).is_some() && bufs.may_retain(b.span);
             (b, retire)
         };
         self.device_bytes.fetch_sub(b.size, Ordering::Relaxed);
@@ -135,7 +135,7 @@ impl Cluster {
             let worker = targets.first().copied().unwrap_or(HEAD);
             let on_head = targets.contains(&HEAD);
             let v = bufs.new_version(addr, targets.into_iter().collect()).expect("live buffer");
-            made = (!on_head && self.recovery_on()).then_some((before, v, worker));
+            made = (!on_head && self.retains()).then_some((before, v, worker));
         }
         drop(bufs);
         if let Some((before, v, worker)) = made {
@@ -199,7 +199,7 @@ impl Cluster {
                 // re-run, so the head's copy is where recovery finds it.
                 let holders = b.holders.clone();
                 let mut t = vec![self.least_busy(&holders).ok_or(ClusterError::Lost(addr))?];
-                if self.recovery_on() {
+                if self.retains() {
                     t.push(HEAD);
                 }
                 t
@@ -332,7 +332,7 @@ impl Cluster {
             made = Some((vec![src_access, before], Access { buffer: before.buffer, version: v }));
         }
         drop(bufs);
-        if let Some((reads, made)) = made.filter(|_| self.recovery_on()) {
+        if let Some((reads, made)) = made.filter(|_| self.retains()) {
             self.record_op("omp_target_memcpy", at, reads, made, task_graph::Op::DeviceCopy { src, dst, size: len });
         }
         self.log(format_args!("COPY {src:#x} -> {dst:#x} {len} bytes on {at}"));

@@ -250,9 +250,12 @@ impl Cluster {
         !self.live.dead_ranks().is_empty()
     }
 
-    /// Is fault tolerance on (failures are recovered from)?
-    fn recovery_on(&self) -> bool {
-        self.recovery
+    /// Does the head keep data for recovery (fault tolerance on and `OMPCLUSTER_FT_RETAIN`
+    /// not 0): copies of host data and of images' initial data, deleted buffers recorded
+    /// tasks read, partial updates? With 0 it keeps nothing: the baseline that measures what
+    /// keeping costs (a lost version then often has no source, and the job stops saying so).
+    fn retains(&self) -> bool {
+        self.recovery && self.cfg.ft_retain > 0
     }
 
     fn expect_ok(&self, rank: i32, tag: i32) -> Result<()> {
@@ -346,6 +349,7 @@ impl Cluster {
             report.recoveries = recoveries;
             report.retained_bytes = self.buffers.lock().retained_bytes();
             report.tasks_recorded = self.graph.lock().len() as u64;
+            report.head_max_rss_bytes = crate::report::max_rss_bytes();
             if let Some(cp) = &self.ckpt {
                 let p = cp.published.lock();
                 report.checkpoints = p.checkpoints;

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Random failure campaign: N trials, each a program of tests/programs run on 4 ranks with one
+worker (a random rank, 1..3) killed (SIGKILL) or frozen (SIGSTOP, never resumed) from outside
+by pid at a random moment of its run. A trial is right when it exits 0 and prints exactly what
+the failure-free run printed, wrong when it prints something else or exits non-zero, a hang
+when it has not ended after the bound. Prints one line per trial and a summary with the
+recovery times the run reports give.
+
+    python3 bench/ft_campaign.py [--trials 100] [--seed 1] [--stop-share 0.2] [--bound 120]
+
+Needs `cargo build --release` (the launcher and the plugin) and clang-16.
+"""
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAUNCHER = os.path.join(ROOT, "target", "release", "ompcluster-run")
+PROGRAMS = [  # (source, args): a few seconds each on 3 workers
+    ("ft_matmul.c", ["512", "128", "400000"]),
+    ("ft_stencil.c", ["8", "4096", "24", "90000"]),
+    ("ft_devptr.c", ["8", "4096", "20", "25000"]),
+    ("ft_cxx.cpp", ["8", "4096", "20", "120000"]),
+    ("ft_print.c", ["120", "25000"]),
+]
+FT_ENV = {"OMPCLUSTER_HB_PERIOD": "100", "OMPCLUSTER_HB_TIMEOUT": "1000"}
+
+
+def compile_all(out_dir):
+    exes = {}
+    for src, _ in PROGRAMS:
+        cc = "clang++-16" if src.endswith(".cpp") else "clang-16"
+        exe = os.path.join(out_dir, src.split(".")[0])
+        subprocess.run([cc, "-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu",
+                        os.path.join(ROOT, "tests", "programs", src), "-o", exe], check=True)
+        exes[src] = exe
+    return exes
+
+
+def env_with(extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OMPCLUSTER_")}
+    env.update(FT_ENV)
+    env.update(extra)
+    return env
+
+
+def ranks_of(job_pid, exe):
+    """(rank, pid) of the job's processes running exe."""
+    found = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{p}/exe") != exe:
+                continue
+            with open(f"/proc/{p}/stat") as f:
+                sid = int(f.read().rsplit(")", 1)[1].split()[3])
+            if sid != job_pid:
+                continue
+            with open(f"/proc/{p}/environ", "rb") as f:
+                for kv in f.read().split(b"\0"):
+                    if kv.startswith(b"OMPI_COMM_WORLD_RANK="):
+                        found.append((int(kv.split(b"=")[1]), int(p)))
+        except OSError:
+            pass
+    return sorted(found)
+
+
+def kill_session(pid):
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[3]) == pid:
+                        os.kill(int(p), signal.SIGKILL)
+            except (OSError, ValueError, IndexError):
+                pass
+
+
+def run(exe, args, extra_env, bound, hit=None):
+    """Run the job; hit = (rank, sig, seconds after the ranks appear). Returns
+    (status or None on hang, stdout, stderr, seconds)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.time()
+        job = subprocess.Popen([LAUNCHER, "-np", "4", exe] + args, stdout=out, stderr=err,
+                               env=env_with(extra_env), start_new_session=True)
+        if hit:
+            rank, sig, after = hit
+            ranks = []
+            while len(ranks) < 4 and job.poll() is None and time.time() - t0 < 60:
+                ranks = ranks_of(job.pid, os.path.realpath(exe))
+                time.sleep(0.02)
+            time.sleep(after)
+            for r, p in ranks:
+                if r == rank:
+                    try:
+                        os.kill(p, sig)
+                    except OSError:
+                        pass
+        try:
+            status = job.wait(timeout=bound)
+        except subprocess.TimeoutExpired:
+            status = None
+        kill_session(job.pid)
+        job.wait()
+        out.seek(0)
+        err.seek(0)
+        return status, out.read().decode(errors="replace"), err.read().decode(errors="replace"), time.time() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trials", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--stop-share", type=float, default=0.2, help="share of trials that freeze instead of kill")
+    ap.add_argument("--bound", type=float, default=120.0, help="seconds after which a trial is a hang")
+    a = ap.parse_args()
+    rng = random.Random(a.seed)
+    work = tempfile.mkdtemp(prefix="ft-campaign-")
+    exes = compile_all(work)
+    refs = {}
+    for src, args in PROGRAMS:
+        st, out, err, secs = run(exes[src], args, {}, a.bound)
+        if st != 0:
+            sys.exit(f"the failure-free run of {src} failed ({st}):\n{out}\n{err}")
+        refs[src] = (out, secs)
+        print(f"reference {src}: {secs:.1f} s", flush=True)
+    right = wrong = hangs = 0
+    pauses, detections, reruns, slowdowns = [], [], [], []
+    for i in range(a.trials):
+        src, args = PROGRAMS[rng.randrange(len(PROGRAMS))]
+        rank = rng.randrange(1, 4)
+        sig = signal.SIGSTOP if rng.random() < a.stop_share else signal.SIGKILL
+        ref_out, ref_secs = refs[src]
+        after = rng.uniform(0.1, max(0.2, ref_secs - 1.0))
+        rep = os.path.join(work, "report.json")
+        if os.path.exists(rep):
+            os.remove(rep)
+        st, out, err, secs = run(exes[src], args, {"OMPCLUSTER_REPORT": rep}, a.bound, (rank, sig, after))
+        if st is None:
+            verdict = "HANG"
+            hangs += 1
+        elif st == 0 and out == ref_out:
+            verdict = "right"
+            right += 1
+        else:
+            verdict = f"WRONG (exit {st})"
+            wrong += 1
+        info = ""
+        try:
+            with open(rep) as f:
+                r = json.load(f)
+            for rec in r.get("recoveries", []):
+                pauses.append(rec["paused_seconds"])
+                reruns.append(rec["tasks_reexecuted"])
+            for fl in r.get("failures", []):
+                detections.append(fl["at_seconds"])
+            info = f"recoveries {len(r.get('recoveries', []))}, re-ran {r.get('tasks_reexecuted', 0)}"
+        except (OSError, ValueError, KeyError):
+            pass
+        slowdowns.append(secs / ref_secs)
+        name = "SIGSTOP" if sig == signal.SIGSTOP else "SIGKILL"
+        print(f"trial {i + 1:3d}: {src:13s} {name} rank {rank} at {after:5.2f} s: {verdict}, {secs:5.1f} s ({secs / ref_secs:.2f}x); {info}", flush=True)
+        if verdict != "right":
+            print("--- stdout ---\n" + out[-2000:] + "\n--- stderr ---\n" + err[-3000:], flush=True)
+
+    def stats(v):
+        return f"median {statistics.median(v):.3f}, max {max(v):.3f}" if v else "none"
+
+    print(f"\n{a.trials} trials: {right} right, {wrong} wrong, {hangs} hangs")
+    print(f"recovery pause (s): {stats(pauses)}; tasks re-run per recovery: {stats(reruns)}")
+    print(f"run time against the failure-free run: {stats(slowdowns)}")
+    return 0 if wrong == 0 and hangs == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
