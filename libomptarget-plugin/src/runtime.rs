@@ -268,8 +268,10 @@ fn finalize() {
             eprintln!("ompcluster: failure detector: {e}");
         }
     }
-    if let Some(Runtime::Head(c)) = RUNTIME.get() {
-        failed |= c.any_failure();
+    match RUNTIME.get() {
+        Some(Runtime::Head(c)) => failed |= c.any_failure(),
+        Some(Runtime::Worker(_)) => failed |= event_system::worker::saw_failures(),
+        None => {}
     }
     // SAFETY: flushing all C streams (kernel printf output) is always allowed.
     unsafe { libc::fflush(std::ptr::null_mut()) };

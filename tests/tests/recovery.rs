@@ -295,3 +295,61 @@ fn failure_free_report_has_no_failures() {
     assert_eq!(raw["failures"].as_array().map(Vec::len), Some(0));
     assert_eq!(raw["workers_alive_at_end"], 3);
 }
+
+/// The Cholesky example (not written for these tests; its kernels compute, they do not
+/// sleep): a worker killed or frozen mid-run; the result line must be the failure-free one
+/// (the timing field aside: the factorisation itself is bit-identical wherever a tile kernel
+/// runs, the same machine code on the same inputs).
+#[test]
+fn cholesky_example_survives_kills_and_freezes() {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    let exe = EXE.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cholesky/cholesky.c");
+        let out = ompcluster_tests::work_dir().join("cholesky");
+        let o = std::process::Command::new("clang-16")
+            .args(ompcluster_tests::OFFLOAD_FLAGS)
+            .arg(&src)
+            .arg("-lm")
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .expect("clang-16");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        out
+    });
+    let args = ["1536", "128"];
+    let masked = |o: &Output| {
+        let out = stdout(o);
+        let line = out.lines().find(|l| l.starts_with("cholesky")).unwrap_or_default().to_string();
+        // "cholesky N=.. TS=.. tasks=..: 1.234 s, max error ..": drop the time.
+        match (line.find(": "), line.find(" s,")) {
+            (Some(a), Some(b)) if a < b => format!("{}{}", &line[..a], &line[b + 2..]),
+            _ => line,
+        }
+    };
+    let free = Job::spawn(4, exe, &args, FT).wait(BOUND);
+    assert!(free.status.success() && stdout(&free).contains("result correct"), "{}", describe(&free));
+    let expected = masked(&free);
+    let mut rng = Rng(77);
+    for sig in [libc::SIGKILL, libc::SIGKILL, libc::SIGSTOP] {
+        let rank = rng.between(1, 4) as i32;
+        let after = Duration::from_millis(rng.between(300, 1500));
+        let mut job = Job::spawn(4, exe, &args, FT);
+        let t0 = Instant::now();
+        let ranks = loop {
+            let r = job.ranks(exe);
+            if r.len() == 4 || t0.elapsed() > Duration::from_secs(60) || job.wait_timeout(Duration::ZERO).is_some() {
+                break r;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        std::thread::sleep(after);
+        if let Some(&(_, pid)) = ranks.iter().find(|(r, _)| *r as i32 == rank) {
+            // SAFETY: kill has no memory-safety preconditions; the pid is a rank of our job.
+            unsafe { libc::kill(pid, sig) };
+        }
+        let o = job.wait(BOUND);
+        assert!(o.status.success(), "signal {sig} to rank {rank} after {after:?}\n{}", describe(&o));
+        assert_eq!(masked(&o), expected, "signal {sig} to rank {rank} after {after:?}\n{}", describe(&o));
+    }
+}

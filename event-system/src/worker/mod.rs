@@ -32,6 +32,15 @@ pub trait CheckpointSink: Send + Sync {
     fn flush_then(&self, ckpt: u64, done: Box<dyn FnOnce(Result<Vec<u8>, String>) + Send>);
 }
 
+/// Set once the head fenced a rank: the job lost a process, so `MPI_Finalize` (which waits
+/// for every rank) must not be called.
+static FENCED_ANY: AtomicBool = AtomicBool::new(false);
+
+/// Has this worker been told that some rank died?
+pub fn saw_failures() -> bool {
+    FENCED_ANY.load(Ordering::Acquire)
+}
+
 /// Largest image data region whose changes a worker reports byte by byte (see
 /// `Reply::Executed::patches`).
 const MAX_PATCHED: u64 = 1 << 20;
@@ -366,6 +375,7 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
                     libc::_exit(0)
                 }
             }
+            FENCED_ANY.store(true, Ordering::Release);
             for &r in ranks {
                 w.live.fence(r);
             }

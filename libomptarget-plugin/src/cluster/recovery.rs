@@ -147,11 +147,17 @@ impl Cluster {
 
     /// A worker process on the head's host that has ended is dead now, not only after the
     /// heartbeat timeout: look every [`PROBE_PERIOD`] (a read of `/proc/PID/stat` each).
+    /// It runs until the process ends: during shutdown too, where a dead worker must not
+    /// make the head wait for the heartbeat timeout (it is then only fenced, not recovered).
     fn probe(&self, local: &[(i32, Victim)]) {
-        while !self.stopped.load(Ordering::Acquire) {
+        loop {
             for &(r, v) in local {
                 if !self.live.is_dead(r) && event_system::process::is_gone(v) {
-                    self.note_failure(r, "its process ended: seen by the head on their shared host");
+                    if self.stopped.load(Ordering::Acquire) {
+                        self.live.fence(r);
+                    } else {
+                        self.note_failure(r, "its process ended: seen by the head on their shared host");
+                    }
                 }
             }
             std::thread::sleep(PROBE_PERIOD);
