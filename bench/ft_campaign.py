@@ -25,7 +25,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(ROOT, "target", "release", "ompcluster-run")
 PROGRAMS = [  # (source, args): a few seconds each on 3 workers
-    ("../../examples/cholesky/cholesky.c", ["1536", "128"]),  # computes; prints its time
+    ("../../examples/cholesky/cholesky.c", ["2048", "128"]),  # computes; prints its time
     ("ft_matmul.c", ["512", "128", "400000"]),
     ("ft_stencil.c", ["8", "4096", "24", "90000"]),
     ("ft_devptr.c", ["8", "4096", "20", "25000"]),

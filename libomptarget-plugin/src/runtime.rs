@@ -84,6 +84,7 @@ extern "C" {
 }
 
 extern "C" fn record_exit_status(status: libc::c_int, _arg: *mut libc::c_void) {
+    EXIT_STATUS.store(status, Ordering::Release);
     let _ = std::panic::catch_unwind(|| write_exit_status(status));
 }
 
@@ -94,14 +95,15 @@ pub(crate) fn write_exit_status(status: i32) {
     }
 }
 
-/// On the head: have the program's exit status written where the launcher reads it.
+/// On the head: remember the program's exit status, and have it written where the launcher
+/// reads it (if it asked).
 fn keep_exit_status() {
-    let Some(p) = std::env::var_os("OMPCLUSTER_EXIT_STATUS_FILE").filter(|p| !p.is_empty()) else { return };
-    if STATUS_FILE.set(p.into()).is_ok() {
-        // SAFETY: registering a handler that only writes a small file; glibc calls it once,
-        // from `exit`, with the exit status.
-        unsafe { on_exit(record_exit_status, std::ptr::null_mut()) };
+    if let Some(p) = std::env::var_os("OMPCLUSTER_EXIT_STATUS_FILE").filter(|p| !p.is_empty()) {
+        let _ = STATUS_FILE.set(p.into());
     }
+    // SAFETY: registering a handler that only stores a number and writes a small file;
+    // glibc calls it once, from `exit`, with the exit status.
+    unsafe { on_exit(record_exit_status, std::ptr::null_mut()) };
 }
 
 /// This host, as a number every rank on it computes alike (a hash of its name).
@@ -280,10 +282,29 @@ fn finalize() {
         // runs in its recovery mode, where that is allowed).
         return;
     }
+    if DETECTOR.get().is_some_and(|d| d.is_enabled()) {
+        // A rank may die while the job ends, unknown to this one yet: MPI_Finalize would then
+        // wait for ever. Leave after a bound (mpirun is in its recovery mode).
+        let _ = std::thread::Builder::new().name("ompc-finalize".into()).spawn(|| {
+            std::thread::sleep(FINALIZE_BOUND);
+            // SAFETY: flushing C streams, then leaving with the status the program exited
+            // with (recorded by `record_exit_status`; 0 on a worker).
+            unsafe {
+                libc::fflush(std::ptr::null_mut());
+                libc::_exit(EXIT_STATUS.load(Ordering::Acquire))
+            }
+        });
+    }
     // SAFETY: MPI was initialised by `init`; every request of this rank is complete, and no
     // plugin call touches MPI after the runtime is stopped.
     unsafe { mpi::ffi::MPI_Finalize() };
 }
+
+/// Longest wait for `MPI_Finalize` with fault tolerance on.
+const FINALIZE_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The status the program is exiting with (the head), for a bounded finalize.
+static EXIT_STATUS: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 /// Is this an x86-64 ELF shared object (what clang-16 emits for x86_64-pc-linux-gnu)?
 pub(crate) fn is_x86_64_shared_object(bytes: &[u8]) -> bool {

@@ -289,10 +289,19 @@ impl TaskGraph {
         for &n in self.by_id.values() {
             let t = &self.graph[n];
             let marks = self.marks.get(&t.id);
-            let style = match marks.and_then(|m| m.iter().next_back()) {
-                Some(&m) => {
-                    let names: Vec<String> = marks.into_iter().flatten().map(|m| format!("{m:?}").to_lowercase()).collect();
-                    format!(", style=filled, fillcolor={}, tooltip=\"{}\"", m.colour(), names.join(" "))
+            // The fill says what happened most notably (checkpoint input, re-executed, moved,
+            // lost, in that order); a re-run on another worker also gets a green border.
+            let order = [Mark::FromCheckpoint, Mark::Reexecuted, Mark::Moved, Mark::Lost];
+            let style = match marks.and_then(|m| order.into_iter().find(|o| m.contains(o))) {
+                Some(m) => {
+                    let all = marks.into_iter().flatten();
+                    let names: Vec<String> = all.map(|m| format!("{m:?}").to_lowercase()).collect();
+                    let border = if m != Mark::Moved && marks.is_some_and(|x| x.contains(&Mark::Moved)) {
+                        ", color=darkgreen, penwidth=3"
+                    } else {
+                        ""
+                    };
+                    format!(", style=filled, fillcolor={}{border}, tooltip=\"{}\"", m.colour(), names.join(" "))
                 }
                 None => String::new(),
             };

@@ -317,7 +317,7 @@ fn cholesky_example_survives_kills_and_freezes() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         out
     });
-    let args = ["1536", "128"];
+    let args = ["2048", "128"];
     let masked = |o: &Output| {
         let out = stdout(o);
         let line = out.lines().find(|l| l.starts_with("cholesky")).unwrap_or_default().to_string();

@@ -337,6 +337,8 @@ impl Cluster {
         }
         for (w, tag) in tags {
             if let Err(e) = self.expect_ok(w, tag) {
+                // It died on the way out: fenced, so that nobody waits for it any more.
+                self.live.fence(w);
                 eprintln!("ompcluster: worker {w} did not stop cleanly: {e}");
             }
         }
