@@ -442,11 +442,14 @@ impl Cluster {
         let needed_later = |a: Access| pending.iter().any(|p| p.reads.contains(&a));
         // A copy must be rescued before it is overwritten if it is the only copy of the
         // current version, or if a task still to run needs its version and neither the head
-        // nor a checkpoint has that (another worker's copy might be overwritten too).
+        // nor a checkpoint has that (another worker's copy might be overwritten too). A copy on
+        // a worker busy with another re-run does not count as another copy: that task may be
+        // overwriting it right now (with the bookkeeping not yet updated).
         let precious = |b: &Buffer, v: u64, w: i32| {
             let a = Access { buffer: b.id, version: v };
             let kept = side.contains_key(&a) || self.ckpt.as_ref().is_some_and(|c| c.holds(b.id, v));
-            let current_here_only = v == b.version && b.ranks_with(v).all(|r| r == w);
+            let safe_elsewhere = b.ranks_with(v).any(|r| r == HEAD || (r != w && !busy.contains(&r)));
+            let current_here_only = v == b.version && !safe_elsewhere;
             let needed = needed_later(a) && !b.ranks_with(v).any(|r| r == HEAD);
             !kept && (current_here_only || needed)
         };
