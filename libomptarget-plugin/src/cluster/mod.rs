@@ -342,6 +342,14 @@ impl Cluster {
                 eprintln!("ompcluster: worker {w} did not stop cleanly: {e}");
             }
         }
+        // A rank that died (or froze) and is still a process on this host is killed, as
+        // recovery would: mpirun waits for every process, a frozen one included.
+        let host = self.procs[HEAD as usize].0;
+        for r in self.live.dead_ranks().into_iter().filter(|&r| r != HEAD) {
+            if let Some(&(_, victim)) = self.procs.get(r as usize).filter(|p| p.0 == host) {
+                event_system::process::kill(victim);
+            }
+        }
         let wall = self.start.elapsed().as_secs_f64();
         if let Some(path) = &self.cfg.report {
             let mut report = Report::from_stats(&self.stats, workers.len(), wall);
