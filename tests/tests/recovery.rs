@@ -77,17 +77,21 @@ struct Hit {
 
 /// Start `src` on 4 ranks, deliver `hits` from outside, wait for the end within [`BOUND`].
 fn run_hit(src: &str, envs: &[(&str, &str)], hits: &[Hit], report: Option<&Path>) -> (Output, Duration) {
-    let prog = compile(src);
+    run_hit_exe(&compile(src), args_of(src), envs, hits, report)
+}
+
+/// [`run_hit`] for an executable and its arguments.
+fn run_hit_exe(prog: &Path, args: &[&str], envs: &[(&str, &str)], hits: &[Hit], report: Option<&Path>) -> (Output, Duration) {
     let mut envs = with_ft(envs);
     let rep;
     if let Some(p) = report {
         rep = p.to_string_lossy().into_owned();
         envs.push(("OMPCLUSTER_REPORT", &rep));
     }
-    let mut job = Job::spawn(4, &prog, args_of(src), &envs);
+    let mut job = Job::spawn(4, prog, args, &envs);
     let t0 = Instant::now();
     let ranks = loop {
-        let r = job.ranks(&prog);
+        let r = job.ranks(prog);
         if r.len() == 4 {
             break r;
         }
@@ -332,24 +336,9 @@ fn cholesky_example_survives_kills_and_freezes() {
     let expected = masked(&free);
     let mut rng = Rng(77);
     for sig in [libc::SIGKILL, libc::SIGKILL, libc::SIGSTOP] {
-        let rank = rng.between(1, 4) as i32;
-        let after = Duration::from_millis(rng.between(300, 1500));
-        let mut job = Job::spawn(4, exe, &args, FT);
-        let t0 = Instant::now();
-        let ranks = loop {
-            let r = job.ranks(exe);
-            if r.len() == 4 || t0.elapsed() > Duration::from_secs(60) || job.wait_timeout(Duration::ZERO).is_some() {
-                break r;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        std::thread::sleep(after);
-        if let Some(&(_, pid)) = ranks.iter().find(|(r, _)| *r as i32 == rank) {
-            // SAFETY: kill has no memory-safety preconditions; the pid is a rank of our job.
-            unsafe { libc::kill(pid, sig) };
-        }
-        let o = job.wait(BOUND);
-        assert!(o.status.success(), "signal {sig} to rank {rank} after {after:?}\n{}", describe(&o));
-        assert_eq!(masked(&o), expected, "signal {sig} to rank {rank} after {after:?}\n{}", describe(&o));
+        let hit = Hit { rank: rng.between(1, 4) as u32, sig, after: Duration::from_millis(rng.between(300, 1500)) };
+        let (o, _) = run_hit_exe(exe, &args, &[], &[hit], None);
+        assert!(o.status.success(), "{hit:?}\n{}", describe(&o));
+        assert_eq!(masked(&o), expected, "{hit:?}\n{}", describe(&o));
     }
 }
