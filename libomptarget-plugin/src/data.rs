@@ -257,6 +257,14 @@ impl Buffers {
         lost
     }
 
+    /// The current versions of live buffers that no rank holds (after a failure).
+    pub(crate) fn unheld(&self) -> impl Iterator<Item = task_graph::Access> + '_ {
+        self.by_addr
+            .values()
+            .filter(|b| b.version > 0 && b.holders.is_empty())
+            .map(|b| task_graph::Access { buffer: b.id, version: b.version })
+    }
+
     /// A buffer by id, live or retired.
     pub(crate) fn by_id(&self, id: u64) -> Option<&Buffer> {
         match self.by_id.get(&id) {

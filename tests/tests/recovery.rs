@@ -203,18 +203,24 @@ fn two_workers_at_once_or_one_after_another() {
 /// stay valid) and recovery may load versions from the published ones.
 #[test]
 fn kill_during_a_checkpoint_with_checkpoints_on() {
-    let dir = tempfile::tempdir_in(ompcluster_tests::work_dir()).unwrap();
-    let dir_s = dir.path().join("ckpt").to_string_lossy().into_owned();
+    // A fresh checkpoint directory for every run: a directory reused by a later run is not
+    // this test's subject.
+    let fresh = || {
+        let d = tempfile::tempdir_in(ompcluster_tests::work_dir()).unwrap();
+        let s = d.path().join("ckpt").to_string_lossy().into_owned();
+        (d, s)
+    };
     for src in ["ft_matmul.c", "ft_stencil.c"] {
-        let cp: Vec<(&str, &str)> = vec![("OMPCLUSTER_CP_INTERVAL", "0.3"), ("OMPCLUSTER_CP_PERSISTENT", &dir_s)];
         let expected = reference(src, &[]);
-        let mut envs = cp.clone();
-        envs.push(("OMPCLUSTER_FT_INJECT", "kill:rank=2:during=checkpoint"));
+        let (_d1, dir1) = fresh();
+        let envs = [("OMPCLUSTER_CP_INTERVAL", "0.3"), ("OMPCLUSTER_CP_PERSISTENT", dir1.as_str()), ("OMPCLUSTER_FT_INJECT", "kill:rank=2:during=checkpoint")];
         let (_d, rep) = tmp_report();
         let (o, _) = run_hit(src, &envs, &[], Some(&rep));
         assert_same(src, &o, &expected, "rank 2 killed during a checkpoint");
         assert!(recovered(&o), "{src}: no recovery reported\n{}", describe(&o));
         // And a plain external kill later in the run, with checkpoints taken before it.
+        let (_d2, dir2) = fresh();
+        let cp = [("OMPCLUSTER_CP_INTERVAL", "0.3"), ("OMPCLUSTER_CP_PERSISTENT", dir2.as_str())];
         let (o, _) = run_hit(src, &cp, &[Hit { rank: 3, sig: libc::SIGKILL, after: Duration::from_millis(1500) }], Some(&rep));
         assert_same(src, &o, &expected, "rank 3 killed with checkpoints on");
         let r = read_report(&rep);

@@ -209,9 +209,16 @@ impl Cluster {
         let mut rec = RecoveryRecord { at_seconds, versions_lost: lost.len() as u64, attempts, ..Default::default() };
         let mut bad = BTreeSet::new();
         let mut replans = 0;
+        // Copies rescued from workers: kept for the whole recovery (an attempt that stops to
+        // plan again may already have overwritten where they came from).
+        let side: Side = Mutex::new(HashMap::new());
         loop {
-            let work = self.plan(&lost, &bad, dead)?;
-            match self.rebuild(&work, &lost, &survivors, &mut rec) {
+            // What is lost now: the first loss, and anything an interrupted attempt left with
+            // no holder (it is then in `side`, or a checkpoint, or rebuilt again).
+            let mut lost_now = lost.clone();
+            lost_now.extend(self.buffers.lock().unheld());
+            let work = self.plan(&lost_now, &bad, dead, &side)?;
+            match self.rebuild(&work, &lost_now, &survivors, &mut rec, &side) {
                 Ok(()) => break,
                 Err(Stop::BadCheckpoint(a, why)) => {
                     if !bad.insert(a) {
@@ -236,6 +243,18 @@ impl Cluster {
                     return Err(e);
                 }
             }
+        }
+        // Rescued copies that are still the only copy of a current version go to the head's
+        // copy; the others were only needed during recovery.
+        for (a, bytes) in side.into_inner() {
+            let addr = {
+                let bufs = self.buffers.lock();
+                match bufs.by_id(a.buffer) {
+                    Some(b) if b.version == a.version && b.holders.is_empty() && bufs.get(b.addr).is_some() => b.addr,
+                    _ => continue,
+                }
+            };
+            self.put_on_head(a, addr, &bytes).map_err(new_failure)?;
         }
         self.release_retired_on_workers()?;
         self.attempts.store(0, Ordering::Relaxed);
@@ -294,10 +313,11 @@ impl Cluster {
     }
 
     /// The lineage search, and why it fails if it does.
-    fn plan(&self, lost: &BTreeSet<Access>, bad: &BTreeSet<Access>, dead: &BTreeSet<i32>) -> std::result::Result<LostWork, RecoverError> {
+    fn plan(&self, lost: &BTreeSet<Access>, bad: &BTreeSet<Access>, dead: &BTreeSet<i32>, side: &Side) -> std::result::Result<LostWork, RecoverError> {
+        let rescued: BTreeSet<Access> = side.lock().keys().copied().collect();
         let bufs = self.buffers.lock();
         let graph = self.graph.lock();
-        let work = graph.lost_work(lost, &|a| self.available(&bufs, a, bad));
+        let work = graph.lost_work(lost, &|a| rescued.contains(&a) || self.available(&bufs, a, bad));
         let describe = |a: &Access| match bufs.by_id(a.buffer) {
             Some(b) => format!("buffer {:#x} ({} bytes) version {}", b.addr, b.size, a.version),
             None => format!("buffer #{} version {} (freed by the program)", a.buffer, a.version),
@@ -331,7 +351,7 @@ impl Cluster {
     }
 
     /// Re-run `work.tasks` and restore the lost versions only checkpoints hold.
-    fn rebuild(&self, work: &LostWork, lost: &BTreeSet<Access>, survivors: &[i32], rec: &mut RecoveryRecord) -> std::result::Result<(), Stop> {
+    fn rebuild(&self, work: &LostWork, lost: &BTreeSet<Access>, survivors: &[i32], rec: &mut RecoveryRecord, side: &Side) -> std::result::Result<(), Stop> {
         let tasks: Vec<TaskRecord> = {
             let g = self.graph.lock();
             work.tasks.iter().map(|&id| g.task(id).expect("planned from the record").clone()).collect()
@@ -342,7 +362,6 @@ impl Cluster {
             Reexec::Sequential => 1,
         };
         let (tx, rx) = crossbeam_channel::unbounded();
-        let side: Side = Mutex::new(HashMap::new());
         let mut done = vec![false; tasks.len()];
         let mut started = vec![false; tasks.len()];
         let mut busy: BTreeSet<i32> = BTreeSet::new();
@@ -361,11 +380,11 @@ impl Cluster {
                             continue;
                         }
                         let pending: Vec<&TaskRecord> = (0..tasks.len()).filter(|&k| !started[k] && k != i).map(|k| &tasks[k]).collect();
-                        let Some((w, rescue)) = self.place(&tasks[i], survivors, &busy, &pending, &side) else { continue };
+                        let Some((w, rescue)) = self.place(&tasks[i], survivors, &busy, &pending, side) else { continue };
                         started[i] = true;
                         busy.insert(w);
                         running += 1;
-                        let (tx, t, side) = (tx.clone(), &tasks[i], &side);
+                        let (tx, t) = (tx.clone(), &tasks[i]);
                         s.spawn(move || {
                             let _ = tx.send((i, w, self.rerun(t, w, &rescue, side)));
                         });
@@ -398,23 +417,11 @@ impl Cluster {
                 tasks[i].id, tasks[i].kernel
             ))));
         }
-        // Rescued copies that are still the only copy of a current version go to the head's
-        // copy; the others were only needed during recovery.
-        for (a, bytes) in side.into_inner() {
-            let addr = {
-                let bufs = self.buffers.lock();
-                match bufs.by_id(a.buffer) {
-                    Some(b) if b.version == a.version && b.holders.is_empty() && bufs.get(b.addr).is_some() => b.addr,
-                    _ => continue,
-                }
-            };
-            self.put_on_head(a, addr, &bytes).map_err(fatal)?;
-        }
         // Lost versions that no task rebuilt and no live rank holds (an earlier attempt may
         // have rebuilt some) come from checkpoints: into the head's copy.
         for a in work.restore.iter().filter(|a| lost.contains(a)) {
             let addr = match self.buffers.lock().by_id(a.buffer) {
-                Some(b) if b.ranks_with(a.version).next().is_none() => b.addr,
+                Some(b) if b.ranks_with(a.version).next().is_none() && !side.lock().contains_key(a) => b.addr,
                 _ => continue,
             };
             let bytes = self.load_checkpointed(*a)?;
