@@ -20,7 +20,7 @@ pub use backoff::Backoff;
 pub use comm::{Comm, CommError, Fenced, Liveness, NeverDead, TagAllocator};
 pub use heap::{ExtentAllocator, HeapError, SymmetricHeap};
 pub use protocol::{Event, ProtocolError, Region, Reply};
-pub use worker::{write_all, CheckpointSink};
+pub use worker::{write_all, CheckpointSink, LocalDevice, Ran};
 
 /// Rank of the head process (the one that runs the user's `main`).
 pub const HEAD: i32 = 0;

@@ -8,6 +8,7 @@
 
 use event_system::heap::{ExtentAllocator, HeapError};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 /// Rank of the head.
 pub(crate) const HEAD: i32 = event_system::HEAD;
@@ -125,8 +126,12 @@ pub(crate) struct Buffers {
     /// while a re-run could write there.
     retired: HashMap<u64, Buffer>,
     next_id: u64,
-    /// Bytes the head keeps only for recovery: its copies of older versions, and retired
-    /// buffers.
+    /// Versions the head keeps apart from its copies of the buffers, because recorded tasks
+    /// read them and their copy was overwritten (or rescued by a recovery): the only place
+    /// lineage can still find them.
+    kept: HashMap<task_graph::Access, Arc<Vec<u8>>>,
+    /// Bytes the head keeps only for recovery: its copies of older versions, retired
+    /// buffers, and kept versions.
     retained: u64,
     /// Most bytes the head may keep for recovery (`OMPCLUSTER_FT_RETAIN`).
     budget: u64,
@@ -142,6 +147,7 @@ impl Buffers {
             by_id: HashMap::new(),
             retired: HashMap::new(),
             next_id: 1,
+            kept: HashMap::new(),
             retained: 0,
             budget: 0,
         }
@@ -307,6 +313,39 @@ impl Buffers {
             self.retained -= b.span;
         }
         out
+    }
+
+    /// Keep `bytes` as version `a` (see `kept`), within the retention budget. Returns whether
+    /// it is kept.
+    pub(crate) fn keep(&mut self, a: task_graph::Access, bytes: Arc<Vec<u8>>) -> bool {
+        if self.kept.contains_key(&a) {
+            return true;
+        }
+        let n = bytes.len() as u64;
+        if !self.may_retain(n) {
+            return false;
+        }
+        self.retained += n;
+        self.kept.insert(a, bytes);
+        true
+    }
+
+    /// A kept version.
+    pub(crate) fn kept(&self, a: task_graph::Access) -> Option<Arc<Vec<u8>>> {
+        self.kept.get(&a).cloned()
+    }
+
+    /// Forget the kept versions that are not `still_read` (by a recorded task).
+    pub(crate) fn release_kept(&mut self, still_read: impl Fn(task_graph::Access) -> bool) {
+        let mut freed = 0;
+        self.kept.retain(|&a, bytes| {
+            let keep = still_read(a);
+            if !keep {
+                freed += bytes.len() as u64;
+            }
+            keep
+        });
+        self.retained -= freed;
     }
 
     /// Make a new buffer of `size` bytes.
@@ -519,6 +558,15 @@ mod tests {
         assert!(bs.release_retired(&[id].into()).is_empty());
         assert_eq!(bs.release_retired(&BTreeSet::new()).len(), 1);
         assert_eq!(bs.retained_bytes(), 0);
+        // Kept versions count against the budget, and go once nothing reads them.
+        let v = |version| task_graph::Access { buffer: id, version };
+        assert!(bs.keep(v(1), Arc::new(vec![7; 1000])));
+        assert!(!bs.keep(v(2), Arc::new(vec![7; 1 << 20])), "over the budget");
+        assert_eq!((bs.retained_bytes(), bs.kept(v(1)).map(|b| b.len())), (1000, Some(1000)));
+        bs.release_kept(|a| a == v(1));
+        assert_eq!(bs.retained_bytes(), 1000);
+        bs.release_kept(|_| false);
+        assert_eq!((bs.retained_bytes(), bs.kept(v(1))), (0, None));
     }
 
     #[test]

@@ -86,6 +86,9 @@ pub struct Report {
     pub tasks_recorded: u64,
     /// The head process's peak resident memory (getrusage).
     pub head_max_rss_bytes: u64,
+    /// When every worker had died and the head started running the target regions itself,
+    /// seconds since start-up (`tasks_per_worker["0"]` counts what it ran).
+    pub continued_on_head_at_seconds: Option<f64>,
 }
 
 /// This process's peak resident memory, bytes.
@@ -105,8 +108,10 @@ impl Report {
             .per_worker
             .iter()
             .enumerate()
-            .skip(1)
-            .map(|(r, n)| (r.to_string(), n.load(Ordering::Relaxed)))
+            .map(|(r, n)| (r, n.load(Ordering::Relaxed)))
+            // The head is listed only if it ran regions itself (no worker left).
+            .filter(|&(r, n)| r > 0 || n > 0)
+            .map(|(r, n)| (r.to_string(), n))
             .collect();
         Report {
             workers,
@@ -130,6 +135,7 @@ impl Report {
             retained_bytes: 0,
             tasks_recorded: 0,
             head_max_rss_bytes: 0,
+            continued_on_head_at_seconds: None,
         }
     }
 

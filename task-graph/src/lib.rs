@@ -138,6 +138,8 @@ pub struct TaskGraph {
     /// The newest produced version of each buffer.
     latest: HashMap<BufferId, Access>,
     marks: HashMap<u64, BTreeSet<Mark>>,
+    /// How many recorded tasks read each version.
+    readers: HashMap<Access, u32>,
     next_id: u64,
     pruned: u64,
 }
@@ -172,6 +174,9 @@ impl TaskGraph {
         let writes = task.writes.clone();
         let node = self.graph.add_node(task);
         self.by_id.insert(id, node);
+        for r in &reads {
+            *self.readers.entry(*r).or_default() += 1;
+        }
         for r in reads {
             if let Some(&p) = self.producer.get(&r) {
                 self.graph.add_edge(p, node, Dep::Flow(r));
@@ -255,6 +260,14 @@ impl TaskGraph {
             self.by_id.iter().filter(|(id, _)| !keep.contains(id)).map(|(&id, &n)| (id, n)).collect();
         for &(id, n) in &drop {
             if let Some(t) = self.graph.remove_node(n) {
+                for r in &t.reads {
+                    if let Some(c) = self.readers.get_mut(r) {
+                        *c -= 1;
+                        if *c == 0 {
+                            self.readers.remove(r);
+                        }
+                    }
+                }
                 for w in &t.writes {
                     if self.producer.get(w) == Some(&n) {
                         self.producer.remove(w);
@@ -266,6 +279,11 @@ impl TaskGraph {
         }
         self.pruned += drop.len() as u64;
         drop.len() as u64
+    }
+
+    /// Does a recorded task read this version (so that re-running it may need it)?
+    pub fn is_read(&self, access: Access) -> bool {
+        self.readers.contains_key(&access)
     }
 
     /// Buffers that recorded tasks read.
@@ -402,8 +420,12 @@ mod tests {
         // b7 v2 could be lost; b9 v1 is in a checkpoint.
         let roots: BTreeSet<Access> = [Access { buffer: 7, version: 2 }, Access { buffer: 9, version: 1 }].into();
         let safe = |a: Access| a.version == 0 || a == Access { buffer: 9, version: 1 };
+        assert!(g.is_read(Access { buffer: 9, version: 0 }));
         assert_eq!(g.prune(&roots, &safe), 1001);
         assert_eq!(g.tasks().map(|t| &*t.kernel).collect::<Vec<_>>(), vec!["w1", "w2"]);
+        // What the kept tasks read is still read; what only pruned ones read is not.
+        assert!(g.is_read(Access { buffer: 7, version: 1 }) && g.is_read(Access { buffer: 7, version: 0 }));
+        assert!(!g.is_read(Access { buffer: 9, version: 0 }) && !g.is_read(Access { buffer: 7, version: 2 }));
         assert_eq!(g.recorded(), 1003);
         // The lineage still works after pruning, and new ids continue.
         let w = g.lost_work(&[Access { buffer: 7, version: 2 }].into(), &|a| a.version == 0);

@@ -278,15 +278,42 @@ fn sequential_reexecution_gives_the_same_output() {
     assert!(recovered(&o), "{}", describe(&o));
 }
 
-/// Every worker gone: the job ends with a message, non-zero, never hangs.
+/// Every worker gone: the head runs the remaining regions itself (it loads the images with
+/// the workers' loader) and the program still finishes right, saying so once on stderr. The
+/// workers die one after another (injected), or from outside: two killed and one frozen at
+/// once; with checkpoints on for one program (the head then saves its own copies).
 #[test]
-fn losing_every_worker_ends_the_job_with_a_reason() {
-    let prog = compile("ft_matmul.c");
-    let envs = with_ft(&[("OMPCLUSTER_FT_INJECT", "kill:rank=1:after_tasks=10;kill:rank=2:after_tasks=10;kill:rank=3:after_tasks=10")]);
-    let o = Job::spawn(4, &prog, args_of("ft_matmul.c"), &envs).wait(BOUND);
-    assert!(!o.status.success(), "{}", describe(&o));
-    assert!(stderr(&o).contains("every worker died"), "{}", describe(&o));
-    assert!(!stdout(&o).contains("PASS"), "{}", describe(&o));
+fn losing_every_worker_the_head_finishes_the_run() {
+    let one_by_one = "kill:rank=1:after_tasks=15;kill:rank=2:after_tasks=25;kill:rank=3:after_tasks=35";
+    let ckpt = tempfile::tempdir_in(ompcluster_tests::work_dir()).unwrap();
+    let ckpt_dir = ckpt.path().join("ckpt").to_string_lossy().into_owned();
+    let cases: Vec<(&str, Vec<(&str, &str)>, Vec<Hit>)> = vec![
+        ("ft_matmul.c", vec![("OMPCLUSTER_FT_INJECT", one_by_one)], vec![]),
+        ("ft_stencil.c", vec![("OMPCLUSTER_FT_INJECT", one_by_one), ("OMPCLUSTER_CP_INTERVAL", "0.3"), ("OMPCLUSTER_CP_PERSISTENT", &ckpt_dir)], vec![]),
+        ("ft_cxx.cpp", vec![("OMPCLUSTER_FT_INJECT", one_by_one)], vec![]),
+        ("ft_print.c", vec![("OMPCLUSTER_FT_INJECT", one_by_one)], vec![]),
+        (
+            "ft_devptr.c",
+            vec![],
+            vec![
+                Hit { rank: 1, sig: libc::SIGKILL, after: Duration::from_millis(700) },
+                Hit { rank: 2, sig: libc::SIGSTOP, after: Duration::from_millis(700) },
+                Hit { rank: 3, sig: libc::SIGKILL, after: Duration::from_millis(700) },
+            ],
+        ),
+    ];
+    for (src, envs, hits) in cases {
+        let expected = reference(src, &[]);
+        let (_d, rep) = tmp_report();
+        let (o, _) = run_hit(src, &envs, &hits, Some(&rep));
+        assert_same(src, &o, &expected, "every worker lost");
+        let said = stderr(&o).matches("the head runs the remaining target regions itself").count();
+        assert_eq!(said, 1, "{src}: the switch to the head must be said once\n{}", describe(&o));
+        let r = read_report(&rep);
+        assert_eq!(r["workers_alive_at_end"], 0, "{src}: {r}");
+        assert!(r["continued_on_head_at_seconds"].as_f64().is_some(), "{src}: {r}");
+        assert!(r["tasks_per_worker"]["0"].as_u64().unwrap_or(0) > 0, "{src}: the head ran no region: {r}");
+    }
 }
 
 /// Without a worker's death, nothing changes: the report says so.

@@ -2,12 +2,14 @@
 //!
 //! See `README.md` beside this file for the threading design.
 
+mod device;
 mod exec;
 mod images;
 mod loader;
 mod memory;
 mod output;
 
+pub use device::{LocalDevice, Ran};
 pub use output::write_all;
 
 use crate::backoff::Backoff;
@@ -15,9 +17,8 @@ use crate::comm::{Comm, CommError, Fenced, Liveness, CONTROL_TAG};
 use crate::heap::SymmetricHeap;
 use crate::protocol::{self, Envelope, Event, Reply};
 use crate::HEAD;
-use images::Image;
-use memory::Memory;
-use parking_lot::{Mutex, RwLock};
+use device::Device;
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,10 +42,6 @@ pub fn saw_failures() -> bool {
     FENCED_ANY.load(Ordering::Acquire)
 }
 
-/// Largest image data region whose changes a worker reports byte by byte (see
-/// `Reply::Executed::patches`).
-const MAX_PATCHED: u64 = 1 << 20;
-
 /// Most threads a worker runs (kernels in flight plus the poller).
 const MAX_THREADS: usize = 512;
 
@@ -54,8 +51,8 @@ struct Worker {
     heap: SymmetricHeap,
     /// The failure detector's view, plus the ranks the head fenced (FENCE events).
     live: Arc<Fenced<Arc<dyn Liveness>>>,
-    memory: RwLock<Memory>,
-    images: RwLock<Vec<Option<Image>>>,
+    /// Device memory held and images loaded.
+    dev: Device,
     /// Held by the one thread that polls for control messages.
     poll: Mutex<()>,
     exit: AtomicBool,
@@ -82,8 +79,7 @@ pub fn run(
         comm,
         heap,
         live,
-        memory: RwLock::new(Memory::default()),
-        images: RwLock::new(Vec::new()),
+        dev: Device::default(),
         poll: Mutex::new(()),
         exit: AtomicBool::new(false),
         idle: AtomicUsize::new(1),
@@ -171,12 +167,12 @@ fn lead(w: &Arc<Worker>) -> Result<Turn, CommError> {
         // DELETE and a later ALLOC of the same range can never be reordered.
         match &env.event {
             Event::Alloc(r) => {
-                if let Err(e) = w.memory.write().back(&w.heap, r.addr, r.size) {
+                if let Err(e) = w.dev.memory.write().back(&w.heap, r.addr, r.size) {
                     eprintln!("ompcluster worker {}: {e}", w.comm.rank());
                 }
             }
             Event::Delete(r) => {
-                if let Err(e) = w.memory.write().release(&w.heap, r.addr) {
+                if let Err(e) = w.dev.memory.write().release(&w.heap, r.addr) {
                     eprintln!("ompcluster worker {}: {e}", w.comm.rank());
                 }
             }
@@ -260,22 +256,14 @@ fn wait_idle(w: &Worker, others: usize) {
 /// Handle one event off the poll lock. `Ok(None)` means the reply was already sent.
 fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
     let live = w.live.as_ref();
-    let resolve = |addr: u64, size: u64| w.memory.read().resolve(addr, size);
+    let resolve = |addr: u64, size: u64| w.dev.memory.read().resolve(addr, size);
     Ok(Some(match &env.event {
         Event::LoadBinary { image, size, base, extent, kernels } => {
             let mut bytes = vec![0u8; *size as usize];
             // SAFETY: `bytes` is a private buffer of exactly `size` bytes.
             unsafe { w.comm.recv_bytes(HEAD, env.tag, bytes.as_mut_ptr(), bytes.len(), live)? };
-            match Image::load(&w.heap, &w.memory, &bytes, *base, *extent, kernels) {
-                Ok(img) => {
-                    let mut images = w.images.write();
-                    let idx = *image as usize;
-                    if images.len() <= idx {
-                        images.resize_with(idx + 1, || None);
-                    }
-                    images[idx] = Some(img);
-                    Reply::Ok
-                }
+            match w.dev.load(&w.heap, *image, &bytes, *base, *extent, kernels) {
+                Ok(()) => Reply::Ok,
                 Err(e) => Reply::Error(e),
             }
         }
@@ -398,78 +386,34 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
 /// `p` must point to the `r.size` writable bytes of `r`, held by this worker.
 unsafe fn recv_into(w: &Worker, from: i32, tag: i32, r: &protocol::Region, p: *mut u8) -> Result<(), CommError> {
     let live = w.live.as_ref();
-    if !w.memory.read().needs_care(r.addr, r.size) {
+    if !w.dev.memory.read().needs_care(r.addr, r.size) {
         // SAFETY: forwarded contract.
         return unsafe { w.comm.recv_bytes(from, tag, p, r.size as usize, live) };
     }
     let mut bytes = vec![0u8; r.size as usize];
     // SAFETY: private buffer of the right size.
     unsafe { w.comm.recv_bytes(from, tag, bytes.as_mut_ptr(), bytes.len(), live)? };
-    for (s, e) in w.memory.read().pieces_to_write(r.addr, &bytes, w.heap.base(), w.heap.end()) {
-        // SAFETY: `s..e` lies within the `r.size` bytes at `p` (forwarded contract) and within
-        // `bytes`, a separate allocation.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr().add(s), p.add(s), e - s) };
-    }
+    // SAFETY: forwarded contract.
+    unsafe { w.dev.write((w.heap.base(), w.heap.end()), r.addr, p, &bytes) };
     Ok(())
 }
 
 fn execute(w: &Worker, image: u32, kernel: u32, args: &[u64], regions: &[protocol::Region], assume_written: &[bool]) -> Reply {
-    let entry = {
-        let images = w.images.read();
-        match images.get(image as usize).and_then(|i| i.as_ref()).and_then(|i| i.kernels.get(kernel as usize)) {
-            Some(&e) => e,
-            None => return Reply::Error(format!("no kernel {kernel} in image {image}")),
-        }
-    };
-    // Each region's local pointer, and the pieces of it whose changes count (an image's data
-    // without the OpenMP runtime's lock words, which libomp sets on first use).
-    let (ptrs, pieces) = {
-        let mem = w.memory.read();
+    let ptrs = {
+        let mem = w.dev.memory.read();
         match regions.iter().map(|r| mem.resolve(r.addr, r.size)).collect::<Result<Vec<_>, _>>() {
-            Ok(p) => (p, regions.iter().map(|r| mem.pieces_to_hash(r.addr, r.size)).collect::<Vec<_>>()),
+            Ok(p) => p,
             Err(e) => return Reply::Error(e),
         }
     };
-    // SAFETY (all three blocks below): every pointer was resolved to a held range of the
-    // stated size (the pieces lie inside it), and the head keeps these buffers allocated
-    // while the kernel runs.
-    let hash = |i: usize, written: bool| if written { 0 } else { unsafe { exec::hash(ptrs[i], &pieces[i]) } };
-    let before: Vec<u64> = (0..regions.len()).map(|i| hash(i, assume_written[i])).collect();
-    // A copy of each (small enough) image data region, to tell the head what changed.
-    let snapshots: Vec<Option<Vec<u8>>> = {
-        let mem = w.memory.read();
-        regions
-            .iter()
-            .zip(&ptrs)
-            .zip(assume_written)
-            .map(|((r, &p), &aw)| {
-                // SAFETY: `p` points to the `r.size` held bytes of `r`.
-                (!aw && r.size <= MAX_PATCHED && mem.is_image_data(r.addr)).then(|| unsafe { std::slice::from_raw_parts(p, r.size as usize) }.to_vec())
-            })
-            .collect()
-    };
-    let start = Instant::now();
-    // SAFETY: `entry` was resolved by name from a loaded image; libomptarget generated the
+    // SAFETY: every pointer was resolved to a held range of the stated size, and the head
+    // keeps these buffers allocated while the kernel runs; libomptarget generated the
     // argument list for exactly this kernel.
-    unsafe { exec::call_kernel(entry, args) };
-    let seconds = start.elapsed().as_secs_f64();
-    let mut changed = Vec::with_capacity(regions.len());
-    let mut pointers = Vec::new();
-    for (i, (((r, &p), h), &aw)) in regions.iter().zip(&ptrs).zip(before).zip(assume_written).enumerate() {
-        let c = aw || hash(i, false) != h;
-        if c {
-            pointers.push(unsafe { protocol::scan_pointers(p, r.size as usize, w.heap.base(), w.heap.end()) });
+    match unsafe { w.dev.execute((w.heap.base(), w.heap.end()), image, kernel, args, regions, &ptrs, assume_written) } {
+        Ok(ran) => {
+            let output = w.stdout.as_ref().map(|c| c.take()).unwrap_or_default();
+            Reply::Executed { changed: ran.changed, pointers: ran.pointers, seconds: ran.seconds, patches: ran.patches, output }
         }
-        changed.push(c);
+        Err(e) => Reply::Error(e),
     }
-    let mut patches = Vec::new();
-    for (i, snap) in snapshots.into_iter().enumerate() {
-        if let Some(old) = snap.filter(|_| changed[i]) {
-            // SAFETY: as above.
-            let now = unsafe { std::slice::from_raw_parts(ptrs[i], old.len()) };
-            patches.push((i as u32, exec::diff(&old, now, &pieces[i])));
-        }
-    }
-    let output = w.stdout.as_ref().map(|c| c.take()).unwrap_or_default();
-    Reply::Executed { changed, pointers, seconds, patches, output }
 }

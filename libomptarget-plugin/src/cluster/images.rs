@@ -65,10 +65,23 @@ impl Cluster {
                 Err(e) => self.unless_dead(e)?,
             }
         }
-        if loaded.is_empty() {
+        let source = ImageSource {
+            bytes: self.recovery.then(|| image.into()),
+            base,
+            extent,
+            kernels: kernels.clone(),
+            data: data.map(|(start, _)| base + start),
+        };
+        if let Some(dev) = self.local() {
+            // The head runs the regions itself: it loads the image here too.
+            if let Some((start, end)) = data {
+                // Loading gives it its initial data (version 1) here.
+                self.buffers.lock().add_image_data(base + start, end - start, idx).version = 1;
+            }
+            self.load_here(dev, idx, &source)?;
+        } else if loaded.is_empty() {
             return Err(ClusterError::NoWorker);
-        }
-        if let Some((start, end)) = data {
+        } else if let Some((start, end)) = data {
             // Every worker now holds the loaded image's initial data (after its constructors,
             // which are deterministic: the same on every worker).
             let addr = base + start;
@@ -95,7 +108,7 @@ impl Cluster {
         // SAFETY: one past the end of the same boxed slice.
         let end = unsafe { begin.add(table_entries.len()) };
         let table = Box::new(crate::ctypes::TargetTable { entries_begin: begin, entries_end: end });
-        images.push(ImageTables { _entries: table_entries, table, _tokens: tokens });
+        images.push(ImageTables { _entries: table_entries, table, _tokens: tokens, source });
         let t = images.last_mut().expect("just pushed");
         Ok(&mut *t.table as *mut _)
     }

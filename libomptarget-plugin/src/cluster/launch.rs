@@ -47,7 +47,8 @@ impl Cluster {
                     continue;
                 }
                 let candidates: Vec<Candidate> = self
-                    .workers()
+                    .targets()
+                    .into_iter()
                     .filter(|w| pins.is_empty() || pins.contains(w))
                     .map(|w| Candidate {
                         rank: w,
@@ -203,6 +204,9 @@ impl Cluster {
             self.ensure_present(*addr, w)?;
         }
         let regions: Vec<Region> = reach.iter().map(|&(addr, size, ..)| Region { addr, size }).collect();
+        if w == HEAD {
+            return self.run_here(kernel.image, kernel.index, args, &regions, &assume_written, false);
+        }
         let n = regions.len();
         let short = kernel.last_ns.load(Ordering::Relaxed) < SHORT_KERNEL_NS;
         let tag = self.post(

@@ -86,6 +86,29 @@ impl Cluster {
         }
     }
 
+    /// The head's copy of the buffer at `addr` is about to be overwritten: if it holds a
+    /// version that a recorded task read (re-running that task may need it) and that no
+    /// checkpoint holds, keep that version apart first, within the retention budget. Over
+    /// the budget it is not kept, and a later loss that needs it is reported unrecoverable.
+    /// Not once the head runs the regions itself (nothing can be lost any more).
+    pub(super) fn keep_head_version(&self, bufs: &mut Buffers, addr: u64) {
+        if !self.retains() || self.local().is_some() {
+            return;
+        }
+        let Some(b) = bufs.get(addr).filter(|b| b.backed.contains(&HEAD)) else { return };
+        let Some(version) = b.version_on(HEAD).filter(|&v| v > 0) else { return };
+        let a = Access { buffer: b.id, version };
+        if bufs.kept(a).is_some() || self.ckpt.as_ref().is_some_and(|c| c.holds(a.buffer, version)) || !self.graph.lock().is_read(a) {
+            return;
+        }
+        // SAFETY: the head backed this copy; nobody changes it while the buffer lock is held
+        // (writers of the head's copy hold it, or the gate exclusively, around this call).
+        let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, b.size as usize) }.to_vec();
+        if bufs.keep(a, Arc::new(bytes)) {
+            self.log(format_args!("KEEP buffer {} version {} apart (a recorded task read it)", a.buffer, a.version));
+        }
+    }
+
     pub(super) fn stage_on_head(&self, bufs: &mut Buffers, addr: u64) -> Result<()> {
         let b = bufs.get_mut(addr).expect("caller holds a live buffer");
         if !b.backed.contains(&HEAD) {
@@ -209,6 +232,7 @@ impl Cluster {
             };
             if targets.contains(&HEAD) {
                 self.stage_on_head(&mut bufs, addr)?;
+                self.keep_head_version(&mut bufs, addr);
             }
             (addr, targets, whole)
         };
@@ -221,7 +245,7 @@ impl Cluster {
             if r == HEAD {
                 // SAFETY: `tgt..tgt+len` lies in a buffer the head has backed (staged above);
                 // the host range is readable (caller).
-                unsafe { std::ptr::copy_nonoverlapping(host, tgt as *mut u8, len as usize) };
+                unsafe { self.write_on_head(tgt, std::slice::from_raw_parts(host, len as usize)) };
             } else {
                 let tag = self.post(r, Event::Submit(Region { addr: tgt, size: len }))?;
                 let during = || scan.take().map(|s| s());

@@ -41,6 +41,7 @@ mod images;
 mod launch;
 mod memory;
 mod movement;
+mod on_head;
 mod recovery;
 
 pub use recovery::{FailureRecord, RecoveryRecord};
@@ -134,6 +135,19 @@ pub(crate) struct ImageTables {
     _entries: Box<[crate::ctypes::OffloadEntry]>,
     pub(crate) table: Box<crate::ctypes::TargetTable>,
     _tokens: Box<[u8]>,
+    /// What the head needs to load the image itself (see `images::continue_on_head`).
+    source: ImageSource,
+}
+
+/// A device image as the workers loaded it.
+struct ImageSource {
+    /// The ELF file (kept only while recovery is on: without it the head never runs regions).
+    bytes: Option<Box<[u8]>>,
+    base: u64,
+    extent: u64,
+    kernels: Vec<String>,
+    /// Address of its writable data, if it has any.
+    data: Option<u64>,
 }
 
 // SAFETY: the raw pointers inside point to the boxed arrays owned by the same value (and to
@@ -178,6 +192,9 @@ pub struct Cluster {
     procs: Vec<(u64, Victim)>,
     /// Faults to inject (`OMPCLUSTER_FT_INJECT`).
     inject: crate::inject::Injector,
+    /// The head's own device, once every worker died and the head runs the target regions
+    /// itself (see `images::continue_on_head`), and when that started (seconds since start).
+    local: std::sync::OnceLock<(event_system::LocalDevice, f64)>,
 }
 
 impl Cluster {
@@ -216,6 +233,7 @@ impl Cluster {
             prune_at: AtomicU64::new(recovery::FIRST_PRUNE),
             attempts: AtomicU32::new(0),
             procs,
+            local: std::sync::OnceLock::new(),
             inject: crate::inject::Injector::new(
                 cfg.ft_inject.as_deref().and_then(|s| crate::inject::parse(s, Some(n as i32)).ok()).unwrap_or_default(),
             ),
@@ -228,6 +246,21 @@ impl Cluster {
 
     fn workers(&self) -> impl Iterator<Item = i32> + '_ {
         (1..self.comm.size()).filter(|&r| !self.live.is_dead(r))
+    }
+
+    /// Where target regions can run: the live workers, or the head itself once it runs them
+    /// (no worker left).
+    fn targets(&self) -> Vec<i32> {
+        if self.local.get().is_some() {
+            vec![HEAD]
+        } else {
+            self.workers().collect()
+        }
+    }
+
+    /// The head's own device, if it runs target regions itself.
+    fn local(&self) -> Option<&event_system::LocalDevice> {
+        self.local.get().map(|(d, _)| d)
     }
 
     fn check_running(&self) -> Result<()> {
@@ -360,6 +393,7 @@ impl Cluster {
             report.retained_bytes = self.buffers.lock().retained_bytes();
             report.tasks_recorded = self.graph.lock().len() as u64;
             report.head_max_rss_bytes = crate::report::max_rss_bytes();
+            report.continued_on_head_at_seconds = self.local.get().map(|(_, at)| *at);
             if let Some(cp) = &self.ckpt {
                 let p = cp.published.lock();
                 report.checkpoints = p.checkpoints;

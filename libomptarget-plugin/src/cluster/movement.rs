@@ -16,7 +16,12 @@ impl Cluster {
     /// Give worker `w` pages for the buffer if it has none. Called with the buffer lock held,
     /// so the ALLOC reaches `w` before anything another thread sends it for this buffer.
     pub(super) fn back_on(&self, b: &mut Buffer, w: i32) -> Result<()> {
-        if !b.backed.contains(&w) {
+        if w == HEAD {
+            if !b.backed.contains(&HEAD) {
+                self.heap.back(b.addr, b.span)?;
+                b.backed.insert(HEAD);
+            }
+        } else if !b.backed.contains(&w) {
             self.comm.send_msg(w, CONTROL_TAG, &Envelope { tag: 0, event: Event::Alloc(Region { addr: b.addr, size: b.span }) }, self.live.as_ref())?;
             b.backed.insert(w);
         }
@@ -72,6 +77,13 @@ impl Cluster {
     /// Copy `region` from rank `src`'s copy (the head's staged copy if `src` is the head)
     /// into worker `dst`'s, which is backed.
     pub(super) fn copy_between(&self, region: Region, src: i32, dst: i32) -> Result<()> {
+        if dst == HEAD {
+            let bytes = self.fetch(region, src)?;
+            // SAFETY: the head backed its copy (the caller's contract); no request uses it
+            // while its current version is on the way.
+            unsafe { self.write_on_head(region.addr, &bytes) };
+            return Ok(());
+        }
         if src == HEAD {
             // SAFETY: the head's staged copy of this buffer is backed; pages are only discarded
             // (never unmapped) while the buffer lives, and nothing changes them during a send
@@ -94,11 +106,37 @@ impl Cluster {
     /// `bytes..bytes+region.size` must be readable and unchanged until this returns, and stay
     /// valid for the rest of the process if it fails with a dead peer (see `Comm::send_bytes`).
     pub(super) unsafe fn submit_from(&self, region: Region, bytes: *const u8, dst: i32) -> Result<()> {
+        if dst == HEAD {
+            // SAFETY: forwarded contract (readable bytes; the head's copy is backed).
+            unsafe { self.write_on_head(region.addr, std::slice::from_raw_parts(bytes, region.size as usize)) };
+            return Ok(());
+        }
         let tag = self.post(dst, Event::Submit(region))?;
         // SAFETY: forwarded contract.
         unsafe { self.comm.send_bytes(dst, tag, bytes, region.size as usize, self.live.as_ref())? };
         self.expect_ok(dst, tag)?;
         self.stats.add_submitted(region.size);
         Ok(())
+    }
+
+    /// Copy rank `from`'s copy of `region` (the head's own if HEAD) into a new vector.
+    pub(super) fn fetch(&self, region: Region, from: i32) -> Result<Vec<u8>> {
+        if from == HEAD {
+            // SAFETY: the head's copy is backed (the caller's contract) and nothing changes
+            // it meanwhile.
+            return Ok(unsafe { std::slice::from_raw_parts(region.addr as *const u8, region.size as usize) }.to_vec());
+        }
+        let mut bytes = vec![0u8; region.size as usize];
+        let tag = self.post(from, Event::Retrieve(region))?;
+        self.expect_ok(from, tag)?;
+        // SAFETY: `bytes` has `region.size` writable bytes, leaked if the peer died (MPI may
+        // still write them).
+        let res = unsafe { self.comm.recv_bytes(from, tag, bytes.as_mut_ptr(), bytes.len(), self.live.as_ref()) };
+        if let Err(e) = res {
+            std::mem::forget(bytes);
+            return Err(e.into());
+        }
+        self.stats.add_retrieved(region.size);
+        Ok(bytes)
     }
 }

@@ -193,12 +193,10 @@ impl Cluster {
         for &r in dead {
             self.record_failure(r, "declared dead");
         }
-        let survivors: Vec<i32> = self.workers().collect();
-        if survivors.is_empty() {
-            return Err(RecoverError::Fatal(format!(
-                "every worker died (ranks {dead:?}): no rank is left to run the program's target regions"
-            )));
+        if self.workers().next().is_none() {
+            self.continue_on_head().map_err(|e| RecoverError::Fatal(format!("every worker died (ranks {dead:?}) and the head cannot run the target regions itself: {e}")))?;
         }
+        let survivors = self.targets();
         self.fence(dead, &survivors)?;
         let lost = self.buffers.lock().forget_ranks(dead);
         self.inject_due(|t| *t == crate::inject::Trigger::DuringRecovery);
@@ -245,13 +243,20 @@ impl Cluster {
             }
         }
         // Rescued copies that are still the only copy of a current version go to the head's
-        // copy; the others were only needed during recovery.
+        // copy.
+        // Rescued copies that recorded tasks read are kept apart (within the budget): a later
+        // failure may need them again.
         for (a, bytes) in side.into_inner() {
             let addr = {
-                let bufs = self.buffers.lock();
+                let mut bufs = self.buffers.lock();
                 match bufs.by_id(a.buffer) {
                     Some(b) if b.version == a.version && b.holders.is_empty() && bufs.get(b.addr).is_some() => b.addr,
-                    _ => continue,
+                    _ => {
+                        if self.graph.lock().is_read(a) {
+                            bufs.keep(a, bytes);
+                        }
+                        continue;
+                    }
                 }
             };
             self.put_on_head(a, addr, &bytes).map_err(new_failure)?;
@@ -295,7 +300,7 @@ impl Cluster {
             let _ = self.comm.send_msg(r, CONTROL_TAG, &Envelope { tag, event: notice }, self.live.as_ref());
         }
         let mut tags = Vec::new();
-        for &w in survivors {
+        for &w in survivors.iter().filter(|&&w| w != HEAD) {
             let kill = kills.remove(&w).unwrap_or_default();
             tags.push((w, self.post(w, Event::Fence { ranks: list.clone(), kill }).map_err(new_failure)?));
         }
@@ -305,10 +310,12 @@ impl Cluster {
         Ok(())
     }
 
-    /// Is `a` available without re-running anything: a live copy, zeros, or a checkpoint?
+    /// Is `a` available without re-running anything: a live copy, zeros, a version kept
+    /// apart, or a checkpoint?
     fn available(&self, bufs: &Buffers, a: Access, bad: &BTreeSet<Access>) -> bool {
         a.version == 0
             || bufs.by_id(a.buffer).is_some_and(|b| b.ranks_with(a.version).next().is_some())
+            || bufs.kept(a).is_some()
             || (!bad.contains(&a) && self.ckpt.as_ref().is_some_and(|c| c.holds(a.buffer, a.version)))
     }
 
@@ -420,13 +427,24 @@ impl Cluster {
         // Lost versions that no task rebuilt and no live rank holds (an earlier attempt may
         // have rebuilt some) come from checkpoints: into the head's copy.
         for a in work.restore.iter().filter(|a| lost.contains(a)) {
-            let addr = match self.buffers.lock().by_id(a.buffer) {
-                Some(b) if b.ranks_with(a.version).next().is_none() && !side.lock().contains_key(a) => b.addr,
-                _ => continue,
+            let (addr, kept) = {
+                let bufs = self.buffers.lock();
+                match bufs.by_id(a.buffer) {
+                    Some(b) if b.ranks_with(a.version).next().is_none() && !side.lock().contains_key(a) => (b.addr, bufs.kept(*a)),
+                    _ => continue,
+                }
             };
-            let bytes = self.load_checkpointed(*a)?;
+            let bytes = match kept {
+                Some(bytes) => {
+                    from_copies += 1;
+                    bytes
+                }
+                None => {
+                    from_ckpt += 1;
+                    Arc::new(self.load_checkpointed(*a)?)
+                }
+            };
             self.put_on_head(*a, addr, &bytes).map_err(fatal)?;
-            from_ckpt += 1;
         }
         let mut g = self.graph.lock();
         for t in &tasks {
@@ -454,10 +472,10 @@ impl Cluster {
         // overwriting it right now (with the bookkeeping not yet updated).
         let precious = |b: &Buffer, v: u64, w: i32| {
             let a = Access { buffer: b.id, version: v };
-            let kept = side.contains_key(&a) || self.ckpt.as_ref().is_some_and(|c| c.holds(b.id, v));
-            let safe_elsewhere = b.ranks_with(v).any(|r| r == HEAD || (r != w && !busy.contains(&r)));
+            let kept = side.contains_key(&a) || bufs.kept(a).is_some() || self.ckpt.as_ref().is_some_and(|c| c.holds(b.id, v));
+            let safe_elsewhere = b.ranks_with(v).any(|r| r != w && (r == HEAD || !busy.contains(&r)));
             let current_here_only = v == b.version && !safe_elsewhere;
-            let needed = needed_later(a) && !b.ranks_with(v).any(|r| r == HEAD);
+            let needed = needed_later(a) && !b.ranks_with(v).any(|r| r == HEAD && r != w);
             !kept && (current_here_only || needed)
         };
         survivors
@@ -501,14 +519,15 @@ impl Cluster {
         for a in &t.reads {
             let (region, source) = {
                 let mut bufs = self.buffers.lock();
+                let kept = bufs.kept(*a);
                 let b = bufs.by_id_mut(a.buffer).ok_or_else(|| fatal(ClusterError::Lost(a.buffer)))?;
                 let region = Region { addr: b.addr, size: b.size };
                 let source = if b.version_on(w) == Some(a.version) {
                     Source::Present
                 } else if let Some(r) = b.ranks_with(a.version).filter(|&r| r != w).min_by_key(|&r| (r == HEAD, r)) {
                     Source::Copy(r)
-                } else if let Some(bytes) = side.lock().get(a) {
-                    Source::Side(bytes.clone())
+                } else if let Some(bytes) = side.lock().get(a).cloned().or(kept) {
+                    Source::Side(bytes)
                 } else if a.version == 0 {
                     Source::Zeros
                 } else {
@@ -577,6 +596,12 @@ impl Cluster {
                 res.map_err(new_failure)?;
                 written.clone()
             }
+            &task_graph::Op::DeviceCopy { src, dst, size } if w == HEAD => {
+                let bytes = self.fetch(Region { addr: src, size }, HEAD).map_err(fatal)?;
+                // SAFETY: both buffers are installed on the head above; recovery holds the gate.
+                unsafe { self.write_on_head(dst, &bytes) };
+                written.clone()
+            }
             &task_graph::Op::DeviceCopy { src, dst, size } => {
                 let tag = self.post(w, Event::Copy { src, dst, size }).map_err(new_failure)?;
                 self.expect_ok(w, tag).map_err(new_failure)?;
@@ -618,33 +643,23 @@ impl Cluster {
     fn put_on_head(&self, a: Access, addr: u64, bytes: &[u8]) -> Result<()> {
         let mut bufs = self.buffers.lock();
         self.stage_on_head(&mut bufs, addr)?;
+        if bufs.get(addr).and_then(|b| b.version_on(HEAD)) != Some(a.version) {
+            self.keep_head_version(&mut bufs, addr);
+        }
         self.before_changing_staged(addr);
         let n = bytes.len().min(bufs.get(addr).map_or(0, |b| b.size as usize));
         // SAFETY: the head backed this buffer's pages just above; no request is in flight
         // (recovery holds the gate) and a checkpoint saving them finished (waited above).
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, n) };
+        unsafe { self.write_on_head(addr, &bytes[..n]) };
         bufs.install(a.buffer, HEAD, a.version);
         Ok(())
     }
 
-    /// Copy worker `from`'s copy of `region` to the head.
-    fn fetch(&self, region: Region, from: i32) -> Result<Vec<u8>> {
-        let mut bytes = vec![0u8; region.size as usize];
-        let tag = self.post(from, Event::Retrieve(region))?;
-        self.expect_ok(from, tag)?;
-        // SAFETY: `bytes` has `region.size` writable bytes, leaked if the peer died (MPI may
-        // still write them).
-        let res = unsafe { self.comm.recv_bytes(from, tag, bytes.as_mut_ptr(), bytes.len(), self.live.as_ref()) };
-        if let Err(e) = res {
-            std::mem::forget(bytes);
-            return Err(e.into());
-        }
-        self.stats.add_retrieved(region.size);
-        Ok(bytes)
-    }
-
     /// Run the kernel of task `t` on `w` over `regions` (its reads); which regions changed.
     fn rerun_kernel(&self, t: &TaskRecord, w: i32, regions: Vec<Region>, written: &[bool]) -> std::result::Result<Vec<bool>, Stop> {
+        if w == HEAD {
+            return Ok(self.run_here(t.image, t.index, &t.args, &regions, written, true).map_err(fatal)?.0);
+        }
         let event = Event::Execute { image: t.image, kernel: t.index, args: t.args.clone(), regions, assume_written: written.to_vec(), short: false };
         let tag = self.post(w, event).map_err(new_failure)?;
         match self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref()) {
@@ -694,6 +709,7 @@ impl Cluster {
                 .filter(|&a| !safe(a))
                 .collect();
             let removed = g.prune(&roots, &safe);
+            bufs.release_kept(|a| g.is_read(a));
             self.prune_at.store(FIRST_PRUNE.max(2 * g.len() as u64), Ordering::Relaxed);
             self.log(format_args!("PRUNE {removed} tasks; {} kept", g.len()));
             bufs.release_retired(&g.buffers_read())

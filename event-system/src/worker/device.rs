@@ -1,0 +1,195 @@
+//! The device side of one process: the device memory it holds, the images it loaded, and
+//! running a kernel over them. Every worker has one; so does a head that runs target regions
+//! itself because no worker is left ([`LocalDevice`]).
+
+use super::exec;
+use super::images::Image;
+use super::memory::Memory;
+use crate::heap::SymmetricHeap;
+use crate::protocol::{self, FoundPointers, Patch, Region};
+use parking_lot::RwLock;
+use std::time::Instant;
+
+/// Largest image data region whose changes are reported byte by byte (see
+/// `Reply::Executed::patches`).
+const MAX_PATCHED: u64 = 1 << 20;
+
+/// What running a kernel did (the fields of `Reply::Executed` but the output).
+#[derive(Debug)]
+pub struct Ran {
+    /// For each region, in order: did its contents change?
+    pub changed: Vec<bool>,
+    /// For each changed region: device pointers found in it.
+    pub pointers: Vec<FoundPointers>,
+    /// Seconds in the kernel.
+    pub seconds: f64,
+    /// Changes to image data regions: (region index, runs).
+    pub patches: Vec<(u32, Patch)>,
+}
+
+/// Memory and images of one process.
+#[derive(Debug, Default)]
+pub(crate) struct Device {
+    pub(crate) memory: RwLock<Memory>,
+    pub(crate) images: RwLock<Vec<Option<Image>>>,
+}
+
+impl Device {
+    /// Load image number `image` (see [`Image::load`]).
+    pub(crate) fn load(&self, heap: &SymmetricHeap, image: u32, bytes: &[u8], base: u64, extent: u64, kernels: &[String]) -> Result<(), String> {
+        let img = Image::load(heap, &self.memory, bytes, base, extent, kernels)?;
+        let mut images = self.images.write();
+        let idx = image as usize;
+        if images.len() <= idx {
+            images.resize_with(idx + 1, || None);
+        }
+        images[idx] = Some(img);
+        Ok(())
+    }
+
+    /// Run kernel `kernel` of image `image` with `args`, over `regions` (every range it can
+    /// reach), at the local pointers `ptrs` (one per region); `assume_written[i]` says region
+    /// i is surely written (its hash is not needed). Device addresses lie in `lo..hi`.
+    ///
+    /// Around the call, each region is hashed (but those assumed written) to learn which ones
+    /// the kernel changed, changed regions are scanned for device pointers, and the changes
+    /// to small image data regions are diffed (see [`Ran`]).
+    ///
+    /// # Safety
+    /// Each `ptrs[i]` must point to the `regions[i].size` bytes of `regions[i]`, held by this
+    /// process and kept so while the kernel runs; `args` must be the argument list
+    /// libomptarget generated for this kernel.
+    pub(crate) unsafe fn execute(
+        &self,
+        (lo, hi): (u64, u64),
+        image: u32,
+        kernel: u32,
+        args: &[u64],
+        regions: &[Region],
+        ptrs: &[*mut u8],
+        assume_written: &[bool],
+    ) -> Result<Ran, String> {
+        let entry = {
+            let images = self.images.read();
+            match images.get(image as usize).and_then(|i| i.as_ref()).and_then(|i| i.kernels.get(kernel as usize)) {
+                Some(&e) => e,
+                None => return Err(format!("no kernel {kernel} in image {image}")),
+            }
+        };
+        // The pieces of each region whose changes count (an image's data without the OpenMP
+        // runtime's lock words, which libomp sets on first use).
+        let pieces: Vec<Vec<(usize, usize)>> = {
+            let mem = self.memory.read();
+            regions.iter().map(|r| mem.pieces_to_hash(r.addr, r.size)).collect()
+        };
+        // SAFETY (all blocks below): the caller guarantees every pointer is to the held bytes
+        // of its region (the pieces lie inside it) for the whole call.
+        let hash = |i: usize, written: bool| if written { 0 } else { unsafe { exec::hash(ptrs[i], &pieces[i]) } };
+        let before: Vec<u64> = (0..regions.len()).map(|i| hash(i, assume_written[i])).collect();
+        // A copy of each (small enough) image data region, to tell what changed.
+        let snapshots: Vec<Option<Vec<u8>>> = {
+            let mem = self.memory.read();
+            regions
+                .iter()
+                .zip(ptrs)
+                .zip(assume_written)
+                .map(|((r, &p), &aw)| {
+                    (!aw && r.size <= MAX_PATCHED && mem.is_image_data(r.addr)).then(|| unsafe { std::slice::from_raw_parts(p, r.size as usize) }.to_vec())
+                })
+                .collect()
+        };
+        let start = Instant::now();
+        // SAFETY: `entry` was resolved by name from a loaded image; the caller guarantees the
+        // argument list.
+        unsafe { exec::call_kernel(entry, args) };
+        let seconds = start.elapsed().as_secs_f64();
+        let mut changed = Vec::with_capacity(regions.len());
+        let mut pointers = Vec::new();
+        for (i, ((r, &p), &aw)) in regions.iter().zip(ptrs).zip(assume_written).enumerate() {
+            let c = aw || hash(i, false) != before[i];
+            if c {
+                pointers.push(unsafe { protocol::scan_pointers(p, r.size as usize, lo, hi) });
+            }
+            changed.push(c);
+        }
+        let mut patches = Vec::new();
+        for (i, snap) in snapshots.into_iter().enumerate() {
+            if let Some(old) = snap.filter(|_| changed[i]) {
+                let now = unsafe { std::slice::from_raw_parts(ptrs[i], old.len()) };
+                patches.push((i as u32, exec::diff(&old, now, &pieces[i])));
+            }
+        }
+        Ok(Ran { changed, pointers, seconds, patches })
+    }
+
+    /// Write `bytes`, which came from another rank, at device address `addr` (held here, at
+    /// `p`): into an image's data only the pieces that are the program's data (see
+    /// [`Memory::pieces_to_write`]).
+    ///
+    /// # Safety
+    /// `p` must point to `bytes.len()` writable bytes of `addr`, held by this process.
+    pub(crate) unsafe fn write(&self, (lo, hi): (u64, u64), addr: u64, p: *mut u8, bytes: &[u8]) {
+        let mem = self.memory.read();
+        if !mem.needs_care(addr, bytes.len() as u64) {
+            // SAFETY: forwarded contract; `bytes` is a separate allocation.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
+            return;
+        }
+        for (s, e) in mem.pieces_to_write(addr, bytes, lo, hi) {
+            // SAFETY: `s..e` lies within the bytes at `p` (forwarded contract) and within
+            // `bytes`, a separate allocation.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr().add(s), p.add(s), e - s) };
+        }
+    }
+}
+
+/// The device of a head that runs target regions itself, once every worker died: the images
+/// are loaded into the head's own address space with the same loader and at the same
+/// addresses as on workers, and kernels run on the head's copies of the buffers (which the
+/// head keeps at their device addresses in the symmetric heap anyway).
+///
+/// The head owns the bookkeeping: it backs the buffers' pages, and it only runs a kernel over
+/// buffers it holds.
+#[derive(Debug)]
+pub struct LocalDevice {
+    dev: Device,
+    bounds: (u64, u64),
+}
+
+impl LocalDevice {
+    /// A device with no image yet, over `heap`.
+    pub fn new(heap: &SymmetricHeap) -> Self {
+        LocalDevice { dev: Device::default(), bounds: (heap.base(), heap.end()) }
+    }
+
+    /// Load image number `image` (`bytes`, an ELF file) at `[base, base+extent)` of `heap`
+    /// and resolve its `kernels`. The range's pages are replaced by the image's: a caller
+    /// that kept a copy of the image's data there must save it first and [`Self::write`] it
+    /// back.
+    pub fn load(&self, heap: &SymmetricHeap, image: u32, bytes: &[u8], base: u64, extent: u64, kernels: &[String]) -> Result<(), String> {
+        self.dev.load(heap, image, bytes, base, extent, kernels)
+    }
+
+    /// Write `bytes` (from another rank, a checkpoint or the host) at device address `addr`,
+    /// leaving out of a loaded image's data the words that must keep this process's values.
+    ///
+    /// # Safety
+    /// `addr..addr+bytes.len()` must be writable memory of a buffer this process backed, or
+    /// of a loaded image's data, not used by a running kernel.
+    pub unsafe fn write(&self, addr: u64, bytes: &[u8]) {
+        // SAFETY: forwarded contract; device addresses are local addresses (symmetric heap).
+        unsafe { self.dev.write(self.bounds, addr, addr as *mut u8, bytes) }
+    }
+
+    /// Run a kernel, as a worker runs an EXECUTE (see `Event::Execute`).
+    ///
+    /// # Safety
+    /// Every region must be held by this process (backed by the caller at its device address,
+    /// or a loaded image's data) and stay so while the kernel runs; `args` must be the
+    /// argument list libomptarget generated for this kernel.
+    pub unsafe fn execute(&self, image: u32, kernel: u32, args: &[u64], regions: &[Region], assume_written: &[bool]) -> Result<Ran, String> {
+        let ptrs: Vec<*mut u8> = regions.iter().map(|r| r.addr as *mut u8).collect();
+        // SAFETY: forwarded contract; device addresses are local addresses.
+        unsafe { self.dev.execute(self.bounds, image, kernel, args, regions, &ptrs, assume_written) }
+    }
+}
