@@ -6,7 +6,8 @@
 //!   messages, fragmented data transfers, and waits that give up when the peer is dead.
 //! * [`heap`]: the symmetric device heap, reserved at the same address on every rank.
 //! * [`elf`]: device images as ELF files, placed at the same address on every rank.
-//! * [`worker`]: the event loop that ranks 1..N-1 run instead of `main`.
+//! * [`worker`]: the event loop that ranks 1..N-1 run instead of `main`, and
+//!   [`LocalDevice`], the same device code for a head that runs regions itself.
 
 mod backoff;
 pub mod comm;
