@@ -60,6 +60,22 @@ pub enum OpenError {
         /// The cause.
         source: io::Error,
     },
+    /// Another running job uses the persistent directory.
+    #[error("the checkpoint directory {path} is in use by another running job (set {var} to a directory of this job's own)")]
+    InUse {
+        /// The directory.
+        path: PathBuf,
+        /// The variable that chooses it.
+        var: &'static str,
+    },
+    /// What an earlier job left in the persistent directory could not be removed.
+    #[error("cannot remove the checkpoints an earlier job left in {path}: {source}")]
+    Clear {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        source: ManifestError,
+    },
     /// Checkpointing is disabled in the configuration.
     #[error("checkpointing is disabled (set OMPCLUSTER_CP_ENABLE=1 or an interval variable)")]
     Disabled,

@@ -42,6 +42,7 @@ mod embedded;
 mod error;
 mod flush;
 mod fsutil;
+mod job;
 pub mod interval;
 mod layout;
 mod manifest;
@@ -62,9 +63,10 @@ pub use embedded::EmbeddedStore;
 pub use error::{ConfigError, FlushError, LoadError, ManifestError, OpenError, SaveError};
 pub use flush::{FlushHandle, FlushOutcome, FlushStatus};
 pub use interval::IntervalPolicy;
+pub use job::{claim_for_job, JobClaim};
 pub use manifest::{
     flushed_records, latest_version, list_versions, load_record, load_record_into, load_region,
-    manifest_path, prune, CheckpointMap, Manifest, PruneReport, Published, MANIFEST_FORMAT,
+    manifest_path, prune, clear, CheckpointMap, Manifest, PruneReport, Published, MANIFEST_FORMAT,
 };
 pub use record::{format_unix_ms, Checksum, CkptId, Rank, RegionId, RegionRecord};
 pub use store::{open, CheckpointStore, StoreKind};

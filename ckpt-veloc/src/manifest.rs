@@ -432,11 +432,21 @@ pub struct PruneReport {
 /// checkpoint not newer than the newest manifest that no kept manifest
 /// refers to. If a kept manifest cannot be read, nothing is deleted.
 pub fn prune(dir: &Path, keep: NonZeroUsize) -> Result<PruneReport, ManifestError> {
+    remove_versions(dir, keep.get())
+}
+
+/// Deletes every checkpoint in `dir`: its manifests and the data and index files they
+/// name (only files of the layout the stores write; nothing else in `dir` is touched).
+pub fn clear(dir: &Path) -> Result<PruneReport, ManifestError> {
+    remove_versions(dir, 0)
+}
+
+fn remove_versions(dir: &Path, keep: usize) -> Result<PruneReport, ManifestError> {
     let versions = list_versions(dir)?;
     let Some(&newest) = versions.last() else {
         return Ok(PruneReport::default());
     };
-    let split = versions.len().saturating_sub(keep.get());
+    let split = versions.len().saturating_sub(keep);
     let (old, kept) = versions.split_at(split);
 
     // Read the kept manifests first: if one is damaged, delete nothing.

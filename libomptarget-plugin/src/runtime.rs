@@ -22,6 +22,9 @@ pub(crate) enum Runtime {
 /// What a worker needs to serve: transport, heap, checkpoint store.
 type WorkerParts = (Arc<Comm>, SymmetricHeap, Option<Arc<dyn ckpt_veloc::CheckpointStore>>);
 
+/// The head's claim on the checkpoint directory, held until the process ends.
+static JOB_CLAIM: std::sync::OnceLock<ckpt_veloc::JobClaim> = std::sync::OnceLock::new();
+
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 static REGISTERED: AtomicUsize = AtomicUsize::new(0);
 static DETECTOR: OnceLock<Arc<Detector>> = OnceLock::new();
@@ -155,6 +158,10 @@ pub(crate) fn init() -> Result<(), String> {
     })
     .map_err(|e| e.to_string())?;
     let comm = Arc::new(Comm::duplicate_world(cfg.fragment).map_err(|e| e.to_string())?);
+    if comm.rank() == 0 {
+        // From here on, the launcher learns the head's exit status, also of a start-up error.
+        keep_exit_status();
+    }
     if let Some(spec) = &cfg.ft_inject {
         if let Err(e) = crate::inject::parse(spec, Some(comm.size())) {
             startup_error(format_args!("invalid setting OMPCLUSTER_FT_INJECT: {e}"));
@@ -176,7 +183,23 @@ pub(crate) fn init() -> Result<(), String> {
     let mut cp_cfg = cp_cfg;
     cp_cfg.rank = comm.rank() as u32;
     let store: Option<Arc<dyn ckpt_veloc::CheckpointStore>> = if cp_cfg.enabled {
-        match ckpt_veloc::open(&cp_cfg) {
+        // The head claims the persistent directory for this job (another running job there
+        // is refused; what an earlier job left is removed), before any rank can save.
+        let opened = ckpt_veloc::open(&cp_cfg).and_then(|s| {
+            if comm.rank() == 0 {
+                let claim = ckpt_veloc::claim_for_job(&cp_cfg.persistent, ckpt_veloc::vars::PERSISTENT)?;
+                if !claim.cleared.removed_versions.is_empty() {
+                    eprintln!(
+                        "ompcluster: removed {} checkpoint(s) an earlier job left in {}",
+                        claim.cleared.removed_versions.len(),
+                        cp_cfg.persistent.display()
+                    );
+                }
+                let _ = JOB_CLAIM.set(claim);
+            }
+            Ok(s)
+        });
+        match opened {
             Ok(s) => Some(Arc::from(s)),
             Err(e) => {
                 eprintln!("ompcluster: rank {}: cannot use the checkpoint directories: {e}", comm.rank());
@@ -212,7 +235,6 @@ pub(crate) fn init() -> Result<(), String> {
     };
     let _ = RUNTIME.set(rt);
     if let Some(Runtime::Head(c)) = RUNTIME.get() {
-        keep_exit_status();
         if recovery {
             c.start_handler().map_err(|e| format!("cannot start the recovery handler thread: {e}"))?;
         }

@@ -278,3 +278,36 @@ fn an_unusable_checkpoint_directory_stops_the_job_before_main() {
     assert!(err.contains("checkpoint") && err.contains(&bad.display().to_string()[..20]), "unclear message: {err}");
     assert!(!stdout(&out).contains("matmul N="), "main ran: {}", describe(&out));
 }
+
+/// One job per checkpoint directory: a job started while another holds it stops before `main`
+/// saying so (the lock is what a running job's head holds); a job started after an earlier
+/// one ended removes what that one left (its manifests would outnumber the new job's and
+/// make retention delete the new job's files), and its own checkpoints verify.
+#[test]
+fn a_checkpoint_directory_serves_one_job_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ckpt");
+    let e = ckpt_env(&ck, "0.05");
+    let first = Job::spawn(3, matmul(), &["512", "64"], &envs(&e)).wait(Duration::from_secs(120));
+    assert!(first.status.success(), "{}", describe(&first));
+    let left = ckpt_veloc::list_versions(&ck).unwrap();
+    assert!(!left.is_empty(), "the first job published no checkpoint");
+
+    // Another job holds the directory.
+    let lock = std::fs::OpenOptions::new().read(true).write(true).open(ck.join(".ompcluster-job.lock")).unwrap();
+    // SAFETY: flock on a descriptor this test owns.
+    assert_eq!(unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX | libc::LOCK_NB) }, 0);
+    let refused = Job::spawn(3, matmul(), &["256", "64"], &envs(&e)).wait(Duration::from_secs(60));
+    assert_eq!(refused.status.code(), Some(2), "{}", describe(&refused));
+    assert!(stderr(&refused).contains("in use by another running job"), "{}", describe(&refused));
+    assert!(!stdout(&refused).contains("matmul N="), "main ran: {}", describe(&refused));
+    assert_eq!(ckpt_veloc::list_versions(&ck).unwrap(), left, "a refused job must not touch the directory");
+    drop(lock);
+
+    // A later job: the earlier checkpoints go, its own stay and verify.
+    let e2 = ckpt_env(&ck, "1000");
+    let second = Job::spawn(3, matmul(), &["256", "64"], &envs(&e2)).wait(Duration::from_secs(120));
+    assert!(second.status.success(), "{}", describe(&second));
+    assert!(stderr(&second).contains(&format!("removed {} checkpoint(s) an earlier job left", left.len())), "{}", describe(&second));
+    assert!(ckpt_veloc::list_versions(&ck).unwrap().is_empty(), "no checkpoint of the earlier job may remain");
+}
