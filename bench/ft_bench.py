@@ -4,13 +4,16 @@ in the same run, alternating rounds:
 
   (a) matmul on 3 workers, one worker killed a third of the way in, against the failure-free
       run: time ratio, with detection, pause and re-execution reported apart;
-  (b) the same failure, lost work re-run in parallel against one task after another
-      (OMPCLUSTER_FT_REEXEC=sequential): ratio of the recovery pauses;
+  (b) the same lost set re-run in parallel against one task after another
+      (OMPCLUSTER_FT_REEXEC=sequential): bench/ft_reexec.c on 4 workers, round-robin
+      placement, rank 2 killed once every task completed, so that each run loses the same
+      number of equal, independent tasks (the program says why); ratio of the recovery
+      pauses, for compute-bound tasks and for tasks that wait (sleep) instead;
   (c) failure-free cost of what recovery keeps: fault tolerance on against the same with
       OMPCLUSTER_FT_RETAIN=0 (keeps nothing): time ratio, and the memory the head keeps;
   (d) the head's peak memory after 2,000,000 empty regions against after 100,000.
 
-    python3 bench/ft_bench.py [--rounds 3] [--n 4096] [--bs 256]
+    python3 bench/ft_bench.py [--rounds 3] [--n 4096] [--bs 256] [--only a,b,c,d]
 
 Heartbeat: period 100 ms, timeout 1000 ms.
 """
@@ -32,7 +35,7 @@ def build(src, out):
     subprocess.run(["clang-16", "-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu", src, "-o", out], check=True)
 
 
-def run(exe, args, extra, work):
+def run(exe, args, extra, work, np_=4):
     env = {k: v for k, v in os.environ.items() if not k.startswith("OMPCLUSTER_")}
     env.update(FT)
     env.update(extra)
@@ -41,13 +44,13 @@ def run(exe, args, extra, work):
         os.remove(rep)
     env["OMPCLUSTER_REPORT"] = rep
     t0 = time.time()
-    p = subprocess.run([LAUNCHER, "-np", "4", exe] + args, env=env, capture_output=True, text=True, timeout=600)
+    p = subprocess.run([LAUNCHER, "-np", str(np_), exe] + args, env=env, capture_output=True, text=True, timeout=600)
     secs = time.time() - t0
     # The offloaded product's own time, as the program prints it (start-up excluded).
     for line in p.stdout.splitlines():
         if line.startswith("matmul") and " s," in line:
             secs = float(line.split(": ")[1].split(" s,")[0])
-    if p.returncode != 0 or not any(w in p.stdout for w in ("result correct", "result not checked", "empty_us")):
+    if p.returncode != 0 or not any(w in p.stdout for w in ("result correct", "result not checked", "empty_us", "ft_reexec:")):
         sys.exit(f"run failed ({p.returncode}): {exe} {args} {extra}\n{p.stdout}\n{p.stderr[-3000:]}")
     with open(rep) as f:
         return secs, json.load(f), p.stdout
@@ -57,13 +60,42 @@ def med(v):
     return statistics.median(v)
 
 
+def bench_b(rounds, work):
+    """(b): the same lost set, parallel against sequential re-execution."""
+    exe = os.path.join(work, "ft_reexec")
+    build(os.path.join(ROOT, "bench", "ft_reexec.c"), exe)
+    nb = 24
+    base = {"OMPCLUSTER_SCHEDULER": "roundrobin", "OMPCLUSTER_FT_INJECT": f"kill:rank=2:after_tasks={nb}"}
+    kinds = [("compute-bound (0.33 s each)", [str(nb), "4096", "60000", "0"]), ("waiting (sleep 250 ms)", [str(nb), "4096", "20", "250000"])]
+    print(f"\n(b) bench/ft_reexec.c, {nb} tasks on 4 workers (-np 5), round-robin, rank 2 killed after the last task; {rounds} alternating rounds, medians of the recovery pause:")
+    print("| tasks | lost set (versions lost, tasks re-run), every run | parallel pause (3 survivors) | sequential pause | parallel / sequential |")
+    print("|---|---|---|---|---|")
+    for kind, args in kinds:
+        par, seq, sets = [], [], set()
+        for _ in range(rounds):
+            for mode, out in (("parallel", par), ("sequential", seq)):
+                _, rep, _ = run(exe, args, dict(base, OMPCLUSTER_FT_REEXEC=mode), work, np_=5)
+                r = rep["recoveries"][0]
+                sets.add((r["versions_lost"], r["tasks_reexecuted"]))
+                out.append(r["paused_seconds"])
+        same = ", ".join(f"({v}, {t})" for v, t in sorted(sets)) + (" (the same)" if len(sets) == 1 else " (NOT the same)")
+        p, q = med(par), med(seq)
+        print(f"| {kind} | {same} | {p:.3f} s | {q:.3f} s | **{p / q:.2f}** |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--bs", type=int, default=256)
+    ap.add_argument("--only", default="a,b,c,d", help="which benchmarks (a,c and d share runs)")
     a = ap.parse_args()
+    only = set(a.only.split(","))
     work = tempfile.mkdtemp(prefix="ft-bench-")
+    if "b" in only:
+        bench_b(a.rounds, work)
+    if not only & {"a", "c", "d"}:
+        return
     mm = os.path.join(work, "matmul")
     build(os.path.join(ROOT, "examples", "matmul", "matmul.c"), mm)
     ob = os.path.join(work, "offload_bench")
@@ -71,45 +103,52 @@ def main():
     args = [str(a.n), str(a.bs), "nocheck"]
     tasks = (a.n // a.bs) ** 3
     kill = {"OMPCLUSTER_FT_INJECT": f"kill:rank=2:after_tasks={tasks // 3}"}
-    free, failed, seq, noretain = [], [], [], []
+    free, failed, noretain = [], [], []
     for r in range(a.rounds):
-        free.append(run(mm, args, {}, work))
-        failed.append(run(mm, args, kill, work))
-        seq.append(run(mm, args, dict(kill, OMPCLUSTER_FT_REEXEC="sequential"), work))
-        noretain.append(run(mm, args, {"OMPCLUSTER_FT_RETAIN": "0"}, work))
-        print(f"round {r + 1}: free {free[-1][0]:.2f} s, killed {failed[-1][0]:.2f} s, killed+sequential {seq[-1][0]:.2f} s, retain=0 {noretain[-1][0]:.2f} s", flush=True)
+        # Alternate which side goes first: the machine drifts within a round too.
+        order = [("free", {}), ("noretain", {"OMPCLUSTER_FT_RETAIN": "0"})]
+        if r % 2:
+            order.reverse()
+        if "a" in only:
+            order.append(("failed", kill))
+        got = {}
+        for name, extra in order:
+            got[name] = run(mm, args, extra, work)
+        free.append(got["free"])
+        noretain.append(got["noretain"])
+        if "failed" in got:
+            failed.append(got["failed"])
+        print(f"round {r + 1}: " + ", ".join(f"{k} {v[0]:.2f} s" for k, v in got.items()), flush=True)
 
     def rec(run_):
         return run_[1]["recoveries"][0] if run_[1]["recoveries"] else {}
 
-    tf, tk = med([x[0] for x in free]), med([x[0] for x in failed])
-    det = med([x[1]["failures"][0]["detection_latency_seconds"] or 0 for x in failed])
-    pause = med([rec(x).get("paused_seconds", 0) for x in failed])
-    rerun = med([rec(x).get("tasks_reexecuted", 0) for x in failed])
-    pause_seq = med([rec(x).get("paused_seconds", 0) for x in seq])
-    rerun_seq = med([rec(x).get("tasks_reexecuted", 0) for x in seq])
-    tn = med([x[0] for x in noretain])
-    kept = med([x[1]["retained_bytes"] for x in free])
-    rss_on = med([x[1]["head_max_rss_bytes"] for x in free])
-    rss_off = med([x[1]["head_max_rss_bytes"] for x in noretain])
+    tf, tn = med([x[0] for x in free]), med([x[0] for x in noretain])
     print(f"\nmatmul N={a.n} BS={a.bs} ({tasks} tasks), 3 workers, {a.rounds} alternating rounds, medians:")
     print("| measure | value |")
     print("|---|---|")
     print(f"| (a) failure-free run | {tf:.2f} s |")
-    print(f"| (a) rank 2 killed after {tasks // 3} tasks | {tk:.2f} s: **{tk / tf:.2f}x** |")
-    print(f"| (a) detection (kill to notice) | {det * 1e3:.1f} ms |")
-    print(f"| (a) recovery pause (fence, plan, re-run) | {pause:.3f} s, {rerun:.0f} tasks re-run |")
-    print(f"| (a) rest of the slowdown (work of the dead worker done by 2) | {tk - tf - pause - det:.2f} s |")
-    per = pause / rerun if rerun else float("nan")
-    per_seq = pause_seq / rerun_seq if rerun_seq else float("nan")
-    print(f"| (b) same kill, re-run one after another | pause {pause_seq:.3f} s, {rerun_seq:.0f} tasks: parallel/sequential **{pause / pause_seq if pause_seq else float('nan'):.2f}**; per re-run task {per * 1e3:.1f} / {per_seq * 1e3:.1f} ms = **{per / per_seq:.2f}** |")
-    print(f"| (c) fault tolerance on, failure-free, against OMPCLUSTER_FT_RETAIN=0 | {tf:.2f} s / {tn:.2f} s: **{tf / tn:.3f}** |")
+    if failed:
+        tk = med([x[0] for x in failed])
+        det = med([x[1]["failures"][0]["detection_latency_seconds"] or 0 for x in failed])
+        pause = med([rec(x).get("paused_seconds", 0) for x in failed])
+        rerun = med([rec(x).get("tasks_reexecuted", 0) for x in failed])
+        print(f"| (a) rank 2 killed after {tasks // 3} tasks | {tk:.2f} s: **{tk / tf:.2f}x** |")
+        print(f"| (a) detection (kill to notice) | {det * 1e3:.1f} ms |")
+        print(f"| (a) recovery pause (fence, plan, re-run) | {pause:.3f} s, {rerun:.0f} tasks re-run |")
+        print(f"| (a) rest of the slowdown (work of the dead worker done by 2) | {tk - tf - pause - det:.2f} s |")
+    ratios = [f[0] / n[0] for f, n in zip(free, noretain)]
+    kept = med([x[1]["retained_bytes"] for x in free])
+    rss_on = med([x[1]["head_max_rss_bytes"] for x in free])
+    rss_off = med([x[1]["head_max_rss_bytes"] for x in noretain])
+    print(f"| (c) fault tolerance on, failure-free, against OMPCLUSTER_FT_RETAIN=0 | {tf:.2f} s / {tn:.2f} s: **{tf / tn:.3f}**; per round {', '.join(f'{x:.3f}' for x in ratios)} (median {med(ratios):.3f}) |")
     print(f"| (c) bytes the head keeps for recovery (retained_bytes) | {kept / 2**20:.1f} MiB |")
     print(f"| (c) head peak RSS, on / retain=0 | {rss_on / 2**20:.0f} MiB / {rss_off / 2**20:.0f} MiB |")
-    small = run(ob, ["empty", "100000"], {}, work)
-    big = run(ob, ["empty", "2000000"], {}, work)
-    rs, rb = small[1]["head_max_rss_bytes"], big[1]["head_max_rss_bytes"]
-    print(f"| (d) head peak RSS after 100,000 / 2,000,000 empty regions | {rs / 2**20:.1f} / {rb / 2**20:.1f} MiB: **{rb / rs:.3f}** (tasks still recorded: {small[1]['tasks_recorded']} / {big[1]['tasks_recorded']}) |")
+    if "d" in only:
+        small = run(ob, ["empty", "100000"], {}, work)
+        big = run(ob, ["empty", "2000000"], {}, work)
+        rs, rb = small[1]["head_max_rss_bytes"], big[1]["head_max_rss_bytes"]
+        print(f"| (d) head peak RSS after 100,000 / 2,000,000 empty regions | {rs / 2**20:.1f} / {rb / 2**20:.1f} MiB: **{rb / rs:.3f}** (tasks still recorded: {small[1]['tasks_recorded']} / {big[1]['tasks_recorded']}) |")
 
 
 if __name__ == "__main__":

@@ -138,8 +138,8 @@ pub struct TaskGraph {
     /// The newest produced version of each buffer.
     latest: HashMap<BufferId, Access>,
     marks: HashMap<u64, BTreeSet<Mark>>,
-    /// How many recorded tasks read each version.
-    readers: HashMap<Access, u32>,
+    /// The recorded tasks that read each version.
+    readers: HashMap<Access, Vec<NodeIndex>>,
     next_id: u64,
     pruned: u64,
 }
@@ -175,7 +175,7 @@ impl TaskGraph {
         let node = self.graph.add_node(task);
         self.by_id.insert(id, node);
         for r in &reads {
-            *self.readers.entry(*r).or_default() += 1;
+            self.readers.entry(*r).or_default().push(node);
         }
         for r in reads {
             if let Some(&p) = self.producer.get(&r) {
@@ -261,9 +261,9 @@ impl TaskGraph {
         for &(id, n) in &drop {
             if let Some(t) = self.graph.remove_node(n) {
                 for r in &t.reads {
-                    if let Some(c) = self.readers.get_mut(r) {
-                        *c -= 1;
-                        if *c == 0 {
+                    if let Some(v) = self.readers.get_mut(r) {
+                        v.retain(|&x| x != n);
+                        if v.is_empty() {
                             self.readers.remove(r);
                         }
                     }
@@ -284,6 +284,28 @@ impl TaskGraph {
     /// Does a recorded task read this version (so that re-running it may need it)?
     pub fn is_read(&self, access: Access) -> bool {
         self.readers.contains_key(&access)
+    }
+
+    /// Can re-running recorded tasks need `access`: does a recorded task read it whose output
+    /// is a version `is_root` accepts (one that could be lost), or feeds one the same way?
+    /// Walks forward from the readers of `access`, each version at most once.
+    pub fn feeds(&self, access: Access, is_root: &dyn Fn(Access) -> bool) -> bool {
+        let mut todo = vec![access];
+        let mut seen: BTreeSet<Access> = BTreeSet::new();
+        while let Some(a) = todo.pop() {
+            if !seen.insert(a) {
+                continue;
+            }
+            for &n in self.readers.get(&a).into_iter().flatten() {
+                for &w in &self.graph[n].writes {
+                    if is_root(w) {
+                        return true;
+                    }
+                    todo.push(w);
+                }
+            }
+        }
+        false
     }
 
     /// Buffers that recorded tasks read.
@@ -423,6 +445,10 @@ mod tests {
         assert!(g.is_read(Access { buffer: 9, version: 0 }));
         assert_eq!(g.prune(&roots, &safe), 1001);
         assert_eq!(g.tasks().map(|t| &*t.kernel).collect::<Vec<_>>(), vec!["w1", "w2"]);
+        // b7 v1 feeds b7 v2 (a root); b9 v0 fed only b9 v1, not a root if checkpointed.
+        let root = |a: Access| a == Access { buffer: 7, version: 2 };
+        assert!(g.feeds(Access { buffer: 7, version: 0 }, &root));
+        assert!(!g.feeds(Access { buffer: 9, version: 0 }, &root));
         // What the kept tasks read is still read; what only pruned ones read is not.
         assert!(g.is_read(Access { buffer: 7, version: 1 }) && g.is_read(Access { buffer: 7, version: 0 }));
         assert!(!g.is_read(Access { buffer: 9, version: 0 }) && !g.is_read(Access { buffer: 7, version: 2 }));

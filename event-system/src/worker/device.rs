@@ -59,6 +59,7 @@ impl Device {
     /// Each `ptrs[i]` must point to the `regions[i].size` bytes of `regions[i]`, held by this
     /// process and kept so while the kernel runs; `args` must be the argument list
     /// libomptarget generated for this kernel.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn execute(
         &self,
         (lo, hi): (u64, u64),

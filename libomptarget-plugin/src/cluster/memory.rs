@@ -87,8 +87,8 @@ impl Cluster {
     }
 
     /// The head's copy of the buffer at `addr` is about to be overwritten: if it holds a
-    /// version that a recorded task read (re-running that task may need it) and that no
-    /// checkpoint holds, keep that version apart first, within the retention budget. Over
+    /// version that re-running recorded tasks may need ([`Cluster::lineage_needs`]) and that
+    /// no checkpoint holds, keep that version apart first, within the retention budget. Over
     /// the budget it is not kept, and a later loss that needs it is reported unrecoverable.
     /// Not once the head runs the regions itself (nothing can be lost any more).
     pub(super) fn keep_head_version(&self, bufs: &mut Buffers, addr: u64) {
@@ -98,7 +98,7 @@ impl Cluster {
         let Some(b) = bufs.get(addr).filter(|b| b.backed.contains(&HEAD)) else { return };
         let Some(version) = b.version_on(HEAD).filter(|&v| v > 0) else { return };
         let a = Access { buffer: b.id, version };
-        if bufs.kept(a).is_some() || self.ckpt.as_ref().is_some_and(|c| c.holds(a.buffer, version)) || !self.graph.lock().is_read(a) {
+        if bufs.kept(a).is_some() || self.ckpt.as_ref().is_some_and(|c| c.holds(a.buffer, version)) || !self.lineage_needs(bufs, a) {
             return;
         }
         // SAFETY: the head backed this copy; nobody changes it while the buffer lock is held
@@ -107,6 +107,20 @@ impl Cluster {
         if bufs.keep(a, Arc::new(bytes)) {
             self.log(format_args!("KEEP buffer {} version {} apart (a recorded task read it)", a.buffer, a.version));
         }
+    }
+
+    /// Version `a` of a buffer is about to leave the head's copy of it: can a later recovery
+    /// still need it? Only if it feeds, through recorded tasks, the current version of
+    /// another live buffer that no checkpoint holds (one a failure could lose). The buffer's
+    /// own current version does not count: what replaces `a` in the head's copy is that
+    /// version or a newer one made from it (a submit, a version recovery rebuilt).
+    pub(super) fn lineage_needs(&self, bufs: &Buffers, a: Access) -> bool {
+        let is_root = |w: Access| {
+            w.buffer != a.buffer
+                && bufs.by_id(w.buffer).is_some_and(|b| b.version == w.version && bufs.get(b.addr).is_some_and(|l| l.id == b.id))
+                && !self.ckpt.as_ref().is_some_and(|c| c.holds(w.buffer, w.version))
+        };
+        self.graph.lock().feeds(a, &is_root)
     }
 
     pub(super) fn stage_on_head(&self, bufs: &mut Buffers, addr: u64) -> Result<()> {
@@ -240,29 +254,69 @@ impl Cluster {
             self.before_changing_staged(addr);
         }
         let mut scan = Some(scan);
+        // The head's copy is written while the bytes travel to the first worker, if any.
+        // SAFETY: `tgt..tgt+len` lies in a buffer the head has backed (staged above); the
+        // host range is readable (caller).
+        let mut head_copy = targets.contains(&HEAD).then_some(move || unsafe { self.write_on_head(tgt, std::slice::from_raw_parts(host, len as usize)) });
         let mut found = None;
-        for &r in &targets {
-            if r == HEAD {
-                // SAFETY: `tgt..tgt+len` lies in a buffer the head has backed (staged above);
-                // the host range is readable (caller).
-                unsafe { self.write_on_head(tgt, std::slice::from_raw_parts(host, len as usize)) };
-            } else {
-                let tag = self.post(r, Event::Submit(Region { addr: tgt, size: len }))?;
-                let during = || scan.take().map(|s| s());
-                // SAFETY: host range readable (caller) and unchanged until we return; the
-                // scan only reads it.
-                let f = unsafe { self.comm.send_bytes_during(r, tag, host, len as usize, self.live.as_ref(), during)? };
-                found = found.or(f);
-                self.expect_ok(r, tag)?;
-                self.stats.add_submitted(len);
-            }
+        // SAFETY: forwarded contract (readable, unchanged host bytes).
+        let sent = unsafe { self.send_submit(&targets, tgt, host, len, &mut head_copy, &mut scan, &mut found) };
+        if sent.is_err() && targets.contains(&HEAD) && head_copy.is_none() {
+            // The head's copy already has the new bytes, but the submit did not happen: it
+            // holds no recorded version any more.
+            self.buffers.lock().drop_copy(addr, HEAD);
         }
+        sent?;
         let found = match (found, scan) {
             (Some(f), _) => f,
             (None, Some(s)) => s(),
             (None, None) => PointsTo::All,
         };
         Ok((addr, targets, whole, found))
+    }
+
+    /// The sends of [`Cluster::submit_bytes`]: to each target in turn, writing the head's
+    /// copy (`head_copy`, taken when done) while the bytes travel to the first worker, and
+    /// scanning them (`scan`) meanwhile.
+    ///
+    /// # Safety
+    /// `host..host+len` must be readable and unchanged until this returns.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn send_submit(
+        &self,
+        targets: &[i32],
+        tgt: u64,
+        host: *const u8,
+        len: u64,
+        head_copy: &mut Option<impl FnOnce()>,
+        scan: &mut Option<impl FnOnce() -> PointsTo>,
+        found: &mut Option<PointsTo>,
+    ) -> Result<()> {
+        for &r in targets {
+            if r == HEAD {
+                if let Some(copy) = head_copy.take() {
+                    copy();
+                }
+            } else {
+                let tag = self.post(r, Event::Submit(Region { addr: tgt, size: len }))?;
+                let during = || {
+                    let f = scan.take().map(|s| s());
+                    if let Some(copy) = head_copy.take() {
+                        copy();
+                    }
+                    f
+                };
+                // SAFETY: host range readable (caller) and unchanged until we return; the
+                // scan only reads it.
+                let f = unsafe { self.comm.send_bytes_during(r, tag, host, len as usize, self.live.as_ref(), during)? };
+                if found.is_none() {
+                    *found = f;
+                }
+                self.expect_ok(r, tag)?;
+                self.stats.add_submitted(len);
+            }
+        }
+        Ok(())
     }
 
     /// Copy `len` bytes at device address `tgt` to host memory at `host`.

@@ -244,15 +244,15 @@ impl Cluster {
         }
         // Rescued copies that are still the only copy of a current version go to the head's
         // copy.
-        // Rescued copies that recorded tasks read are kept apart (within the budget): a later
-        // failure may need them again.
+        // Rescued copies that a later recovery may need again are kept apart (within the
+        // budget).
         for (a, bytes) in side.into_inner() {
             let addr = {
                 let mut bufs = self.buffers.lock();
                 match bufs.by_id(a.buffer) {
                     Some(b) if b.version == a.version && b.holders.is_empty() && bufs.get(b.addr).is_some() => b.addr,
                     _ => {
-                        if self.graph.lock().is_read(a) {
+                        if self.lineage_needs(&bufs, a) {
                             bufs.keep(a, bytes);
                         }
                         continue;
