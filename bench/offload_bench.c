@@ -3,6 +3,8 @@
 //                                     other 64-byte buffers mapped meanwhile (default 0)
 //   offload_bench bw REPS SIZE...     host->device and device->host bandwidth of
 //                                     `target update to/from` on a device-resident buffer
+//   offload_bench resubmit REPS SIZE  median time of a whole `target update to` of a buffer
+//                                     a region just wrote on a worker (the host rewrites it)
 //   offload_bench memory MIB          hold MIB MiB on one worker, then pause 4 s (RSS probe)
 //   offload_bench churn N KIB         N alloc / touch / free cycles of KIB KiB, pause 4 s
 #include <omp.h>
@@ -75,6 +77,27 @@ int main(int argc, char **argv) {
       #pragma omp target exit data map(delete: buf[0:n])
       free(buf); free(ts); free(tr);
     }
+    return 0;
+  }
+  if (!strcmp(argv[1], "resubmit") && argc > 3) {
+    int reps = atoi(argv[2]);
+    size_t n = strtoull(argv[3], 0, 10);
+    char *buf = malloc(n);
+    memset(buf, 1, n);
+    #pragma omp target enter data map(to: buf[0:n])
+    double *ts = malloc(reps * sizeof(double));
+    for (int r = 0; r < reps; r++) {
+      #pragma omp target map(alloc: buf[0:n]) firstprivate(r)
+      { buf[0] = (char)r; }
+      buf[1] = (char)r;
+      double t0 = omp_get_wtime();
+      #pragma omp target update to(buf[0:n])
+      ts[r] = omp_get_wtime() - t0;
+    }
+    qsort(ts, reps, sizeof(double), cmp);
+    printf("resubmit %zu ms %.4f\n", n, ts[reps / 2] * 1e3);
+    #pragma omp target exit data map(delete: buf[0:n])
+    free(buf); free(ts);
     return 0;
   }
   if (!strcmp(argv[1], "memory")) {

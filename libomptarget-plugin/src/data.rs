@@ -233,12 +233,18 @@ impl Buffers {
         }
     }
 
-    /// The copy on rank `r` of the buffer at `addr` is gone (its pages were given back).
+    /// The copy on rank `r` of the buffer at `addr` (live or retired) holds no known version
+    /// any more: its pages were given back, or a transfer into it failed half-way.
     pub(crate) fn drop_copy(&mut self, addr: u64, r: i32) {
-        self.track(addr, |b| {
+        let forget = |b: &mut Buffer| {
             b.holders.remove(&r);
             b.stale.remove(&r);
-        });
+        };
+        if self.by_addr.contains_key(&addr) {
+            self.track(addr, forget);
+        } else if let Some(b) = self.retired.values_mut().find(|b| b.addr == addr) {
+            forget(b);
+        }
     }
 
     /// Forget every copy the `dead` ranks had, of every buffer. Returns the versions lost: the
@@ -555,6 +561,11 @@ mod tests {
         bs.retire(b);
         assert!(bs.by_id(id).is_some() && bs.get(a).is_none());
         assert_eq!(bs.retained_bytes(), 4096);
+        // A transfer into a retired buffer's copy that failed half-way: that copy is unknown.
+        bs.install(id, 3, 1);
+        assert_eq!(bs.by_id(id).unwrap().version_on(3), Some(1));
+        bs.drop_copy(a, 3);
+        assert_eq!(bs.by_id(id).unwrap().version_on(3), None);
         assert!(bs.release_retired(&[id].into()).is_empty());
         assert_eq!(bs.release_retired(&BTreeSet::new()).len(), 1);
         assert_eq!(bs.retained_bytes(), 0);

@@ -92,10 +92,17 @@ impl Cluster {
         }
         let tag = self.tags.next();
         let send = |rank: i32, event: Event| self.comm.send_msg(rank, CONTROL_TAG, &Envelope { tag, event }, self.live.as_ref());
-        send(src, Event::ExchangeSend { region, peer: dst })?;
-        send(dst, Event::ExchangeRecv { region, peer: src })?;
-        self.expect_ok(src, tag)?;
-        self.expect_ok(dst, tag)?;
+        let exchanged = send(src, Event::ExchangeSend { region, peer: dst })
+            .and_then(|()| send(dst, Event::ExchangeRecv { region, peer: src }))
+            .map_err(ClusterError::from)
+            .and_then(|()| self.expect_ok(src, tag))
+            .and_then(|()| self.expect_ok(dst, tag));
+        if exchanged.is_err() {
+            // `dst` may have received part of it (its source died half-way): its copy holds
+            // no known version any more, whatever it held before.
+            self.buffers.lock().drop_copy(region.addr, dst);
+        }
+        exchanged?;
         self.stats.add_exchanged(region.size);
         Ok(())
     }
