@@ -138,13 +138,9 @@ impl Cluster {
     /// `Ok` if `e` says a rank died while recovery is on (the rank is fenced and the handler
     /// told; the caller goes on without it), else `Err(e)`.
     pub(super) fn unless_dead(&self, e: ClusterError) -> Result<()> {
-        match e {
-            ClusterError::Comm(CommError::PeerDead(r)) | ClusterError::PeerDead(r) if self.recovery => {
-                self.live.fence(r);
-                self.ft.notify(r);
-                Ok(())
-            }
-            e => Err(e),
+        match self.recovery.then(|| self.dead_peer(&e)).flatten() {
+            Some(_) => Ok(()),
+            None => Err(e),
         }
     }
 }

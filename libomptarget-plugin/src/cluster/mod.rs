@@ -339,17 +339,26 @@ impl Cluster {
     /// worker missing while some dead rank is not yet recovered from.
     fn failure_behind(&self, e: &ClusterError) -> Option<BTreeSet<i32>> {
         let mut dead = self.live.dead_ranks();
+        if let Some(r) = self.dead_peer(e) {
+            dead.insert(r);
+        } else if !(matches!(e, ClusterError::NoWorker | ClusterError::Lost(_)) && !dead.is_subset(&self.ft.recovered())) {
+            return None;
+        }
+        dead.remove(&HEAD);
+        Some(dead)
+    }
+
+    /// If `e` says a rank died (a wait gave up on it, or a worker reported its exchange
+    /// partner dead), fence that rank, tell the handler, and return it.
+    fn dead_peer(&self, e: &ClusterError) -> Option<i32> {
         match e {
             ClusterError::Comm(CommError::PeerDead(r)) | ClusterError::PeerDead(r) => {
                 self.live.fence(*r);
                 self.ft.notify(*r);
-                dead.insert(*r);
+                Some(*r)
             }
-            ClusterError::NoWorker | ClusterError::Lost(_) if !dead.is_subset(&self.ft.recovered()) => {}
-            _ => return None,
+            _ => None,
         }
-        dead.remove(&HEAD);
-        Some(dead)
     }
 
     /// Stop the workers and write the report and the graph. Idempotent.
