@@ -85,10 +85,11 @@ fn envs(v: &[(String, String)]) -> Vec<(&str, &str)> {
 
 #[test]
 fn matmul_checkpoints_verify_and_hold_what_the_program_computed() {
-    // 512 tasks: about 0.5-1 s of work here, so an interval of 0.03 s leaves room for many
-    // checkpoints (16 on the development machine) even on a faster machine; the assertion
-    // asks for 3.
-    const N: usize = 768;
+    // 1,728 tasks: 0.8-3 s of work here, so an interval of 0.03 s leaves room for many
+    // checkpoints even on a faster machine; the assertion asks for 3. (With 512 tasks a
+    // clean-clone CI run took 0.27 s, of which the first checkpoint's background save took
+    // 0.09 s, and made 2.)
+    const N: usize = 1152;
     const BS: usize = 96;
     let dir = tempfile::tempdir().unwrap();
     let ck = dir.path().join("ckpt");
