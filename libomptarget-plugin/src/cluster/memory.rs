@@ -105,7 +105,7 @@ impl Cluster {
         // (writers of the head's copy hold it, or the gate exclusively, around this call).
         let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, b.size as usize) }.to_vec();
         if bufs.keep(a, Arc::new(bytes)) {
-            self.log(format_args!("KEEP buffer {} version {} apart (a recorded task read it)", a.buffer, a.version));
+            self.log(format_args!("KEEP buffer {} version {} apart (it feeds the current version of another buffer)", a.buffer, a.version));
         }
     }
 

@@ -341,8 +341,12 @@ impl Cluster {
         let mut dead = self.live.dead_ranks();
         if let Some(r) = self.dead_peer(e) {
             dead.insert(r);
-        } else if !(matches!(e, ClusterError::NoWorker | ClusterError::Lost(_)) && !dead.is_subset(&self.ft.recovered())) {
-            return None;
+        } else {
+            // A buffer or worker missing is explained by a failure not yet recovered from.
+            let missing = matches!(e, ClusterError::NoWorker | ClusterError::Lost(_));
+            if !missing || dead.is_subset(&self.ft.recovered()) {
+                return None;
+            }
         }
         dead.remove(&HEAD);
         Some(dead)

@@ -2,17 +2,21 @@
 //!
 //! The handler thread (`ft-handler`) calls [`Cluster::recover`] with the gate held
 //! exclusively, so no offloading request is in flight. Recovery
+//! 0. if no worker is left, makes the head run the target regions itself (`on_head.rs`):
+//!    the steps below then re-run the lost tasks on the head,
 //! 1. fences the dead ranks (every live worker stops waiting for them; a frozen one that
 //!    wakes up exits),
 //! 2. forgets every copy the dead held and lists the versions lost: current versions of
 //!    live buffers that no live rank holds,
 //! 3. finds by lineage ([`task_graph::TaskGraph::lost_work`]) where each lost version comes
 //!    from: a live copy of that exact version (a worker's, or the head's), a published
-//!    checkpoint, or re-running the task that produced it, whose inputs are found the same way,
+//!    checkpoint, a version the head kept apart, or re-running the task that produced it,
+//!    whose inputs are found the same way,
 //! 4. re-runs that minimal set of tasks in dependence order, independent ones at the same time
 //!    on different survivors, installing each task's inputs at the versions it first read, on
 //!    a worker where that overwrites no copy still needed,
-//! 5. loads the lost versions that only a checkpoint holds into the head's copies.
+//! 5. loads the lost versions that only a checkpoint (or a version kept apart) holds into the
+//!    head's copies.
 //!
 //! A rank that dies meanwhile makes it return [`RecoverError::NewFailure`]; the handler calls
 //! it again with the larger set (what was rebuilt so far stays rebuilt). A damaged checkpoint
@@ -243,9 +247,7 @@ impl Cluster {
             }
         }
         // Rescued copies that are still the only copy of a current version go to the head's
-        // copy.
-        // Rescued copies that a later recovery may need again are kept apart (within the
-        // budget).
+        // copy; those a later recovery may need again are kept apart (within the budget).
         for (a, bytes) in side.into_inner() {
             let addr = {
                 let mut bufs = self.buffers.lock();
@@ -506,6 +508,17 @@ impl Cluster {
     /// Returns how many inputs came from checkpoints and how many from live copies.
     fn rerun(&self, t: &TaskRecord, w: i32, rescue: &[Access], side: &Side) -> std::result::Result<(u64, u64), Stop> {
         let (mut from_ckpt, mut from_copies) = (0, 0);
+        if w == HEAD {
+            // Its inputs are installed in the head's own copies: a checkpoint still saving one
+            // of them must finish first.
+            let addrs: Vec<u64> = {
+                let bufs = self.buffers.lock();
+                t.reads.iter().filter_map(|a| bufs.by_id(a.buffer).map(|b| b.addr)).collect()
+            };
+            for addr in addrs {
+                self.before_changing_staged(addr);
+            }
+        }
         for a in rescue {
             let region = match self.buffers.lock().by_id(a.buffer) {
                 Some(b) => Region { addr: b.addr, size: b.size },
