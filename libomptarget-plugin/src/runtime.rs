@@ -102,6 +102,10 @@ pub(crate) fn write_exit_status(status: i32) {
 /// reads it (if it asked).
 fn keep_exit_status() {
     if let Some(p) = std::env::var_os("OMPCLUSTER_EXIT_STATUS_FILE").filter(|p| !p.is_empty()) {
+        // "started" until the exit status replaces it: the launcher learns that the cluster
+        // device started on the head at all (if the plugin did not load, libomptarget runs
+        // every region on each rank's own host, and nothing writes here).
+        let _ = std::fs::write(&p, "started\n");
         let _ = STATUS_FILE.set(p.into());
     }
     // SAFETY: registering a handler that only stores a number and writes a small file;

@@ -180,3 +180,49 @@ fn crashing_region_ends_the_job() {
         );
     }
 }
+
+/// Build `lib<name>.so` from C `code` in a fresh directory (linked with `extra` flags).
+fn shared_lib(dir: &Path, name: &str, code: &str, extra: &[&str]) -> std::path::PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, code).unwrap();
+    let out = dir.join(format!("lib{name}.so"));
+    let o = std::process::Command::new("gcc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .args(extra)
+        .output()
+        .expect("gcc");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+/// A plugin library that cannot load (a library it needs is missing) is refused before any
+/// rank starts: otherwise libomptarget would run every region on each rank's own host and
+/// each rank would run the whole program.
+#[test]
+fn a_plugin_that_cannot_load_is_refused_before_the_program_runs() {
+    let dir = tempfile::tempdir_in(ompcluster_tests::work_dir()).unwrap();
+    let dep = shared_lib(dir.path(), "gone", "int gone(void) { return 1; }", &[]);
+    let lib_dir = format!("-L{}", dir.path().display());
+    let broken = shared_lib(dir.path(), "needsgone", "int gone(void); int f(void) { return gone(); }", &[&lib_dir, "-lgone"]);
+    std::fs::remove_file(dep).unwrap();
+    let prog = compile("plain.c");
+    let t0 = Instant::now();
+    let o = run(2, &prog, &[], &[("OMPCLUSTER_PLUGIN", broken.to_str().unwrap())]);
+    assert_refused(&o, t0.elapsed(), "libgone.so not found");
+}
+
+/// A plugin that loads but is not one (libomptarget skips it): every rank ran the program on
+/// its own host. The launcher says so and fails, whatever the program printed.
+#[test]
+fn a_run_where_the_cluster_device_never_started_fails() {
+    let dir = tempfile::tempdir_in(ompcluster_tests::work_dir()).unwrap();
+    let not_plugin = shared_lib(dir.path(), "notaplugin", "int nothing_here(void) { return 0; }", &[]);
+    let prog = compile("plain.c");
+    for ft in ["0", "1"] {
+        let o = run(2, &prog, &[], &[("OMPCLUSTER_PLUGIN", not_plugin.to_str().unwrap()), ("OMPCLUSTER_FT_DISABLE", ft)]);
+        assert!(!o.status.success(), "FT_DISABLE={ft}: a run without the cluster device must fail\n{}", describe(&o));
+        assert!(stderr(&o).contains("the cluster device never started on rank 0"), "{}", describe(&o));
+    }
+}

@@ -48,6 +48,16 @@ fn fail(msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// The shared libraries `plugin` needs that the dynamic loader cannot find with
+/// `LD_LIBRARY_PATH=ld` (asked of `ldd`; `None` if all are found, or if `ldd` cannot tell).
+fn missing_libraries(plugin: &Path, ld: &OsString) -> Option<Vec<String>> {
+    let out = Command::new("ldd").arg(plugin).env("LD_LIBRARY_PATH", ld).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let missing: Vec<String> =
+        text.lines().filter(|l| l.contains("=> not found")).filter_map(|l| l.split_whitespace().next().map(str::to_string)).collect();
+    (!missing.is_empty()).then_some(missing)
+}
+
 fn find_in_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path).map(|d| d.join(name)).find(|p| is_executable(p))
@@ -187,6 +197,14 @@ fn main() -> ExitCode {
         ld.push(":");
         ld.push(old);
     }
+    if let Some(missing) = missing_libraries(&plugin, &ld) {
+        return fail(format!(
+            "the plugin {} cannot be loaded: {} not found (LD_LIBRARY_PATH={}); libomptarget would then run every target region on each rank's own host",
+            plugin.display(),
+            missing.join(", "),
+            ld.to_string_lossy()
+        ));
+    }
 
     let mut cmd = Command::new(&mpirun);
     // SAFETY: geteuid has no preconditions.
@@ -202,10 +220,11 @@ fn main() -> ExitCode {
     if ft_on || matches!(kind, ProgramKind::PlainMpi) {
         cmd.arg("--enable-recovery");
     }
-    // In its recovery mode mpirun exits 0 whatever rank 0 did (checked with Open MPI 4.1.4:
-    // MPI_Abort, exit(3), SIGSEGV all give 0): the head writes its exit status to a file
-    // in a private directory, and this launcher exits with it.
-    let status_dir = match ft_on && !matches!(kind, ProgramKind::PlainMpi) {
+    // The head writes "started" to a file in a private directory when the cluster device
+    // starts, then its exit status: so this launcher knows the device started at all, and,
+    // in its recovery mode, where mpirun exits 0 whatever rank 0 did (checked with Open MPI
+    // 4.1.4: MPI_Abort, exit(3), SIGSEGV all give 0), how the program ended.
+    let status_dir = match !matches!(kind, ProgramKind::PlainMpi) {
         true => match tempfile::Builder::new().prefix("ompcluster-run-").tempdir() {
             Ok(d) => Some(d),
             Err(e) => return fail(format!("cannot create a private directory for the exit status: {e}")),
@@ -241,13 +260,23 @@ fn main() -> ExitCode {
             use std::os::unix::process::ExitStatusExt;
             let mut code = status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1);
             if let Some(f) = &status_file {
-                match std::fs::read_to_string(f).ok().and_then(|s| s.trim().parse::<i32>().ok()) {
-                    Some(c) => code = c,
-                    None if code == 0 => {
-                        eprintln!("ompcluster-run: rank 0 (the program) ended without exiting normally (it crashed or was killed): see the messages above");
-                        code = 1;
+                match std::fs::read_to_string(f).ok().map(|s| s.trim().to_string()) {
+                    None => {
+                        eprintln!(
+                            "ompcluster-run: the cluster device never started on rank 0: the plugin {} did not load there (so libomptarget ran every target region on each rank's own host, each rank running the whole program), or rank 0 ended before the program started",
+                            plugin.display()
+                        );
+                        code = if code == 0 { 1 } else { code };
                     }
-                    None => {}
+                    Some(s) => match s.parse::<i32>() {
+                        Ok(c) if ft_on => code = c,
+                        Ok(_) => {}
+                        Err(_) if code == 0 => {
+                            eprintln!("ompcluster-run: rank 0 (the program) ended without exiting normally (it crashed or was killed): see the messages above");
+                            code = 1;
+                        }
+                        Err(_) => {}
+                    },
                 }
             }
             // mpirun reports a rank killed by signal N as exit code 128 + N. Die of the same
