@@ -208,6 +208,9 @@ impl StoreConfig {
                 var: vars::EXECCFG,
                 because: "OMPCLUSTER_CP_USEVELOC=1 (it names the VeloC configuration file)",
             })?;
+            // Checked here, where every other setting is: the launcher refuses a file VeloC
+            // would reject (it ends each rank that reads it) before any rank starts.
+            crate::veloc_cfg::read_veloc_config(&config_file).map_err(ConfigError::VelocConfig)?;
             Backend::Veloc { config_file }
         } else {
             Backend::Embedded
@@ -386,17 +389,18 @@ mod tests {
     fn veloc_needs_execcfg() {
         let e = cfg(&[("OMPCLUSTER_CP_USEVELOC", "1")]).unwrap_err();
         assert!(e.to_string().contains("OMPCLUSTER_CP_EXECCFG"), "{e}");
-        let c = cfg(&[
-            ("OMPCLUSTER_CP_USEVELOC", "1"),
-            ("OMPCLUSTER_CP_EXECCFG", "/etc/veloc.cfg"),
-        ])
-        .unwrap();
-        assert_eq!(
-            c.backend,
-            Backend::Veloc {
-                config_file: PathBuf::from("/etc/veloc.cfg")
-            }
-        );
+        let t = tempfile::tempdir().unwrap();
+        let file = t.path().join("veloc.cfg");
+        let file_s = file.to_str().unwrap();
+        // Read and checked with the other settings: a file VeloC would reject is refused.
+        let e = cfg(&[("OMPCLUSTER_CP_USEVELOC", "1"), ("OMPCLUSTER_CP_EXECCFG", file_s)]).unwrap_err();
+        assert!(e.to_string().contains("cannot read") && e.to_string().contains(file_s), "{e}");
+        std::fs::write(&file, "scratch = /tmp/s\npersistent = /tmp/p\n").unwrap();
+        let e = cfg(&[("OMPCLUSTER_CP_USEVELOC", "1"), ("OMPCLUSTER_CP_EXECCFG", file_s)]).unwrap_err();
+        assert!(e.to_string().contains("`mode` key is missing"), "{e}");
+        std::fs::write(&file, "scratch = /tmp/s\npersistent = /tmp/p\nmode = async\n").unwrap();
+        let c = cfg(&[("OMPCLUSTER_CP_USEVELOC", "1"), ("OMPCLUSTER_CP_EXECCFG", file_s)]).unwrap();
+        assert_eq!(c.backend, Backend::Veloc { config_file: file.clone() });
     }
 
     #[test]

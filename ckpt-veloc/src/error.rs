@@ -23,6 +23,9 @@ pub enum ConfigError {
         /// What is expected instead.
         reason: &'static str,
     },
+    /// The VeloC configuration file cannot be used (the message names file and variable).
+    #[error("{0}")]
+    VelocConfig(String),
     /// A variable needed by another one is missing.
     #[error("{var} is required when {because}")]
     Missing {

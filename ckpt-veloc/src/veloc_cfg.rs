@@ -80,6 +80,13 @@ pub(crate) fn check_veloc_config(text: &str) -> Result<VelocDirs, String> {
         "persistent_interval",
         "VeloC would skip persistent copies that manifests refer to",
     )?;
+    // VeloC ends the process on anything else ("mode of operation is invalid, must be
+    // sync/async!", src/common/config.cpp), a missing key included.
+    match keys.get("mode").map(String::as_str) {
+        Some("sync" | "async") => {}
+        Some(v) => return Err(format!("`mode = {v}` is invalid: VeloC accepts `mode = sync` or `mode = async`")),
+        None => return Err("the `mode` key is missing: VeloC needs `mode = sync` or `mode = async`".into()),
+    }
     if let Some(v) = keys.get("aggregated") {
         if matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on") {
             return Err(format!(
@@ -115,19 +122,21 @@ mod tests {
     #[test]
     fn refuses_what_would_break_manifests() {
         for (text, needle) in [
-            ("persistent = /p\n", "`scratch` key is missing"),
-            ("scratch = /s\n", "`persistent` key is missing"),
-            ("scratch = s\npersistent = /p\n", "absolute"),
+            ("persistent = /p\nmode = sync\n", "`scratch` key is missing"),
+            ("scratch = /s\nmode = sync\n", "`persistent` key is missing"),
+            ("scratch = s\npersistent = /p\nmode = sync\n", "absolute"),
+            ("scratch = /s\npersistent = /p\n", "`mode` key is missing"),
+            ("scratch = /s\npersistent = /p\nmode = Async\n", "`mode = Async` is invalid"),
             (
-                "scratch = /s\npersistent = /p\nmax_versions = 3\n",
+                "scratch = /s\npersistent = /p\nmode = sync\nmax_versions = 3\n",
                 "max_versions = 3",
             ),
             (
-                "scratch = /s\npersistent = /p\npersistent_interval = 60\n",
+                "scratch = /s\npersistent = /p\nmode = sync\npersistent_interval = 60\n",
                 "persistent_interval = 60",
             ),
             (
-                "scratch = /s\npersistent = /p\naggregated = true\n",
+                "scratch = /s\npersistent = /p\nmode = sync\naggregated = true\n",
                 "aggregated = true",
             ),
         ] {

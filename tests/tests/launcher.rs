@@ -226,3 +226,17 @@ fn a_run_where_the_cluster_device_never_started_fails() {
         assert!(stderr(&o).contains("the cluster device never started on rank 0"), "{}", describe(&o));
     }
 }
+
+/// A VeloC configuration VeloC itself would reject (it ends every rank that reads it) is
+/// refused by the launcher in one line, naming the file and the variable.
+#[test]
+fn refuses_a_veloc_configuration_without_a_mode() {
+    let dir = tempfile::tempdir_in(ompcluster_tests::work_dir()).unwrap();
+    let cfg = dir.path().join("veloc.cfg");
+    std::fs::write(&cfg, format!("scratch = {0}/s\npersistent = {0}/p\n", dir.path().display())).unwrap();
+    let prog = compile("exit3.c");
+    let envs = [("OMPCLUSTER_CP_USEVELOC", "1"), ("OMPCLUSTER_CP_EXECCFG", cfg.to_str().unwrap())];
+    let (o, took) = timed_env(2, &prog, &envs);
+    assert_refused(&o, took, "`mode` key is missing");
+    assert!(stderr(&o).contains("OMPCLUSTER_CP_EXECCFG") && stderr(&o).contains(cfg.to_str().unwrap()), "{}", describe(&o));
+}
