@@ -1,7 +1,8 @@
 //! Build script. Without the `veloc` feature it does nothing. With it, it
 //! finds VeloC's `veloc.h` (and the `mpi.h` that it includes), generates
 //! Rust bindings with bindgen into `$OUT_DIR/veloc_bindings.rs`, and links
-//! `libveloc-client`.
+//! `libveloc-client`, with VeloC's library directory as the run-time search path (also
+//! handed to dependent crates as `DEP_VELOC_CLIENT_LIBDIR`).
 //!
 //! Where it looks, in order:
 //! * `veloc.h`: `$VELOC_INCLUDE_DIR`, `$VELOC_ROOT/include`, `/usr/local/include`,
@@ -117,7 +118,13 @@ mod veloc {
         match lib_dirs.iter().find(|d| d.join("libveloc-client.so").exists()) {
             Some(d) => {
                 println!("cargo:rustc-link-search=native={}", d.display());
-                println!("cargo:rustc-link-arg=-Wl,-rpath,{}", d.display());
+                // This crate's own tests and examples find VeloC there; DT_RPATH (not
+                // RUNPATH) so that libveloc-client's own libraries (libveloc-modules, AXL,
+                // ER, ...), which carry no search path, are found there too.
+                println!("cargo:rustc-link-arg=-Wl,--disable-new-dtags,-rpath,{}", d.display());
+                // For the crates linking this one (`links` metadata): the plugin puts the
+                // same path in the shared library it builds.
+                println!("cargo:libdir={}", d.display());
             }
             None => println!(
                 "cargo:warning=libveloc-client.so not found beside {} (set VELOC_LIB_DIR); linking will fail unless the linker finds it",

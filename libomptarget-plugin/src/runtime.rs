@@ -191,12 +191,17 @@ pub(crate) fn init() -> Result<(), String> {
         // is refused; what an earlier job left is removed), before any rank can save.
         let opened = ckpt_veloc::open(&cp_cfg).and_then(|s| {
             if comm.rank() == 0 {
-                let claim = ckpt_veloc::claim_for_job(&cp_cfg.persistent, ckpt_veloc::vars::PERSISTENT)?;
+                // The store's own persistent directory: with VeloC, the one its configuration names.
+                let var = match s.kind() {
+                    ckpt_veloc::StoreKind::Embedded => ckpt_veloc::vars::PERSISTENT,
+                    ckpt_veloc::StoreKind::Veloc => "the `persistent` key of OMPCLUSTER_CP_EXECCFG",
+                };
+                let claim = ckpt_veloc::claim_for_job(s.persistent_dir(), var)?;
                 if !claim.cleared.removed_versions.is_empty() {
                     eprintln!(
                         "ompcluster: removed {} checkpoint(s) an earlier job left in {}",
                         claim.cleared.removed_versions.len(),
-                        cp_cfg.persistent.display()
+                        s.persistent_dir().display()
                     );
                 }
                 let _ = JOB_CLAIM.set(claim);
