@@ -48,7 +48,6 @@ impl Cluster {
                 }
                 let candidates: Vec<Candidate> = self
                     .targets()
-                    .into_iter()
                     .filter(|w| pins.is_empty() || pins.contains(w))
                     .map(|w| Candidate {
                         rank: w,

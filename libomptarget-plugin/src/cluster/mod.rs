@@ -249,13 +249,10 @@ impl Cluster {
     }
 
     /// Where target regions can run: the live workers, or the head itself once it runs them
-    /// (no worker left).
-    fn targets(&self) -> Vec<i32> {
-        if self.local.get().is_some() {
-            vec![HEAD]
-        } else {
-            self.workers().collect()
-        }
+    /// (no worker left). Asked at every launch: no allocation.
+    fn targets(&self) -> impl Iterator<Item = i32> + '_ {
+        let on_head = self.local.get().is_some();
+        self.workers().filter(move |_| !on_head).chain(on_head.then_some(HEAD))
     }
 
     /// The head's own device, if it runs target regions itself.

@@ -200,7 +200,7 @@ impl Cluster {
         if self.workers().next().is_none() {
             self.continue_on_head().map_err(|e| RecoverError::Fatal(format!("every worker died (ranks {dead:?}) and the head cannot run the target regions itself: {e}")))?;
         }
-        let survivors = self.targets();
+        let survivors: Vec<i32> = self.targets().collect();
         self.fence(dead, &survivors)?;
         let lost = self.buffers.lock().forget_ranks(dead);
         self.inject_due(|t| *t == crate::inject::Trigger::DuringRecovery);
