@@ -23,7 +23,7 @@ pub(crate) enum Runtime {
 type WorkerParts = (Arc<Comm>, SymmetricHeap, Option<Arc<dyn ckpt_veloc::CheckpointStore>>);
 
 /// The head's claim on the checkpoint directory, held until the process ends.
-static JOB_CLAIM: std::sync::OnceLock<ckpt_veloc::JobClaim> = std::sync::OnceLock::new();
+static JOB_CLAIM: OnceLock<ckpt_veloc::JobClaim> = OnceLock::new();
 
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 static REGISTERED: AtomicUsize = AtomicUsize::new(0);

@@ -224,12 +224,13 @@ fn main() -> ExitCode {
     // starts, then its exit status: so this launcher knows the device started at all, and,
     // in its recovery mode, where mpirun exits 0 whatever rank 0 did (checked with Open MPI
     // 4.1.4: MPI_Abort, exit(3), SIGSEGV all give 0), how the program ended.
-    let status_dir = match !matches!(kind, ProgramKind::PlainMpi) {
-        true => match tempfile::Builder::new().prefix("ompcluster-run-").tempdir() {
+    let status_dir = if matches!(kind, ProgramKind::PlainMpi) {
+        None
+    } else {
+        match tempfile::Builder::new().prefix("ompcluster-run-").tempdir() {
             Ok(d) => Some(d),
             Err(e) => return fail(format!("cannot create a private directory for the exit status: {e}")),
-        },
-        false => None,
+        }
     };
     let status_file = status_dir.as_ref().map(|d| d.path().join("exit-status"));
     if let Some(f) = &status_file {
