@@ -124,6 +124,20 @@ pub struct StoreConfig {
     pub keep: NonZeroUsize,
     /// Store implementation.
     pub backend: Backend,
+    /// Identifies the job among the jobs of this user: the same on every rank of one job
+    /// (the runtime hands rank 0's to all), different for another job. The VeloC store uses
+    /// it to tell the ranks of its own job from another job's on a node.
+    pub job: u64,
+}
+
+/// A job token unlikely to be any other job's: std's randomly keyed hasher over the
+/// process id and the time.
+fn new_job_token() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.finish()
 }
 
 impl StoreConfig {
@@ -141,6 +155,7 @@ impl StoreConfig {
             persistent: absolute(persistent.into()),
             keep: NonZeroUsize::new(DEFAULT_KEEP).expect("DEFAULT_KEEP > 0"),
             backend: Backend::Embedded,
+            job: new_job_token(),
         }
     }
 
@@ -223,7 +238,46 @@ impl StoreConfig {
             persistent: persistent.unwrap_or_else(|| absolute(PathBuf::from(DEFAULT_PERSISTENT))),
             keep: keep.unwrap_or(NonZeroUsize::new(DEFAULT_KEEP).expect("DEFAULT_KEEP > 0")),
             backend,
+            job: new_job_token(),
         })
+    }
+
+    /// Creates (0700) the directories this configuration names and checks that files can
+    /// be written in them: the persistent directory and the scratch base, or with VeloC the
+    /// `scratch` and `persistent` of its configuration. For the launcher, which so refuses
+    /// an unusable directory in one line before any rank starts (each rank checks again
+    /// when it opens its store: scratch directories are node-local).
+    pub fn check_dirs(&self) -> Result<(), crate::error::OpenError> {
+        use crate::error::OpenError;
+        let dirs: Vec<(&'static str, &'static str, PathBuf)> = match &self.backend {
+            Backend::Embedded => vec![
+                ("persistent", vars::PERSISTENT, self.persistent.clone()),
+                ("scratch", vars::SCRATCH, self.scratch.resolve()),
+            ],
+            Backend::Veloc { config_file } => {
+                let s = crate::veloc_cfg::read_veloc_config(config_file).map_err(OpenError::Veloc)?;
+                let var = "the VeloC configuration (OMPCLUSTER_CP_EXECCFG)";
+                vec![("persistent", var, s.persistent), ("scratch", var, s.scratch)]
+            }
+        };
+        for (role, var, path) in dirs {
+            crate::fsutil::create_private_dir_all(&path)
+                .map_err(|source| OpenError::CreateDir { role, var, path: path.clone(), source })?;
+            crate::fsutil::probe_writable(&path).map_err(|source| OpenError::NotWritable { role, var, path, source })?;
+        }
+        Ok(())
+    }
+
+    /// With the VeloC store and no `log_prefix` configured: a directory for VeloC's client
+    /// logs (its `scratch`), which otherwise go to the program's standard output.
+    pub fn veloc_log_dir(&self) -> Option<PathBuf> {
+        match &self.backend {
+            Backend::Veloc { config_file } => crate::veloc_cfg::read_veloc_config(config_file)
+                .ok()
+                .filter(|s| !s.log_prefix_set)
+                .map(|s| s.scratch),
+            Backend::Embedded => None,
+        }
     }
 
     /// Interval before the next checkpoint given the bytes it would save,

@@ -7,8 +7,12 @@
 //!   manifests/manifest-<version>.json     published versions (written by the head)
 //!   ckpt-<k>/rank-<r>.data                regions of checkpoint k saved by rank r, concatenated
 //!   ckpt-<k>/rank-<r>.index.json          rank r's records for k; written last (flush complete)
-//!   ompcluster-<r>-<k>.dat                same role as rank-<r>.data, VeloC store
+//!   ompcluster-<r>-<k>.dat                VeloC store: VeloC's link to ckpt-<k>/rank-<r>.data
 //! ```
+//!
+//! The VeloC store writes its data files where the embedded store does (VeloC copies each
+//! version to the file routed for it), without index files: its records reach the head in
+//! the flush outcome.
 
 use std::path::PathBuf;
 
@@ -60,15 +64,14 @@ pub(crate) fn veloc_file(ckpt: CkptId, rank: Rank) -> PathBuf {
     PathBuf::from(format!("{VELOC_NAME}-{rank}-{ckpt}.dat"))
 }
 
-/// `ompcluster-<r>-<k>.dat` -> k.
-pub(crate) fn parse_veloc_file(name: &str) -> Option<CkptId> {
+/// `ompcluster-<r>-<k>.dat` -> (r, k).
+pub(crate) fn parse_veloc_file(name: &str) -> Option<(Rank, CkptId)> {
     let rest = name
         .strip_prefix(VELOC_NAME)?
         .strip_prefix('-')?
         .strip_suffix(".dat")?;
     let (r, k) = rest.split_once('-')?;
-    parse_u64(r)?;
-    parse_u64(k)
+    Some((Rank::try_from(parse_u64(r)?).ok()?, parse_u64(k)?))
 }
 
 fn parse_u64(s: &str) -> Option<u64> {
@@ -95,7 +98,7 @@ mod tests {
             Some("rank-3.data")
         );
         assert_eq!(data_name_of_index("rank-x.index.json"), None);
-        assert_eq!(parse_veloc_file("ompcluster-3-12.dat"), Some(12));
+        assert_eq!(parse_veloc_file("ompcluster-3-12.dat"), Some((3, 12)));
         assert_eq!(veloc_file(12, 3), PathBuf::from("ompcluster-3-12.dat"));
         assert_eq!(parse_veloc_file("other-3-12.dat"), None);
     }

@@ -51,6 +51,7 @@ mod store;
 #[cfg(feature = "veloc")]
 mod veloc;
 mod veloc_cfg;
+mod veloc_node;
 #[cfg(feature = "veloc")]
 mod veloc_sys;
 mod verify;
@@ -72,4 +73,5 @@ pub use record::{format_unix_ms, Checksum, CkptId, Rank, RegionId, RegionRecord}
 pub use store::{open, CheckpointStore, StoreKind};
 #[cfg(feature = "veloc")]
 pub use veloc::VelocStore;
+pub use veloc_node::sweep as sweep_veloc_backend;
 pub use verify::{verify_dir, Damage, VerifyReport, VersionCheck};

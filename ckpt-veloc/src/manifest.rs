@@ -489,8 +489,9 @@ fn remove_versions(dir: &Path, keep: usize) -> Result<PruneReport, ManifestError
                 continue;
             }
             prune_ckpt_dir(dir, name, &referenced, &mut report)?;
-        } else if let Some(k) = layout::parse_veloc_file(name) {
-            if k <= newest && !referenced.contains(Path::new(name)) {
+        } else if let Some((r, k)) = layout::parse_veloc_file(name) {
+            // VeloC's link to the data file: goes with it.
+            if k <= newest && !referenced.contains(&layout::data_file(k, r)) {
                 remove_file(&e.path())?;
                 report.removed_files.push(e.path());
             }

@@ -1,38 +1,40 @@
 //! The VeloC store (cargo feature `veloc`; `OMPCLUSTER_CP_USEVELOC=1` and
 //! `OMPCLUSTER_CP_EXECCFG=<VeloC config>`).
 //!
-//! It uses VeloC's file-based interface in non-collective mode, one client
-//! per rank (`VELOC_Init_single(rank, cfg)`), so no MPI communicator is
-//! involved and a rank failure does not block the others:
+//! It uses VeloC's file-based interface, one client per rank
+//! (`VELOC_Init_single(rank, cfg)`: no collective call, so a dead rank blocks no other;
+//! `VELOC_Init` over a communicator would tie every rank to barriers at finalisation and to
+//! one engine per node living in one of the ranks):
 //!
-//! * the first save of checkpoint `k` calls `VELOC_Checkpoint_begin("ompcluster", k)`
-//!   and `VELOC_Route_file`, and appends every region of `k` to the routed
-//!   file in VeloC's scratch directory, recording offset, size and xxh3, as
-//!   the embedded store does;
-//! * [`flush`](CheckpointStore::flush) calls `VELOC_Checkpoint_end(1)`: VeloC's
-//!   backend copies the file to its persistent directory as
-//!   `ompcluster-<rank>-<k>.dat` (asynchronously in VeloC's async mode); a
-//!   background thread calls `VELOC_Checkpoint_wait` and then checks that
-//!   the persistent file is there with the expected size before the flush
-//!   counts as complete;
-//! * loading does not go through VeloC's restart path (which only restores
-//!   a rank's own files): the records name `ompcluster-<rank>-<k>.dat` in the
-//!   persistent directory and any rank reads it directly, checking xxh3,
-//!   with the same [`load_region`](crate::load_region) as the embedded store.
+//! * the first save of checkpoint `k` calls `VELOC_Checkpoint_begin("ompcluster", k)` and
+//!   `VELOC_Route_file(PERSISTENT/ckpt-<k>/rank-<r>.data)`. The path handed over is where
+//!   the checkpoint is to end up, one file per version; VeloC answers with its scratch file
+//!   for this version (`<scratch>/ompcluster-<r>-<k>.dat`), into which every region of `k`
+//!   is appended, recording offset, size and xxh3, as the embedded store does;
+//! * the flush calls `VELOC_Checkpoint_end(1)` and `VELOC_Checkpoint_wait` in a background
+//!   thread: VeloC's engine (in this process in sync mode, the node's `veloc-backend` in async
+//!   mode) copies the scratch file to `PERSISTENT/ckpt-<k>/rank-<r>.data` and points its own
+//!   `PERSISTENT/ompcluster-<r>-<k>.dat` at it (a symbolic link). The flush then checks the
+//!   persistent file's size, makes it durable (fsync of file and directory, which VeloC does
+//!   not do) and removes the scratch file;
+//! * loading does not go through VeloC's restart path, which only brings a rank's *own* files
+//!   back to its scratch directory: the records name `ckpt-<k>/rank-<r>.data` in the
+//!   persistent directory and any rank reads it directly, checking xxh3, with the same
+//!   [`load_region`](crate::load_region) as the embedded store, also after its saver died.
 //!
-//! Manifests are published by the head in VeloC's persistent directory,
-//! which is what [`persistent_dir`](CheckpointStore::persistent_dir) returns
-//! (`OMPCLUSTER_CP_PERSISTENT` and `OMPCLUSTER_CP_SCRATCH` are not used:
-//! VeloC's `persistent` and `scratch` keys play their roles).
+//! Manifests are published by the head in VeloC's persistent directory, which is what
+//! [`persistent_dir`](CheckpointStore::persistent_dir) returns (`OMPCLUSTER_CP_PERSISTENT` and
+//! `OMPCLUSTER_CP_SCRATCH` are not used: VeloC's `persistent` and `scratch` keys play their
+//! roles). One job per user and node uses VeloC at a time, and the async daemon is the job's
+//! own: see [`veloc_node`](crate::veloc_node).
 //!
-//! Design note (concurrency): VeloC keeps one global client per process and
-//! documents no thread safety, so every VeloC call happens with `inner`
-//! locked, and at most one store may be open per process (`OPEN`). VeloC
-//! allows one checkpoint in flight per client: the waiter thread holds the
-//! lock while in `VELOC_Checkpoint_wait`, so a save for the next checkpoint
-//! waits until the previous flush is done. Whoever holds the lock first
-//! (waiter, next save, `wait_all`, `Drop`) completes the in-flight flush;
-//! the others find nothing left to do.
+//! Design note (concurrency): VeloC keeps one global client per process and documents no
+//! thread safety, so every VeloC call happens with `inner` locked, and at most one store may
+//! be open per process (`OPEN`). VeloC allows one checkpoint in flight per client: the waiter
+//! thread holds the lock while it ends and waits for a checkpoint, so a save for the next
+//! checkpoint waits until the previous flush is done. Whoever holds the lock first (waiter,
+//! next save, `wait_all`, `Drop`) completes the in-flight flush; the others find nothing left
+//! to do.
 
 use std::collections::HashSet;
 use std::ffi::{c_char, c_int, c_uint, CStr, CString};
@@ -54,6 +56,7 @@ use crate::layout::{self, VELOC_NAME};
 use crate::record::{now_unix_ms, Checksum, CkptId, Rank, RegionId, RegionRecord};
 use crate::store::{CheckpointStore, StoreKind};
 use crate::veloc_cfg::read_veloc_config;
+use crate::veloc_node::{NodePaths, NodeSession};
 use crate::veloc_sys as sys;
 
 /// `VELOC_SUCCESS` as documented in `veloc.h` (a macro `(0)` in recent
@@ -68,8 +71,10 @@ static OPEN: AtomicBool = AtomicBool::new(false);
 pub struct VelocStore {
     rank: Rank,
     persistent: PathBuf,
-    scratch: PathBuf,
     inner: Arc<Mutex<Inner>>,
+    /// This rank's part in the job's use of VeloC on the node; left after `VELOC_Finalize`
+    /// (by `close` or `Drop`, whichever comes first).
+    session: Mutex<Option<NodeSession>>,
 }
 
 impl std::fmt::Debug for VelocStore {
@@ -77,7 +82,6 @@ impl std::fmt::Debug for VelocStore {
         f.debug_struct("VelocStore")
             .field("rank", &self.rank)
             .field("persistent", &self.persistent)
-            .field("scratch", &self.scratch)
             .finish_non_exhaustive()
     }
 }
@@ -102,6 +106,7 @@ enum Phase {
 struct Collecting {
     ckpt: CkptId,
     file: File,
+    /// VeloC's scratch file for this version.
     routed: PathBuf,
     len: u64,
     regions: Vec<Pending>,
@@ -116,11 +121,15 @@ struct Pending {
     saved_unix_ms: u64,
 }
 
-/// A checkpoint ended in VeloC and not yet waited for.
+/// A checkpoint handed to the flush and not yet waited for.
 struct InFlight {
     ckpt: CkptId,
-    /// `None` for an abandoned checkpoint (waited for, never reported).
+    /// Whether `VELOC_Checkpoint_end` still has to be called (the waiter thread does it, so
+    /// that a sync-mode copy does not hold up the caller of `flush`).
+    ended: bool,
+    /// `None` for an abandoned checkpoint (its files are removed once VeloC is done).
     completer: Option<FlushCompleter>,
+    routed: PathBuf,
     records: Vec<RegionRecord>,
     bytes: u64,
     start: Instant,
@@ -133,7 +142,7 @@ fn veloc_err(what: &str, rc: c_int) -> String {
 impl VelocStore {
     /// Initialises VeloC for this rank with `config_file`, after checking
     /// the configuration and that its directories can be created and
-    /// written.
+    /// written, and joining the job's use of VeloC on this node.
     pub fn open(config: &StoreConfig, config_file: &Path) -> Result<Self, OpenError> {
         if OPEN.swap(true, Ordering::SeqCst) {
             return Err(OpenError::Veloc(
@@ -152,9 +161,9 @@ impl VelocStore {
 
     fn open_inner(config: &StoreConfig, config_file: &Path) -> Result<Self, OpenError> {
         let rank = config.rank;
-        let dirs = read_veloc_config(config_file).map_err(OpenError::Veloc)?;
+        let settings = read_veloc_config(config_file).map_err(OpenError::Veloc)?;
         let var = "the VeloC configuration (OMPCLUSTER_CP_EXECCFG)";
-        for (role, dir) in [("scratch", &dirs.scratch), ("persistent", &dirs.persistent)] {
+        for (role, dir) in [("scratch", &settings.scratch), ("persistent", &settings.persistent)] {
             fsutil::create_private_dir_all(dir).map_err(|source| OpenError::CreateDir {
                 role,
                 var,
@@ -171,63 +180,105 @@ impl VelocStore {
         let cfg = CString::new(config_file.as_os_str().as_bytes()).map_err(|_| {
             OpenError::Veloc(format!("{} contains a NUL byte", config_file.display()))
         })?;
-        // SAFETY: `cfg` is a NUL-terminated string that outlives the call;
-        // no other VeloC client exists in this process (OPEN was false).
-        let rc = unsafe { sys::VELOC_Init_single(rank as c_uint, cfg.as_ptr()) };
-        if rc != VELOC_SUCCESS {
-            return Err(OpenError::Veloc(veloc_err(
-                &format!("VELOC_Init_single({rank}, {})", config_file.display()),
-                rc,
-            )));
+        if settings.mode == crate::veloc_cfg::VelocMode::Backend {
+            // VeloC's client runs it with system() and ends the process when that fails:
+            // say why here instead.
+            crate::veloc_node::backend_binary().map_err(OpenError::Veloc)?;
         }
-        tracing::debug!(rank, persistent = %dirs.persistent.display(), "VeloC checkpoint store opened");
+        let session = NodeSession::join(NodePaths::for_user(), config.job, settings.mode, config_file, || {
+            // SAFETY: `cfg` is a NUL-terminated string that outlives the call;
+            // no other VeloC client exists in this process (OPEN was false).
+            let rc = unsafe { sys::VELOC_Init_single(rank as c_uint, cfg.as_ptr()) };
+            if rc == VELOC_SUCCESS {
+                Ok(())
+            } else {
+                Err(veloc_err(&format!("VELOC_Init_single({rank}, {})", config_file.display()), rc))
+            }
+        })
+        .map_err(OpenError::Veloc)?;
+        tracing::debug!(rank, persistent = %settings.persistent.display(), mode = ?settings.mode, "VeloC checkpoint store opened");
         Ok(VelocStore {
             rank,
-            persistent: dirs.persistent.clone(),
-            scratch: dirs.scratch.clone(),
+            persistent: settings.persistent.clone(),
             inner: Arc::new(Mutex::new(Inner {
                 rank,
-                persistent: dirs.persistent,
+                persistent: settings.persistent,
                 phase: Phase::Idle,
                 last_flushed: None,
                 in_flight: None,
                 slots: Vec::new(),
             })),
+            session: Mutex::new(Some(session)),
         })
     }
 }
 
 impl Inner {
-    /// Waits for the checkpoint in flight, if any, and completes its flush.
+    /// Where checkpoint `ckpt` of this rank ends up (absolute).
+    fn destination(&self, ckpt: CkptId) -> PathBuf {
+        self.persistent.join(layout::data_file(ckpt, self.rank))
+    }
+
+    /// Ends (if not yet done) and waits for the checkpoint in flight, if any, and completes
+    /// its flush.
     fn finish_in_flight(&mut self) {
         let Some(f) = self.in_flight.take() else {
             return;
         };
-        // SAFETY: the client was initialised in `open`, calls are serialised
-        // by the lock held through `&mut self`, and no checkpoint is between
-        // begin and end (a save completes the in-flight one before `begin`).
-        let rc = unsafe { sys::VELOC_Checkpoint_wait() };
-        let Some(completer) = f.completer else { return };
+        let mut rc = VELOC_SUCCESS;
+        if !f.ended {
+            // SAFETY: the checkpoint begun for `f` is still open (nothing else ends it: the
+            // phase is Idle and every path to `begin` comes through here first); calls are
+            // serialised by the lock held through `&mut self`.
+            rc = unsafe { sys::VELOC_Checkpoint_end(i32::from(f.completer.is_some())) };
+        }
+        // SAFETY: as above; no checkpoint is between begin and end now.
+        let waited = unsafe { sys::VELOC_Checkpoint_wait() };
+        if rc == VELOC_SUCCESS {
+            rc = waited;
+        }
+        // The scratch copy has served its purpose whatever happened.
+        let _ = std::fs::remove_file(&f.routed);
+        let dest = self.destination(f.ckpt);
+        let Some(completer) = f.completer else {
+            // Abandoned: nothing refers to what VeloC may have copied.
+            let _ = std::fs::remove_file(&dest);
+            let _ = std::fs::remove_file(self.persistent.join(layout::veloc_file(f.ckpt, self.rank)));
+            return;
+        };
         let result = if rc != VELOC_SUCCESS {
             Err(FlushError::Veloc {
                 ckpt: f.ckpt,
-                message: veloc_err("VELOC_Checkpoint_wait", rc),
+                message: veloc_err("VELOC_Checkpoint_end/VELOC_Checkpoint_wait", rc),
             })
         } else {
-            let path = self.persistent.join(layout::veloc_file(f.ckpt, self.rank));
-            match std::fs::metadata(&path) {
-                Ok(m) if m.len() == f.bytes => Ok(FlushOutcome {
-                    ckpt: f.ckpt,
-                    rank: self.rank,
-                    records: f.records,
-                    bytes: f.bytes,
-                    duration: f.start.elapsed(),
-                }),
+            match std::fs::metadata(&dest) {
+                Ok(m) if m.len() == f.bytes => {
+                    // VeloC copies without fsync: make the version durable before it counts.
+                    let synced = File::open(&dest)
+                        .and_then(|file| file.sync_all())
+                        .and_then(|()| fsutil::fsync_dir(dest.parent().unwrap_or(&self.persistent)));
+                    match synced {
+                        Ok(()) => Ok(FlushOutcome {
+                            ckpt: f.ckpt,
+                            rank: self.rank,
+                            records: f.records,
+                            bytes: f.bytes,
+                            duration: f.start.elapsed(),
+                        }),
+                        Err(source) => Err(FlushError::Io {
+                            ckpt: f.ckpt,
+                            op: "fsync VeloC's persistent copy",
+                            path: dest,
+                            source,
+                        }),
+                    }
+                }
                 Ok(m) => Err(FlushError::Veloc {
                     ckpt: f.ckpt,
                     message: format!(
                         "VeloC's persistent copy {} has {} bytes, expected {}",
-                        path.display(),
+                        dest.display(),
                         m.len(),
                         f.bytes
                     ),
@@ -235,7 +286,7 @@ impl Inner {
                 Err(source) => Err(FlushError::Io {
                     ckpt: f.ckpt,
                     op: "find VeloC's persistent copy",
-                    path,
+                    path: dest,
                     source,
                 }),
             }
@@ -243,35 +294,62 @@ impl Inner {
         completer.complete(result);
     }
 
-    /// Ends the open VeloC checkpoint without reporting it (its file is
-    /// emptied first; it is never referenced and pruning removes it).
-    fn abandon(&mut self) {
+    /// Hands the open checkpoint to the flush: with a completer it is reported, without one
+    /// it is abandoned (its files are removed once VeloC is done with them).
+    fn hand_over(&mut self, c: Collecting, completer: Option<FlushCompleter>, start: Instant) {
         // Invariant: a checkpoint is in flight only while the phase is Idle
         // (`begin` completes the in-flight one first), so nothing is lost here.
-        debug_assert!(self.in_flight.is_none() || matches!(self.phase, Phase::Idle));
-        if let Phase::Collecting(c) = std::mem::replace(&mut self.phase, Phase::Idle) {
-            let _ = c.file.set_len(0);
-            drop(c.file);
-            // SAFETY: a checkpoint is open (Collecting), calls are serialised by the lock.
-            let _ = unsafe { sys::VELOC_Checkpoint_end(0) };
-            self.in_flight = Some(InFlight {
+        debug_assert!(self.in_flight.is_none());
+        let records = c
+            .regions
+            .iter()
+            .map(|p| RegionRecord {
+                region: p.region,
                 ckpt: c.ckpt,
-                completer: None,
-                records: Vec::new(),
-                bytes: 0,
-                start: Instant::now(),
-            });
+                rank: self.rank,
+                size: p.size,
+                checksum: p.checksum,
+                file: layout::data_file(c.ckpt, self.rank),
+                offset: p.offset,
+                saved_unix_ms: p.saved_unix_ms,
+            })
+            .collect();
+        if completer.is_none() {
+            let _ = c.file.set_len(0);
+        }
+        drop(c.file);
+        self.in_flight = Some(InFlight {
+            ckpt: c.ckpt,
+            ended: false,
+            completer,
+            routed: c.routed,
+            records,
+            bytes: c.len,
+            start,
+        });
+    }
+
+    /// Abandons the open checkpoint, if any, and waits for VeloC to be done with it.
+    fn abandon(&mut self) {
+        if let Phase::Collecting(c) = std::mem::replace(&mut self.phase, Phase::Idle) {
+            self.finish_in_flight();
+            self.hand_over(c, None, Instant::now());
+            self.finish_in_flight();
         }
     }
 
     /// `VELOC_Checkpoint_begin` + `VELOC_Route_file` for checkpoint `ckpt`.
-    fn begin(&mut self, ckpt: CkptId, scratch: &Path) -> Result<(), SaveError> {
-        let version = c_int::try_from(ckpt).map_err(|_| {
-            SaveError::Veloc(format!(
-                "checkpoint id {ckpt} does not fit VeloC's int version"
-            ))
-        })?;
+    fn begin(&mut self, ckpt: CkptId, version: c_int) -> Result<(), SaveError> {
         self.finish_in_flight();
+        let dest = self.destination(ckpt);
+        let dir = dest.parent().unwrap_or(&self.persistent).to_path_buf();
+        fsutil::create_private_dir_all(&dir).map_err(|source| SaveError::Io { path: dir, source })?;
+        // VeloC writes into the destination without truncating it.
+        match std::fs::remove_file(&dest) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(SaveError::Io { path: dest, source }),
+        }
         let name = CString::new(VELOC_NAME).expect("no NUL");
         // SAFETY: `name` is NUL-terminated and outlives the call; no VeloC
         // checkpoint is open (phase Idle) and none is in flight (just waited).
@@ -282,13 +360,8 @@ impl Inner {
                 rc,
             )));
         }
-        let original = CString::new(
-            scratch
-                .join(format!("{VELOC_NAME}-rank{}.pack", self.rank))
-                .as_os_str()
-                .as_bytes(),
-        )
-        .map_err(|_| SaveError::Veloc("scratch path contains a NUL byte".into()))?;
+        let original = CString::new(dest.as_os_str().as_bytes())
+            .map_err(|_| SaveError::Veloc("persistent path contains a NUL byte".into()))?;
         // VeloC copies the routed name without a bound check: give it a PATH_MAX buffer.
         let mut routed = vec![0 as c_char; libc::PATH_MAX as usize + 1];
         // SAFETY: `original` is NUL-terminated; `routed` has PATH_MAX + 1
@@ -296,38 +369,45 @@ impl Inner {
         let rc = unsafe { sys::VELOC_Route_file(original.as_ptr(), routed.as_mut_ptr()) };
         // SAFETY: VeloC NUL-terminates `routed` (and the buffer was zeroed).
         let routed = unsafe { CStr::from_ptr(routed.as_ptr()) };
-        if rc != VELOC_SUCCESS || routed.to_bytes().is_empty() {
-            // SAFETY: the checkpoint opened above is still open.
-            let _ = unsafe { sys::VELOC_Checkpoint_end(0) };
-            return Err(SaveError::Veloc(veloc_err("VELOC_Route_file", rc)));
-        }
         let routed = PathBuf::from(std::ffi::OsStr::from_bytes(routed.to_bytes()));
-        let file = match File::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&routed)
-        {
-            Ok(f) => f,
-            Err(source) => {
-                // SAFETY: the checkpoint opened above is still open.
-                let _ = unsafe { sys::VELOC_Checkpoint_end(0) };
-                return Err(SaveError::Io {
-                    path: routed,
-                    source,
-                });
-            }
+        let file = if rc != VELOC_SUCCESS || routed.as_os_str().is_empty() {
+            Err(SaveError::Veloc(veloc_err("VELOC_Route_file", rc)))
+        } else {
+            File::options()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&routed)
+                .map_err(|source| SaveError::Io { path: routed.clone(), source })
         };
-        self.phase = Phase::Collecting(Collecting {
-            ckpt,
-            file,
-            routed,
-            len: 0,
-            regions: Vec::new(),
-            seen: HashSet::new(),
-        });
-        Ok(())
+        match file {
+            Ok(file) => {
+                self.phase = Phase::Collecting(Collecting {
+                    ckpt,
+                    file,
+                    routed,
+                    len: 0,
+                    regions: Vec::new(),
+                    seen: HashSet::new(),
+                });
+                Ok(())
+            }
+            Err(e) => {
+                // End the checkpoint opened above as abandoned.
+                self.in_flight = Some(InFlight {
+                    ckpt,
+                    ended: false,
+                    completer: None,
+                    routed,
+                    records: Vec::new(),
+                    bytes: 0,
+                    start: Instant::now(),
+                });
+                self.finish_in_flight();
+                Err(e)
+            }
+        }
     }
 }
 
@@ -345,6 +425,9 @@ impl CheckpointStore for VelocStore {
     }
 
     fn save_region(&self, ckpt: CkptId, region: RegionId, bytes: &[u8]) -> Result<(), SaveError> {
+        let version = c_int::try_from(ckpt).map_err(|_| {
+            SaveError::Veloc(format!("checkpoint id {ckpt} does not fit VeloC's int version"))
+        })?;
         let checksum = Checksum::of(bytes);
         let mut g = self.inner.lock();
         if g.last_flushed.is_some_and(|f| ckpt <= f) {
@@ -355,9 +438,9 @@ impl CheckpointStore for VelocStore {
             Phase::Collecting(c) if c.ckpt > ckpt => return Err(SaveError::Closed { ckpt }),
             Phase::Collecting(_) => {
                 g.abandon();
-                g.begin(ckpt, &self.scratch)?;
+                g.begin(ckpt, version)?;
             }
-            Phase::Idle => g.begin(ckpt, &self.scratch)?,
+            Phase::Idle => g.begin(ckpt, version)?,
         }
         let Phase::Collecting(c) = &mut g.phase else {
             unreachable!("begin sets Collecting")
@@ -402,39 +485,7 @@ impl CheckpointStore for VelocStore {
         };
         match std::mem::replace(&mut g.phase, Phase::Idle) {
             Phase::Collecting(c) if c.ckpt == ckpt => {
-                drop(c.file);
-                // SAFETY: checkpoint `ckpt` is open (begun in `save_region`),
-                // calls are serialised by the lock.
-                let rc = unsafe { sys::VELOC_Checkpoint_end(1) };
-                if rc != VELOC_SUCCESS {
-                    completer.complete(Err(FlushError::Veloc {
-                        ckpt,
-                        message: veloc_err("VELOC_Checkpoint_end", rc),
-                    }));
-                    return Ok(handle);
-                }
-                let file = layout::veloc_file(ckpt, self.rank);
-                let records = c
-                    .regions
-                    .iter()
-                    .map(|p| RegionRecord {
-                        region: p.region,
-                        ckpt,
-                        rank: self.rank,
-                        size: p.size,
-                        checksum: p.checksum,
-                        file: file.clone(),
-                        offset: p.offset,
-                        saved_unix_ms: p.saved_unix_ms,
-                    })
-                    .collect();
-                g.in_flight = Some(InFlight {
-                    ckpt,
-                    completer: Some(completer),
-                    records,
-                    bytes: c.len,
-                    start,
-                });
+                g.hand_over(c, Some(completer), start);
                 drop(g);
                 let inner = self.inner.clone();
                 let spawned = std::thread::Builder::new()
@@ -478,17 +529,35 @@ impl CheckpointStore for VelocStore {
             s.wait_done(None);
         }
     }
+
+    fn close(&self) {
+        self.wait_all();
+        self.shut_down();
+    }
+}
+
+impl VelocStore {
+    /// Completes what is in flight, finalises VeloC and leaves the node session (the last
+    /// rank of the job on the node stops the daemon). Once only.
+    fn shut_down(&self) {
+        let mut session = self.session.lock();
+        if session.is_none() {
+            return;
+        }
+        let mut g = self.inner.lock();
+        g.abandon();
+        g.finish_in_flight();
+        // SAFETY: the client was initialised in `open` and is finalised once (the session
+        // is taken below, under the same lock); `1` drains VeloC's pending work first.
+        let _ = unsafe { sys::VELOC_Finalize(1) };
+        drop(g);
+        drop(session.take());
+    }
 }
 
 impl Drop for VelocStore {
     fn drop(&mut self) {
-        let mut g = self.inner.lock();
-        g.abandon();
-        g.finish_in_flight();
-        // SAFETY: the client was initialised in `open` and is finalised once,
-        // here; `1` drains VeloC's pending work first.
-        let _ = unsafe { sys::VELOC_Finalize(1) };
-        drop(g);
+        self.shut_down();
         OPEN.store(false, Ordering::SeqCst);
     }
 }

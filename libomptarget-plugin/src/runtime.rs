@@ -186,6 +186,8 @@ pub(crate) fn init() -> Result<(), String> {
     // before `main`, with the reason, rather than at the first checkpoint.
     let mut cp_cfg = cp_cfg;
     cp_cfg.rank = comm.rank() as u32;
+    // One job token for all ranks: rank 0's.
+    world.process_at_rank(0).broadcast_into(&mut cp_cfg.job);
     let store: Option<Arc<dyn ckpt_veloc::CheckpointStore>> = if cp_cfg.enabled {
         // The head claims the persistent directory for this job (another running job there
         // is refused; what an earlier job left is removed), before any rank can save.

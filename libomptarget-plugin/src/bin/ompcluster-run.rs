@@ -48,14 +48,20 @@ fn fail(msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
-/// The shared libraries `plugin` needs that the dynamic loader cannot find with
-/// `LD_LIBRARY_PATH=ld` (asked of `ldd`; `None` if all are found, or if `ldd` cannot tell).
-fn missing_libraries(plugin: &Path, ld: &OsString) -> Option<Vec<String>> {
+/// What `ldd` says of `plugin` with `LD_LIBRARY_PATH=ld`: the libraries the loader cannot
+/// find, and the directory it finds VeloC's client library in (if the plugin links it).
+/// `None` if `ldd` cannot tell.
+fn plugin_libraries(plugin: &Path, ld: &OsString) -> Option<(Vec<String>, Option<PathBuf>)> {
     let out = Command::new("ldd").arg(plugin).env("LD_LIBRARY_PATH", ld).output().ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let missing: Vec<String> =
         text.lines().filter(|l| l.contains("=> not found")).filter_map(|l| l.split_whitespace().next().map(str::to_string)).collect();
-    (!missing.is_empty()).then_some(missing)
+    let veloc = text.lines().find_map(|l| {
+        let (name, rest) = l.trim().split_once(" => ")?;
+        let path = rest.split_whitespace().next()?;
+        (name == "libveloc-client.so" && path.starts_with('/')).then(|| Path::new(path).parent().map(Path::to_path_buf))?
+    });
+    Some((missing, veloc))
 }
 
 fn find_in_path(name: &str) -> Option<PathBuf> {
@@ -197,13 +203,49 @@ fn main() -> ExitCode {
         ld.push(":");
         ld.push(old);
     }
-    if let Some(missing) = missing_libraries(&plugin, &ld) {
+    let (missing, veloc_lib) = plugin_libraries(&plugin, &ld).unwrap_or_default();
+    if !missing.is_empty() {
         return fail(format!(
             "the plugin {} cannot be loaded: {} not found (LD_LIBRARY_PATH={}); libomptarget would then run every target region on each rank's own host",
             plugin.display(),
             missing.join(", "),
             ld.to_string_lossy()
         ));
+    }
+    // Checkpoint directories: one clear line now rather than one per rank later.
+    let cp = match ckpt_veloc::StoreConfig::from_env(0) {
+        Ok(c) => c,
+        Err(e) => return fail(format!("invalid setting: {e}")),
+    };
+    if cp.enabled {
+        if let Err(e) = cp.check_dirs() {
+            return fail(format!("cannot use the checkpoint directories: {e}"));
+        }
+    }
+    let use_veloc = cp.enabled && matches!(cp.backend, ckpt_veloc::Backend::Veloc { .. });
+    // What VeloC's processes need and the plugin's run-time path does not give them:
+    // `veloc-backend` (started by the ranks in async mode, and run by VeloC's client
+    // library with system()) finds its libraries through LD_LIBRARY_PATH only, and itself
+    // through VELOC_BIN or the PATH. VeloC's clients log to standard output unless told
+    // otherwise: into the VeloC scratch directory instead, so the program's output stays
+    // its own.
+    let mut veloc_env: Vec<(&str, OsString)> = Vec::new();
+    if use_veloc {
+        if let Some(lib) = &veloc_lib {
+            ld.push(":");
+            ld.push(lib);
+            let bin = lib.parent().map(|p| p.join("bin")).filter(|b| b.join("veloc-backend").is_file());
+            if std::env::var_os("VELOC_BIN").is_none() && find_in_path("veloc-backend").is_none() {
+                if let Some(b) = bin {
+                    veloc_env.push(("VELOC_BIN", b.into_os_string()));
+                }
+            }
+        }
+        if std::env::var_os("VELOC_LOG_PREFIX").is_none() {
+            if let Some(d) = cp.veloc_log_dir() {
+                veloc_env.push(("VELOC_LOG_PREFIX", d.into_os_string()));
+            }
+        }
     }
 
     let mut cmd = Command::new(&mpirun);
@@ -241,12 +283,18 @@ fn main() -> ExitCode {
         cmd.arg("--hostfile").arg(h);
     }
     cmd.arg("-x").arg("LD_LIBRARY_PATH");
-    let prefixes = ["OMPCLUSTER_", "OMP_", "LIBOMP", "KMP_"];
+    for (k, v) in &veloc_env {
+        cmd.env(k, v);
+    }
+    let prefixes = ["OMPCLUSTER_", "OMP_", "LIBOMP", "KMP_", "VELOC_"];
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy().into_owned();
-        if prefixes.iter().any(|p| k.starts_with(p)) {
+        if prefixes.iter().any(|p| k.starts_with(p)) && !veloc_env.iter().any(|(v, _)| *v == k) {
             cmd.arg("-x").arg(&k);
         }
+    }
+    for (k, _) in &veloc_env {
+        cmd.arg("-x").arg(k);
     }
     cmd.args(&args.mpirun_args);
     cmd.arg("-np").arg(args.np.to_string());
@@ -256,7 +304,14 @@ fn main() -> ExitCode {
         println!("LD_LIBRARY_PATH={} {:?}", ld.to_string_lossy(), cmd);
         return ExitCode::SUCCESS;
     }
-    match cmd.status() {
+    let status = cmd.status();
+    if use_veloc {
+        // A daemon the job started and could not stop (all ranks of this node killed).
+        if let Some(pid) = ckpt_veloc::sweep_veloc_backend() {
+            eprintln!("ompcluster-run: stopped the VeloC backend (pid {pid}) the job left running");
+        }
+    }
+    match status {
         Ok(status) => {
             use std::os::unix::process::ExitStatusExt;
             let mut code = status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1);

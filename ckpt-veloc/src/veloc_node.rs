@@ -1,0 +1,507 @@
+//! One VeloC job per user and node, and the `veloc-backend` daemon that job owns.
+//!
+//! VeloC names what its clients and its engine share after the host and the user only
+//! (`/dev/shm/veloc-ipc-*-<host>-<uid>` objects, or `/dev/shm/veloc-socket-<host>-<uid>`;
+//! `/dev/shm/veloc-backend-ready-<uid>` for the async daemon), and an engine starting up
+//! removes those objects. So two VeloC jobs of one user on one node would share one daemon
+//! (the first job's, with the first job's configuration) or break each other's queues. The
+//! store therefore lets one job at a time use VeloC on a node, and manages its daemon:
+//!
+//! * `<node dir>` is `/dev/shm/ompcluster-<uid>`, a directory private to the user (0700,
+//!   checked: owner, mode, not a symbolic link);
+//! * `veloc-init.lock`: held (exclusive `flock`) while a rank joins or leaves, so that the
+//!   ranks of a node start their VeloC clients one at a time (in sync mode each starts an
+//!   engine that first removes VeloC's IPC objects; one at a time, each keeps its own);
+//! * `veloc-active.lock`: every rank of the job holds a shared `flock` on it while its
+//!   store is open (the kernel drops it when the rank dies, however it dies);
+//! * `veloc-job`: the job token of the job using VeloC on the node; a rank of another job
+//!   finds the active lock held under another token and is refused;
+//! * `veloc-backend.pid`: the daemon (pid and start time) the job started, in async mode.
+//!   The first rank of a job on a node starts it (after checking that no daemon not started
+//!   by ompcluster runs: it would serve the job with its own configuration); the last rank
+//!   to leave stops it; a daemon left by a job whose ranks were all killed is stopped by the
+//!   next job's first rank, or by `ompcluster-run` when the job ends ([`sweep`]).
+//!
+//! Design note (concurrency): all decisions are taken under `veloc-init.lock`, which ranks
+//! hold for a bounded time (a rank stopped while holding it makes the others give up after
+//! [`LOCK_WAIT`] with a message, rather than wait for ever).
+
+#![cfg_attr(not(feature = "veloc"), allow(dead_code))]
+
+use std::ffi::CStr;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::veloc_cfg::VelocMode;
+
+/// How long a rank waits for another rank of its node to finish joining or leaving.
+pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(60);
+/// How long the daemon gets to start, and to stop after SIGTERM.
+const DAEMON_WAIT: Duration = Duration::from_secs(20);
+
+/// Where the node's files are.
+#[derive(Clone, Debug)]
+pub(crate) struct NodePaths {
+    /// The user's private directory for these files.
+    pub(crate) dir: PathBuf,
+    /// VeloC's daemon pid file (`/dev/shm/veloc-backend-ready-<uid>`).
+    pub(crate) ready_file: PathBuf,
+    /// VeloC's IPC objects (`/dev/shm/veloc-ipc-*-<host>-<uid>`, `veloc-socket-*`): engines
+    /// running in the ranks (sync mode) leave them behind; the last rank removes them.
+    pub(crate) ipc_objects: Vec<PathBuf>,
+}
+
+impl NodePaths {
+    /// The real locations, for this user.
+    pub(crate) fn for_user() -> Self {
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        let mut host = [0u8; 256];
+        // SAFETY: gethostname writes at most `host.len()` bytes into `host`.
+        unsafe { libc::gethostname(host.as_mut_ptr().cast(), host.len()) };
+        let host = CStr::from_bytes_until_nul(&host).map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
+        let suffix = format!("{host}-{uid}");
+        NodePaths {
+            dir: PathBuf::from(format!("/dev/shm/ompcluster-{uid}")),
+            ready_file: PathBuf::from(format!("/dev/shm/veloc-backend-ready-{uid}")),
+            ipc_objects: ["veloc-ipc-buffer-", "sem.veloc-ipc-mutex-", "veloc-ipc-cond-", "veloc-socket-"]
+                .iter()
+                .map(|p| PathBuf::from(format!("/dev/shm/{p}{suffix}")))
+                .collect(),
+        }
+    }
+}
+
+/// A process identified for good: pid and start time (clock ticks after boot), so that a
+/// reused pid is never mistaken for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Proc {
+    pub(crate) pid: u32,
+    pub(crate) start: u64,
+}
+
+impl Proc {
+    /// The process `pid` if it runs (not a zombie), with its command name.
+    fn find(pid: u32) -> Option<(Proc, String)> {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (head, rest) = stat.rsplit_once(')')?;
+        let comm = head.split_once('(')?.1.to_string();
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // After the command: state is field 3, start time field 22 (proc(5)).
+        if fields.first() == Some(&"Z") || fields.first() == Some(&"X") {
+            return None;
+        }
+        let start = fields.get(19)?.parse().ok()?;
+        Some((Proc { pid, start }, comm))
+    }
+
+    fn alive(&self) -> bool {
+        Proc::find(self.pid).is_some_and(|(p, _)| p == *self)
+    }
+}
+
+/// This rank's membership in its job's use of VeloC on this node. Leaving (drop) releases
+/// it; the last rank of the job on the node stops the daemon the job started.
+#[derive(Debug)]
+pub(crate) struct NodeSession {
+    paths: NodePaths,
+    active: File,
+}
+
+fn private_dir(dir: &Path) -> Result<(), String> {
+    match fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+    }
+    let m = fs::symlink_metadata(dir).map_err(|e| format!("cannot inspect {}: {e}", dir.display()))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if !m.is_dir() || m.uid() != me || m.mode() & 0o077 != 0 {
+        return Err(format!(
+            "{} is not a directory private to this user (owner {}, mode {:o}); remove it",
+            dir.display(),
+            m.uid(),
+            m.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+fn open_file(path: &Path) -> Result<File, String> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))
+}
+
+/// `flock(op | LOCK_NB)`: whether it was granted.
+fn try_flock(f: &File, op: libc::c_int) -> bool {
+    // SAFETY: flock on a descriptor `f` owns; no memory is involved.
+    unsafe { libc::flock(f.as_raw_fd(), op | libc::LOCK_NB) == 0 }
+}
+
+fn unlock(f: &File) {
+    // SAFETY: as in `try_flock`.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
+}
+
+/// The exclusive init lock, waited for at most `LOCK_WAIT`.
+fn init_lock(paths: &NodePaths) -> Result<File, String> {
+    let path = paths.dir.join("veloc-init.lock");
+    let f = open_file(&path)?;
+    let deadline = Instant::now() + LOCK_WAIT;
+    while !try_flock(&f, libc::LOCK_EX) {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "another process held {} for {} s (a rank of this node stopped while starting VeloC?)",
+                path.display(),
+                LOCK_WAIT.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(f)
+}
+
+fn read_small(path: &Path) -> Option<String> {
+    let mut s = String::new();
+    File::open(path).ok()?.take(256).read_to_string(&mut s).ok()?;
+    Some(s.trim().to_string())
+}
+
+fn write_small(path: &Path, text: &str) -> Result<(), String> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    f.write_all(text.as_bytes()).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// The daemon an ompcluster job started and recorded, if it still runs.
+fn recorded_daemon(paths: &NodePaths) -> Option<Proc> {
+    let text = read_small(&paths.dir.join("veloc-backend.pid"))?;
+    let (pid, start) = text.split_once(' ')?;
+    let p = Proc { pid: pid.parse().ok()?, start: start.parse().ok()? };
+    p.alive().then_some(p)
+}
+
+/// The daemon VeloC's pid file names, if it runs and is a `veloc-backend`.
+fn running_daemon(paths: &NodePaths) -> Option<Proc> {
+    let bytes = fs::read(&paths.ready_file).ok()?;
+    // VeloC writes the pid as a raw pid_t at offset 0.
+    let pid = i32::from_ne_bytes(bytes.get(..4)?.try_into().ok()?);
+    let (p, comm) = Proc::find(u32::try_from(pid).ok()?)?;
+    (comm == "veloc-backend").then_some(p)
+}
+
+/// Stops `p` (SIGTERM: VeloC's daemon then removes its IPC objects and pid file), SIGKILL
+/// if it has not ended after `DAEMON_WAIT`.
+fn stop(p: Proc) {
+    for sig in [libc::SIGTERM, libc::SIGKILL] {
+        if !p.alive() {
+            return;
+        }
+        // SAFETY: signalling a process identified by pid and start time just now.
+        unsafe { libc::kill(p.pid as libc::pid_t, sig) };
+        let deadline = Instant::now() + DAEMON_WAIT;
+        while p.alive() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Whether a daemon of an earlier ompcluster job is still recorded; stops it and forgets it.
+fn stop_leftover(paths: &NodePaths) {
+    if let Some(p) = recorded_daemon(paths) {
+        tracing::info!(pid = p.pid, "stopping the VeloC backend an earlier job left running");
+        stop(p);
+    }
+    let _ = fs::remove_file(paths.dir.join("veloc-backend.pid"));
+}
+
+/// Finds `veloc-backend` as VeloC's client library will (`$VELOC_BIN/veloc-backend`, else
+/// the `PATH`): the client runs it with `system()` and ends the process if that fails.
+pub(crate) fn backend_binary() -> Result<PathBuf, String> {
+    if let Some(d) = std::env::var_os("VELOC_BIN").filter(|v| !v.is_empty()) {
+        let p = Path::new(&d).join("veloc-backend");
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("VELOC_BIN={} holds no veloc-backend", Path::new(&d).display()))
+        };
+    }
+    std::env::var_os("PATH")
+        .and_then(|path| std::env::split_paths(&path).map(|d| d.join("veloc-backend")).find(|p| p.is_file()))
+        .ok_or_else(|| {
+            "VeloC's async mode needs veloc-backend, found neither in $VELOC_BIN nor on the PATH: \
+             set VELOC_BIN to the directory that holds it (ompcluster-run sets it from the VeloC \
+             library the plugin was built with)"
+                .to_string()
+        })
+}
+
+/// Starts VeloC's daemon for `config_file` as VeloC's client would (`--disable-ec`), but
+/// with no descriptor of this process open in it, and waits until it runs.
+fn start_daemon(paths: &NodePaths, binary: &Path, config_file: &Path) -> Result<Proc, String> {
+    let mut cmd = Command::new(binary);
+    cmd.arg(config_file).arg("--disable-ec").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+    // SAFETY: between fork and exec only close_range (a system call, async-signal-safe) runs.
+    // The daemon outlives this process: it must not keep this rank's MPI sockets and
+    // lock files open (a peer would not see the rank's connections close when it dies).
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+    // The launcher process exits once the daemon it forked is ready.
+    let deadline = Instant::now() + DAEMON_WAIT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("{} did not start within {} s", binary.display(), DAEMON_WAIT.as_secs()));
+            }
+        }
+    };
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    if !status.success() {
+        return Err(format!("{} {} failed ({status}): {}", binary.display(), config_file.display(), err.trim()));
+    }
+    // The daemon writes its pid into VeloC's pid file right after releasing its launcher.
+    loop {
+        if let Some(p) = running_daemon(paths) {
+            return Ok(p);
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "{} reported success but no daemon is named in {}",
+                binary.display(),
+                paths.ready_file.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+impl NodeSession {
+    /// Joins (or, for the first rank of the job on this node, opens) the job's use of VeloC
+    /// on this node, then runs `init_client` (VeloC's client initialisation) before any
+    /// other rank of the node may start its own. In `VelocMode::Backend`, the first rank
+    /// starts the daemon for `config_file`.
+    pub(crate) fn join(
+        paths: NodePaths,
+        job: u64,
+        mode: VelocMode,
+        config_file: &Path,
+        init_client: impl FnOnce() -> Result<(), String>,
+    ) -> Result<NodeSession, String> {
+        private_dir(&paths.dir)?;
+        let init = init_lock(&paths)?;
+        let active = open_file(&paths.dir.join("veloc-active.lock"))?;
+        let job_file = paths.dir.join("veloc-job");
+        if try_flock(&active, libc::LOCK_EX) {
+            // No job uses VeloC on this node: this rank opens it for its job.
+            stop_leftover(&paths);
+            if let Some(p) = running_daemon(&paths) {
+                unlock(&active);
+                return Err(format!(
+                    "a VeloC backend not started by ompcluster runs on this node (pid {}, named in {}); \
+                     it would serve this job with its own configuration: stop it first (kill {})",
+                    p.pid,
+                    paths.ready_file.display(),
+                    p.pid
+                ));
+            }
+            let opened = (|| {
+                write_small(&job_file, &job.to_string())?;
+                if mode == VelocMode::Backend {
+                    let p = start_daemon(&paths, &backend_binary()?, config_file)?;
+                    write_small(&paths.dir.join("veloc-backend.pid"), &format!("{} {}", p.pid, p.start))?;
+                }
+                Ok(())
+            })();
+            if let Err(e) = opened {
+                stop_leftover(&paths);
+                let _ = fs::remove_file(&job_file);
+                unlock(&active);
+                return Err(e);
+            }
+            // Downgrade to shared: the other ranks of the job join.
+            if !try_flock(&active, libc::LOCK_SH) {
+                unlock(&active);
+                return Err("cannot downgrade the VeloC node lock".into());
+            }
+        } else {
+            let owner = read_small(&job_file).unwrap_or_default();
+            if owner != job.to_string() || !try_flock(&active, libc::LOCK_SH) {
+                return Err(format!(
+                    "another job of this user uses VeloC on this node (see {}); VeloC serves one job per \
+                     user and node (its daemon and IPC objects in /dev/shm are named after the user and \
+                     host only): wait for it to end",
+                    paths.dir.display()
+                ));
+            }
+        }
+        let session = NodeSession { paths, active };
+        // Still under the init lock: this rank's client starts alone.
+        let started = init_client();
+        drop(init);
+        started.map(|()| session)
+    }
+}
+
+/// No rank of any job uses VeloC on the node any more (the caller holds the active lock
+/// exclusively): stop the job's daemon, remove VeloC's IPC objects and the job token.
+fn close_node(paths: &NodePaths) {
+    stop_leftover(paths);
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    for p in &paths.ipc_objects {
+        if fs::symlink_metadata(p).is_ok_and(|m| m.is_file() && m.uid() == me) {
+            let _ = fs::remove_file(p);
+        }
+    }
+    let _ = fs::remove_file(paths.dir.join("veloc-job"));
+}
+
+impl Drop for NodeSession {
+    fn drop(&mut self) {
+        // Bounded: without the lock, leave without stopping anything (a later job or the
+        // launcher's sweep stops the daemon).
+        let init = init_lock(&self.paths).ok();
+        unlock(&self.active);
+        if init.is_some() && try_flock(&self.active, libc::LOCK_EX) {
+            // The last rank of the job on this node.
+            close_node(&self.paths);
+            unlock(&self.active);
+        }
+    }
+}
+
+/// After a job: stops a VeloC daemon an ompcluster job started on this node if no rank of
+/// any job uses VeloC here any more (its ranks were all killed before they could stop it).
+/// Returns the pid stopped.
+pub fn sweep() -> Option<u32> {
+    sweep_at(&NodePaths::for_user())
+}
+
+pub(crate) fn sweep_at(paths: &NodePaths) -> Option<u32> {
+    if !paths.dir.is_dir() {
+        return None;
+    }
+    private_dir(&paths.dir).ok()?;
+    let _init = init_lock(paths).ok()?;
+    let active = open_file(&paths.dir.join("veloc-active.lock")).ok()?;
+    if !try_flock(&active, libc::LOCK_EX) {
+        return None; // a job is running
+    }
+    let stopped = recorded_daemon(paths).map(|p| p.pid);
+    close_node(paths);
+    unlock(&active);
+    stopped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths(t: &tempfile::TempDir) -> NodePaths {
+        NodePaths { dir: t.path().join("node"), ready_file: t.path().join("ready"), ipc_objects: vec![t.path().join("ipc")] }
+    }
+
+    #[test]
+    fn one_job_per_node_ranks_of_it_join() {
+        let t = tempfile::tempdir().unwrap();
+        let p = paths(&t);
+        let cfg = t.path().join("cfg");
+        let mut order = Vec::new();
+        let a = NodeSession::join(p.clone(), 7, VelocMode::InProcess, &cfg, || {
+            order.push("a");
+            Ok(())
+        })
+        .unwrap();
+        let b = NodeSession::join(p.clone(), 7, VelocMode::InProcess, &cfg, || {
+            order.push("b");
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(order, ["a", "b"]);
+        let e = NodeSession::join(p.clone(), 8, VelocMode::InProcess, &cfg, || Ok(())).unwrap_err();
+        assert!(e.contains("another job of this user uses VeloC"), "{e}");
+        drop(a);
+        // Job 7 still has a rank on the node.
+        assert!(NodeSession::join(p.clone(), 8, VelocMode::InProcess, &cfg, || Ok(())).is_err());
+        drop(b);
+        let c = NodeSession::join(p.clone(), 8, VelocMode::InProcess, &cfg, || Ok(())).unwrap();
+        fs::write(&p.ipc_objects[0], b"").unwrap();
+        drop(c);
+        assert!(!p.dir.join("veloc-job").exists());
+        assert!(!p.ipc_objects[0].exists(), "the last rank removes VeloC's IPC objects");
+    }
+
+    #[test]
+    fn a_failed_client_start_releases_the_node() {
+        let t = tempfile::tempdir().unwrap();
+        let p = paths(&t);
+        let cfg = t.path().join("cfg");
+        let e = NodeSession::join(p.clone(), 1, VelocMode::InProcess, &cfg, || Err("boom".into())).unwrap_err();
+        assert_eq!(e, "boom");
+        NodeSession::join(p, 2, VelocMode::InProcess, &cfg, || Ok(())).unwrap();
+    }
+
+    #[test]
+    fn a_shared_node_directory_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let p = paths(&t);
+        fs::DirBuilder::new().mode(0o755).create(&p.dir).unwrap();
+        let e = NodeSession::join(p, 1, VelocMode::InProcess, &t.path().join("cfg"), || Ok(())).unwrap_err();
+        assert!(e.contains("not a directory private to this user"), "{e}");
+    }
+
+    #[test]
+    fn a_foreign_daemon_is_refused_and_a_recorded_one_is_stopped() {
+        let t = tempfile::tempdir().unwrap();
+        let p = paths(&t);
+        private_dir(&p.dir).unwrap();
+        // A process named veloc-backend: a copy of `sleep` under that name.
+        let bin = t.path().join("veloc-backend");
+        fs::copy("/bin/sleep", &bin).unwrap();
+        let mut child = Command::new(&bin).arg("30").spawn().unwrap();
+        let pid = child.id();
+        fs::write(&p.ready_file, (pid as i32).to_ne_bytes()).unwrap();
+        let cfg = t.path().join("cfg");
+        let e = NodeSession::join(p.clone(), 1, VelocMode::InProcess, &cfg, || Ok(())).unwrap_err();
+        assert!(e.contains(&format!("pid {pid}")), "{e}");
+        // Recorded by an earlier job of ours: stopped by the sweep.
+        let (me, _) = Proc::find(pid).unwrap();
+        write_small(&p.dir.join("veloc-backend.pid"), &format!("{} {}", me.pid, me.start)).unwrap();
+        assert_eq!(sweep_at(&p), Some(pid));
+        let _ = child.wait();
+        assert!(Proc::find(pid).is_none());
+        assert_eq!(sweep_at(&p), None);
+        NodeSession::join(p, 1, VelocMode::InProcess, &cfg, || Ok(())).unwrap();
+    }
+}
