@@ -60,6 +60,10 @@ pub mod vars {
     pub const EXECCFG: &str = "OMPCLUSTER_CP_EXECCFG";
 }
 
+/// How messages name what chooses the VeloC store's directories.
+pub(crate) const VELOC_PERSISTENT_KEY: &str = "`persistent` in the VeloC configuration OMPCLUSTER_CP_EXECCFG names";
+pub(crate) const VELOC_SCRATCH_KEY: &str = "`scratch` in the VeloC configuration OMPCLUSTER_CP_EXECCFG names";
+
 /// Which store implementation to open.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Backend {
@@ -256,8 +260,7 @@ impl StoreConfig {
             ],
             Backend::Veloc { config_file } => {
                 let s = crate::veloc_cfg::read_veloc_config(config_file).map_err(OpenError::Veloc)?;
-                let var = "the VeloC configuration (OMPCLUSTER_CP_EXECCFG)";
-                vec![("persistent", var, s.persistent), ("scratch", var, s.scratch)]
+                vec![("persistent", VELOC_PERSISTENT_KEY, s.persistent), ("scratch", VELOC_SCRATCH_KEY, s.scratch)]
             }
         };
         for (role, var, path) in dirs {

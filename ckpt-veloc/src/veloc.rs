@@ -162,8 +162,10 @@ impl VelocStore {
     fn open_inner(config: &StoreConfig, config_file: &Path) -> Result<Self, OpenError> {
         let rank = config.rank;
         let settings = read_veloc_config(config_file).map_err(OpenError::Veloc)?;
-        let var = "the VeloC configuration (OMPCLUSTER_CP_EXECCFG)";
-        for (role, dir) in [("scratch", &settings.scratch), ("persistent", &settings.persistent)] {
+        use crate::config::{VELOC_PERSISTENT_KEY, VELOC_SCRATCH_KEY};
+        for (role, var, dir) in
+            [("scratch", VELOC_SCRATCH_KEY, &settings.scratch), ("persistent", VELOC_PERSISTENT_KEY, &settings.persistent)]
+        {
             fsutil::create_private_dir_all(dir).map_err(|source| OpenError::CreateDir {
                 role,
                 var,

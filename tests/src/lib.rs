@@ -238,8 +238,18 @@ impl Job {
     /// process's environment from which every inherited `OMPCLUSTER_*` variable was removed.
     /// Holds the global run lock until the job is waited for or dropped.
     pub fn spawn(np: u32, prog: &Path, args: &[&str], envs: &[(&str, &str)]) -> Job {
-        let launcher = launcher();
         let lock = run_lock();
+        Self::start(np, prog, args, envs, Some(lock))
+    }
+
+    /// Like [`Job::spawn`], without taking the run lock: a second job started while a job of
+    /// the same test runs (that job holds the lock).
+    pub fn spawn_beside(np: u32, prog: &Path, args: &[&str], envs: &[(&str, &str)]) -> Job {
+        Self::start(np, prog, args, envs, None)
+    }
+
+    fn start(np: u32, prog: &Path, args: &[&str], envs: &[(&str, &str)], lock: Option<MutexGuard<'static, ()>>) -> Job {
+        let launcher = launcher();
         let mut cmd = Command::new(&launcher);
         cmd.arg("-np").arg(np.to_string()).arg(prog).args(args);
         for (k, _) in std::env::vars_os() {
@@ -267,7 +277,7 @@ impl Job {
             started: Instant::now(),
             out: Some(out),
             err: Some(err),
-            _lock: Some(lock),
+            _lock: lock,
         }
     }
 
@@ -511,4 +521,70 @@ fn check_runs(src: &str, args: &[&str], runs: &[(u32, Vec<(&str, &str)>)]) {
         }
     }
     assert!(failed.is_empty(), "{} of {} runs failed\n{}", failed.len(), runs.len(), failed.join("\n"));
+}
+
+/// The checkpoint store the checkpoint tests use, from `OMPCLUSTER_TEST_STORE`: `embedded`
+/// (the default), `veloc-sync` or `veloc-async` (these need the plugin built with the VeloC
+/// store: `scripts/test-veloc.sh` builds it and runs the checkpoint tests with each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TestStore {
+    /// The embedded store.
+    Embedded,
+    /// The VeloC store, with `mode = sync` or `mode = async`.
+    Veloc(&'static str),
+}
+
+/// See [`TestStore`]. Panics on an unknown value.
+pub fn test_store() -> TestStore {
+    match std::env::var("OMPCLUSTER_TEST_STORE").as_deref() {
+        Err(_) | Ok("") | Ok("embedded") => TestStore::Embedded,
+        Ok("veloc-sync") => TestStore::Veloc("sync"),
+        Ok("veloc-async") => TestStore::Veloc("async"),
+        Ok(v) => panic!("OMPCLUSTER_TEST_STORE={v}: expected embedded, veloc-sync or veloc-async"),
+    }
+}
+
+/// The scratch directory the checkpoint settings of [`ckpt_env`] use for `dir`.
+pub fn ckpt_scratch(dir: &Path) -> PathBuf {
+    dir.with_extension("scratch")
+}
+
+/// Settings that checkpoint into the persistent directory `dir` every `interval` seconds,
+/// with scratch in [`ckpt_scratch`]`(dir)`, through the store under test (for VeloC, a
+/// configuration file naming both is written into the work directory).
+pub fn ckpt_env(dir: &Path, interval: &str) -> Vec<(String, String)> {
+    let mut e = vec![("OMPCLUSTER_CP_INTERVAL".to_string(), interval.to_string())];
+    match test_store() {
+        TestStore::Embedded => {
+            e.push(("OMPCLUSTER_CP_PERSISTENT".into(), dir.display().to_string()));
+            e.push(("OMPCLUSTER_CP_SCRATCH".into(), ckpt_scratch(dir).display().to_string()));
+        }
+        TestStore::Veloc(mode) => {
+            let cfg = veloc_config(&ckpt_scratch(dir), dir, mode);
+            e.push(("OMPCLUSTER_CP_USEVELOC".into(), "1".into()));
+            e.push(("OMPCLUSTER_CP_EXECCFG".into(), cfg.display().to_string()));
+        }
+    }
+    e
+}
+
+/// Writes a VeloC configuration with these directories and mode into the work directory.
+pub fn veloc_config(scratch: &Path, persistent: &Path, mode: &str) -> PathBuf {
+    let f = tempfile::Builder::new()
+        .prefix("veloc-")
+        .suffix(".cfg")
+        .tempfile_in(work_dir())
+        .expect("a VeloC configuration file");
+    std::fs::write(
+        f.path(),
+        format!("scratch = {}\npersistent = {}\nmode = {mode}\n", scratch.display(), persistent.display()),
+    )
+    .expect("write the VeloC configuration");
+    let (_, path) = f.keep().expect("keep the VeloC configuration");
+    path
+}
+
+/// `(String, String)` settings as the `(&str, &str)` pairs [`Job::spawn`] takes.
+pub fn env_refs(v: &[(String, String)]) -> Vec<(&str, &str)> {
+    v.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect()
 }

@@ -205,23 +205,23 @@ fn two_workers_at_once_or_one_after_another() {
 fn kill_during_a_checkpoint_with_checkpoints_on() {
     // A fresh checkpoint directory for every run: a directory reused by a later run is not
     // this test's subject.
+    // (With the store OMPCLUSTER_TEST_STORE names: see tests/checkpoints.rs.)
     let fresh = || {
         let d = tempfile::tempdir_in(ompcluster_tests::work_dir()).unwrap();
-        let s = d.path().join("ckpt").to_string_lossy().into_owned();
-        (d, s)
+        let e = ompcluster_tests::ckpt_env(&d.path().join("ckpt"), "0.3");
+        (d, e)
     };
     for src in ["ft_matmul.c", "ft_stencil.c"] {
         let expected = reference(src, &[]);
-        let (_d1, dir1) = fresh();
-        let envs = [("OMPCLUSTER_CP_INTERVAL", "0.3"), ("OMPCLUSTER_CP_PERSISTENT", dir1.as_str()), ("OMPCLUSTER_FT_INJECT", "kill:rank=2:during=checkpoint")];
+        let (_d1, mut e1) = fresh();
+        e1.push(("OMPCLUSTER_FT_INJECT".into(), "kill:rank=2:during=checkpoint".into()));
         let (_d, rep) = tmp_report();
-        let (o, _) = run_hit(src, &envs, &[], Some(&rep));
+        let (o, _) = run_hit(src, &ompcluster_tests::env_refs(&e1), &[], Some(&rep));
         assert_same(src, &o, &expected, "rank 2 killed during a checkpoint");
         assert!(recovered(&o), "{src}: no recovery reported\n{}", describe(&o));
         // And a plain external kill later in the run, with checkpoints taken before it.
-        let (_d2, dir2) = fresh();
-        let cp = [("OMPCLUSTER_CP_INTERVAL", "0.3"), ("OMPCLUSTER_CP_PERSISTENT", dir2.as_str())];
-        let (o, _) = run_hit(src, &cp, &[Hit { rank: 3, sig: libc::SIGKILL, after: Duration::from_millis(1500) }], Some(&rep));
+        let (_d2, e2) = fresh();
+        let (o, _) = run_hit(src, &ompcluster_tests::env_refs(&e2), &[Hit { rank: 3, sig: libc::SIGKILL, after: Duration::from_millis(1500) }], Some(&rep));
         assert_same(src, &o, &expected, "rank 3 killed with checkpoints on");
         let r = read_report(&rep);
         assert!(r["checkpoints"].as_u64().unwrap_or(0) >= 1, "{src}: no checkpoint completed\n{r}");

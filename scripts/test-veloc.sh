@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The checkpoint tests against a real VeloC (issue 11): builds VeloC from
+# ../shared/third_party/veloc (or uses VELOC_ROOT if set), builds the plugin with the VeloC
+# store into target/veloc (the default build stays free of VeloC), then runs the checkpoint
+# tests with the VeloC store in sync and in async mode, and the VeloC store's own tests.
+# CI runs it after scripts/test.sh. Usage: bash scripts/test-veloc.sh [VELOC_SOURCES_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+src=${1:-../shared/third_party/veloc}
+if [ -z "${VELOC_ROOT:-}" ]; then
+  [ -f "$src/build.sh" ] || { echo "test-veloc: no VeloC sources at $src (pass their directory, or set VELOC_ROOT)" >&2; exit 1; }
+  VELOC_ROOT=$(bash "$src/build.sh" "$PWD/target/veloc-install" | tail -1)
+fi
+export VELOC_ROOT
+export CARGO_TARGET_DIR=$PWD/target/veloc
+export MPICC="${MPICC:-mpicc.openmpi}"
+cargo build --release -p libomptarget-plugin --features ckpt-veloc/veloc
+for store in veloc-sync veloc-async; do
+  echo "== checkpoint tests with OMPCLUSTER_TEST_STORE=$store"
+  OMPCLUSTER_TEST_STORE=$store cargo test --release -p ompcluster-tests --test checkpoints -- --test-threads=1
+  OMPCLUSTER_TEST_STORE=$store cargo test --release -p ompcluster-tests --test recovery -- --test-threads=1 checkpoint
+done
+echo "== the VeloC store's own tests"
+cargo test --release -p ckpt-veloc --features veloc
+cargo test --release -p ompcluster-tests --features veloc --test veloc -- --test-threads=1
