@@ -15,6 +15,7 @@ export VELOC_ROOT
 export CARGO_TARGET_DIR=$PWD/target/veloc
 export MPICC="${MPICC:-mpicc.openmpi}"
 cargo build --release -p libomptarget-plugin --features ckpt-veloc/veloc
+cargo build --release -p ckpt-veloc --bin ompcluster-ckpt
 for store in veloc-sync veloc-async; do
   echo "== checkpoint tests with OMPCLUSTER_TEST_STORE=$store"
   OMPCLUSTER_TEST_STORE=$store cargo test --release -p ompcluster-tests --test checkpoints -- --test-threads=1

@@ -4,7 +4,9 @@
 //! scratch file for the checkpoint (`<scratch>/ckpt-<k>.pack`, in a private
 //! directory with a random name made for this store) and records its offset,
 //! size and xxh3 checksum, computed from the caller's bytes. Nothing is
-//! fsynced: scratch only has to survive until the flush.
+//! fsynced: scratch only has to survive until the flush. The directory holds a lock file
+//! flocked by its store for as long as it is open; a store opening sweeps the directories of
+//! ranks that died (lock file there and free), which a killed process cannot remove itself.
 //!
 //! *Flush* (after the pause) hands the checkpoint to a background thread
 //! that copies the scratch file, in the kernel (`copy_file_range`, 8 MiB at a
@@ -53,6 +55,9 @@ use crate::layout;
 use crate::record::{now_unix_ms, Checksum, CkptId, Rank, RegionId, RegionRecord};
 use crate::store::{CheckpointStore, StoreKind};
 
+/// Scratch directories are `<base>/ompcluster-ckpt-rank<r>-<random>`.
+const SCRATCH_PREFIX: &str = "ompcluster-ckpt-rank";
+
 /// The flusher copies this much at a time and then asks the kernel to start
 /// writing it back.
 const WRITEBACK_CHUNK: u64 = 8 << 20;
@@ -62,6 +67,8 @@ pub struct EmbeddedStore {
     rank: Rank,
     persistent: PathBuf,
     scratch: tempfile::TempDir,
+    /// The lock that marks `scratch` as in use (see [`fsutil::claim_scratch`]).
+    _owner: File,
     state: Mutex<State>,
     jobs: Mutex<Option<Sender<Job>>>,
     flusher: Mutex<Option<JoinHandle<()>>>,
@@ -154,7 +161,7 @@ impl EmbeddedStore {
         // Random name, created with mode 0700 (tempfile's default would be 0777 & umask),
         // removed when the store drops.
         let scratch = tempfile::Builder::new()
-            .prefix(&format!("ompcluster-ckpt-rank{rank}-"))
+            .prefix(&format!("{SCRATCH_PREFIX}{rank}-"))
             .permissions(fs::Permissions::from_mode(0o700))
             .tempdir_in(&base)
             .map_err(|source| OpenError::NotWritable {
@@ -169,6 +176,17 @@ impl EmbeddedStore {
             path: scratch.path().to_path_buf(),
             source,
         })?;
+        let owner = fsutil::claim_scratch(scratch.path()).map_err(|source| OpenError::NotWritable {
+            role: "scratch",
+            var: scratch_var,
+            path: scratch.path().to_path_buf(),
+            source,
+        })?;
+        // Scratch directories of ranks that died (SIGKILL runs no destructor): in /dev/shm
+        // they would hold memory until reboot.
+        for gone in fsutil::sweep_dead_scratch(&base, SCRATCH_PREFIX) {
+            tracing::info!(dir = %gone.display(), "removed the scratch directory of a rank that died");
+        }
 
         let (tx, rx) = crossbeam_channel::unbounded::<Job>();
         let dir = persistent.clone();
@@ -187,6 +205,7 @@ impl EmbeddedStore {
             rank,
             persistent,
             scratch,
+            _owner: owner,
             state: Mutex::new(State {
                 collecting: BTreeMap::new(),
                 last_flushed: None,
@@ -509,7 +528,7 @@ mod tests {
             .join("persistent/ckpt-1/rank-2.index.json")
             .exists());
         // The scratch file is gone after the flush; ids must increase.
-        assert_eq!(fs::read_dir(s.scratch_dir()).unwrap().count(), 0);
+        assert_eq!(scratch_files(&s), 0);
         assert!(matches!(
             s.save_region(1, 12, b"x"),
             Err(SaveError::Closed { ckpt: 1 })
@@ -597,6 +616,11 @@ mod tests {
         assert!(!p.exists());
     }
 
+    /// Files in the store's scratch directory besides its lock file.
+    fn scratch_files(s: &EmbeddedStore) -> usize {
+        fs::read_dir(s.scratch_dir()).unwrap().filter(|e| e.as_ref().unwrap().file_name() != ".owner.lock").count()
+    }
+
     #[test]
     fn discard_and_stale_checkpoints() {
         let t = tempfile::tempdir().unwrap();
@@ -607,7 +631,7 @@ mod tests {
         s.save_region(3, 1, b"c").unwrap();
         let out = s.flush(3).unwrap().wait().unwrap();
         assert_eq!(out.records.len(), 1);
-        assert_eq!(fs::read_dir(s.scratch_dir()).unwrap().count(), 0);
+        assert_eq!(scratch_files(&s), 0);
         s.wait_all();
     }
 }

@@ -27,6 +27,50 @@ pub(crate) fn probe_writable(dir: &Path) -> io::Result<()> {
     f.close()
 }
 
+/// Name of the lock file that marks a scratch directory as in use.
+const SCRATCH_LOCK: &str = ".owner.lock";
+
+/// Marks the scratch directory `dir` as in use by this process for as long as the returned
+/// file is open: an exclusive `flock` on `dir/.owner.lock`, taken on a temporary name and
+/// then renamed into place, so that the lock file never exists unlocked while its owner
+/// lives.
+pub(crate) fn claim_scratch(dir: &Path) -> io::Result<File> {
+    use std::os::fd::AsRawFd;
+    let tmp = tempfile::Builder::new().prefix(".owner.").tempfile_in(dir)?;
+    // SAFETY: flock on a descriptor `tmp` owns; no memory is involved.
+    if unsafe { libc::flock(tmp.as_file().as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    tmp.persist(dir.join(SCRATCH_LOCK)).map_err(|e| e.error)
+}
+
+/// Removes the directories `base/<prefix>*` of this user whose owner died: their lock file
+/// exists and can be locked. A directory without a lock file (being created, or made before
+/// lock files existed) is left alone. Returns the directories removed.
+pub(crate) fn sweep_dead_scratch(base: &Path, prefix: &str) -> Vec<PathBuf> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let mut removed = Vec::new();
+    let Ok(entries) = fs::read_dir(base) else { return removed };
+    for e in entries.flatten() {
+        if !e.file_name().to_string_lossy().starts_with(prefix) {
+            continue;
+        }
+        let dir = e.path();
+        if !fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir() && m.uid() == me) {
+            continue;
+        }
+        let Ok(lock) = File::open(dir.join(SCRATCH_LOCK)) else { continue };
+        // SAFETY: as in `claim_scratch`.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 && fs::remove_dir_all(&dir).is_ok() {
+            removed.push(dir);
+        }
+    }
+    removed
+}
+
 /// fsyncs a directory so that renames in it are durable.
 pub(crate) fn fsync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
@@ -88,6 +132,21 @@ mod tests {
         assert_eq!(fs::read(&f).unwrap(), b"two");
         // No temporary files are left behind.
         assert_eq!(fs::read_dir(&d).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn scratch_of_a_dead_owner_is_swept_a_live_one_kept() {
+        let t = tempfile::tempdir().unwrap();
+        let live = t.path().join("scr-live");
+        let dead = t.path().join("scr-dead");
+        let unclaimed = t.path().join("scr-new");
+        for d in [&live, &dead, &unclaimed] {
+            create_private_dir_all(d).unwrap();
+        }
+        let _held = claim_scratch(&live).unwrap();
+        drop(claim_scratch(&dead).unwrap()); // its owner is gone
+        assert_eq!(sweep_dead_scratch(t.path(), "scr-"), vec![dead.clone()]);
+        assert!(live.is_dir() && unclaimed.is_dir() && !dead.exists());
     }
 
     #[test]

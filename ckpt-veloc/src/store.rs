@@ -57,8 +57,10 @@ pub trait CheckpointStore: Send + Sync + std::fmt::Debug {
     fn wait_all(&self);
 
     /// Waits like [`CheckpointStore::wait_all`], then removes this rank's
-    /// scratch files. For a process that ends without dropping its store
-    /// (the head's store lives until `exit`); nothing may be saved after.
+    /// scratch files (the VeloC store also finalises its VeloC client and
+    /// leaves the node's VeloC session). For a process that ends without
+    /// dropping its store (the head's store lives until `exit`, a worker
+    /// ends with `_exit`); nothing may be saved after.
     fn close(&self) {
         self.wait_all();
     }

@@ -261,7 +261,7 @@ pub(crate) fn register_lib() {
         }
         Some(Runtime::Worker(parts)) => {
             let Some((comm, heap, store)) = parts.lock().take() else { return };
-            let sink = store.map(|s| Arc::new(crate::checkpoint::WorkerSink(s)) as Arc<dyn event_system::CheckpointSink>);
+            let sink = store.clone().map(|s| Arc::new(crate::checkpoint::WorkerSink(s)) as Arc<dyn event_system::CheckpointSink>);
             let rank = comm.rank();
             let live: Arc<dyn Liveness> = match DETECTOR.get() {
                 Some(d) => Arc::new(DetectorLiveness(d.clone())),
@@ -274,6 +274,12 @@ pub(crate) fn register_lib() {
                     1
                 }
             };
+            // Closed here, not left to the last reference: this process ends with `_exit`.
+            // (The VeloC store leaves its node session, the last rank of a node stopping the
+            // job's daemon there; the embedded store removes its scratch directory.)
+            if let Some(s) = &store {
+                s.close();
+            }
             finalize();
             // SAFETY: leaving the process without running the program's destructors, which
             // belong to a `main` this rank never ran.

@@ -6,7 +6,7 @@
 //! default; `scripts/test-veloc.sh` runs them again with VeloC in sync and in async mode).
 
 use ckpt_veloc::{list_versions, load_region, Manifest};
-use ompcluster_tests::{ckpt_scratch, describe, env_refs as envs, launcher, stderr, stdout, test_store, work_dir, Job, Report, TestStore};
+use ompcluster_tests::{ckpt_scratch, describe, env_refs as envs, launcher, stderr, stdout, work_dir, Job, Report};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -191,33 +191,50 @@ fn checkpoints_never_save_a_buffer_half_changed() {
     assert!(copies.len() >= 10, "only {} saved copies: {json}", copies.len());
 }
 
+/// A run long enough for checkpoints with worker-saved regions to be published before it ends
+/// (512 tasks), with the rank that saved them killed right then; whether the first such
+/// version is published before the run ends depends on the store's flush: VeloC copies the
+/// first (full) checkpoint several times slower than the embedded store on this
+/// oversubscribed machine (its copy threads run at nice 10: 0.6-2.3 s against 0.15 s measured
+/// in sync mode), and sync mode then ended 1 run in 4 or so before publishing one. So up to 4
+/// runs are made, each of which must be right, until one publishes such a version in time.
 #[test]
 fn regions_of_a_killed_worker_load_in_another_process() {
-    let dir = tempfile::tempdir().unwrap();
-    let ck = dir.path().join("ckpt");
-    let e = ckpt_env(&ck, "0.2");
-    // 512 tasks: long enough for checkpoints with worker-saved regions to be published. VeloC
-    // copies the first (full) checkpoint several times slower than the embedded store on
-    // this oversubscribed machine (its copy threads run at nice 10; 0.5-1 s against 0.15 s
-    // measured in sync mode), so with it the run is made longer: 1,000 tasks.
-    let n = if test_store() == TestStore::Embedded { 2048 } else { 2560 };
-    let n_arg = n.to_string();
-    let mut job = Job::spawn(4, matmul(), &[&n_arg, "256"], &envs(&e));
-    // Wait for a published version that holds regions saved by a worker.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let (version, victim) = loop {
-        assert!(Instant::now() < deadline, "no checkpoint with worker-saved regions was published");
-        assert!(job.wait_timeout(Duration::ZERO).is_none(), "the job ended before a checkpoint with worker-saved regions was published");
-        if let Ok(vs) = list_versions(&ck) {
-            if let Some(found) = vs.iter().rev().find_map(|&v| {
-                let m = Manifest::read(&ck, v).ok()?;
-                m.regions.iter().map(|r| r.rank).find(|&r| r > 0).map(|r| (v, r))
-            }) {
-                break found;
+    let n = 2048;
+    let mut attempts = 0;
+    let (dir, ck, version, victim, mut job) = loop {
+        attempts += 1;
+        assert!(attempts <= 4, "no run published a version with worker-saved regions before it ended");
+        let dir = tempfile::tempdir().unwrap();
+        let ck = dir.path().join("ckpt");
+        let e = ckpt_env(&ck, "0.2");
+        let mut job = Job::spawn(4, matmul(), &[&n.to_string(), "256"], &envs(&e));
+        // Wait for a published version that holds regions saved by a worker.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let found = loop {
+            assert!(Instant::now() < deadline, "no checkpoint with worker-saved regions was published");
+            if let Ok(vs) = list_versions(&ck) {
+                if let Some(found) = vs.iter().rev().find_map(|&v| {
+                    let m = Manifest::read(&ck, v).ok()?;
+                    m.regions.iter().map(|r| r.rank).find(|&r| r > 0).map(|r| (v, r))
+                }) {
+                    break Some(found);
+                }
+            }
+            if job.wait_timeout(Duration::ZERO).is_some() {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        match found {
+            Some((version, victim)) if job.wait_timeout(Duration::ZERO).is_none() => break (dir, ck, version, victim, job),
+            _ => {
+                let out = job.wait(Duration::from_secs(60));
+                assert!(out.status.success() && stdout(&out).contains("result correct"), "{}", describe(&out));
             }
         }
-        std::thread::sleep(Duration::from_millis(20));
     };
+    let _keep = dir;
     let pid = job
         .ranks(matmul())
         .into_iter()
