@@ -588,3 +588,15 @@ pub fn veloc_config(scratch: &Path, persistent: &Path, mode: &str) -> PathBuf {
 pub fn env_refs(v: &[(String, String)]) -> Vec<(&str, &str)> {
     v.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect()
 }
+
+/// The matmul example (`examples/matmul/matmul.c`), compiled once per test binary run.
+pub fn matmul_example() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/matmul/matmul.c");
+        let out = work_dir().join("matmul");
+        let o = Command::new("clang-16").args(OFFLOAD_FLAGS).arg(&src).args(["-lm", "-o"]).arg(&out).output().expect("run clang-16");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        out
+    })
+}

@@ -6,28 +6,14 @@
 //! default; `scripts/test-veloc.sh` runs them again with VeloC in sync and in async mode).
 
 use ckpt_veloc::{list_versions, load_region, Manifest};
-use ompcluster_tests::{ckpt_scratch, describe, env_refs as envs, launcher, stderr, stdout, work_dir, Job, Report};
+use ompcluster_tests::{ckpt_scratch, describe, env_refs as envs, launcher, stderr, stdout, Job, Report};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 fn matmul() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/matmul/matmul.c");
-        let out = work_dir().join("matmul-ckpt");
-        let o = Command::new("clang-16")
-            .args(["-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu"])
-            .arg(&src)
-            .args(["-lm", "-o"])
-            .arg(&out)
-            .output()
-            .expect("run clang-16");
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        out
-    })
+    ompcluster_tests::matmul_example()
 }
 
 fn ckpt_cli() -> PathBuf {

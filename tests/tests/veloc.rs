@@ -6,27 +6,13 @@
 #![cfg(feature = "veloc")]
 
 use ckpt_veloc::list_versions;
-use ompcluster_tests::{describe, env_refs, stderr, stdout, veloc_config, work_dir, Job};
+use ompcluster_tests::{describe, env_refs, stderr, stdout, veloc_config, Job};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn matmul() -> PathBuf {
-    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/matmul/matmul.c");
-        let out = work_dir().join("matmul-veloc");
-        let o = Command::new("clang-16")
-            .args(ompcluster_tests::OFFLOAD_FLAGS)
-            .arg(&src)
-            .args(["-lm", "-o"])
-            .arg(&out)
-            .output()
-            .expect("run clang-16");
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        out
-    })
-    .clone()
+    ompcluster_tests::matmul_example().to_path_buf()
 }
 
 /// Settings for the VeloC store in `mode`, checkpointing into `<dir>/p` every 0.1 s.
