@@ -121,12 +121,11 @@ struct Pending {
     saved_unix_ms: u64,
 }
 
-/// A checkpoint handed to the flush and not yet waited for.
+/// A checkpoint handed to the flush, still open in VeloC: whoever completes it calls
+/// `VELOC_Checkpoint_end` (the waiter thread, normally, so that a sync-mode copy does not
+/// hold up the caller of `flush`) and `VELOC_Checkpoint_wait`.
 struct InFlight {
     ckpt: CkptId,
-    /// Whether `VELOC_Checkpoint_end` still has to be called (the waiter thread does it, so
-    /// that a sync-mode copy does not hold up the caller of `flush`).
-    ended: bool,
     /// `None` for an abandoned checkpoint (its files are removed once VeloC is done).
     completer: Option<FlushCompleter>,
     routed: PathBuf,
@@ -227,13 +226,10 @@ impl Inner {
         let Some(f) = self.in_flight.take() else {
             return;
         };
-        let mut rc = VELOC_SUCCESS;
-        if !f.ended {
-            // SAFETY: the checkpoint begun for `f` is still open (nothing else ends it: the
-            // phase is Idle and every path to `begin` comes through here first); calls are
-            // serialised by the lock held through `&mut self`.
-            rc = unsafe { sys::VELOC_Checkpoint_end(i32::from(f.completer.is_some())) };
-        }
+        // SAFETY: the checkpoint begun for `f` is still open (nothing else ends it: the
+        // phase is Idle and every path to `begin` comes through here first); calls are
+        // serialised by the lock held through `&mut self`.
+        let mut rc = unsafe { sys::VELOC_Checkpoint_end(i32::from(f.completer.is_some())) };
         // SAFETY: as above; no checkpoint is between begin and end now.
         let waited = unsafe { sys::VELOC_Checkpoint_wait() };
         if rc == VELOC_SUCCESS {
@@ -322,7 +318,6 @@ impl Inner {
         drop(c.file);
         self.in_flight = Some(InFlight {
             ckpt: c.ckpt,
-            ended: false,
             completer,
             routed: c.routed,
             records,
@@ -399,8 +394,7 @@ impl Inner {
                 // End the checkpoint opened above as abandoned.
                 self.in_flight = Some(InFlight {
                     ckpt,
-                    ended: false,
-                    completer: None,
+                            completer: None,
                     routed,
                     records: Vec::new(),
                     bytes: 0,
