@@ -66,6 +66,30 @@ fn teams_distribute_parallel_for() {
     check_program_both("teams.c", &[]);
 }
 
+/// A worker forms the teams and threads the stock plugin forms on the same machine: a
+/// worker's libomp sees every core of its node (the launcher binds no rank), so
+/// `num_teams(256)` is capped at KMP_TEAMS_THREAD_LIMIT (the number of cores), with the
+/// "OMP: Warning #96: Cannot form a team ..." the stock plugin prints. libomp warns once per
+/// process: when the two regions run on two workers, each warns (2 warnings where the stock
+/// plugin prints 1; README, Limits), so the test asks for the stock plugin's warnings at least.
+#[test]
+fn teams_are_sized_as_under_the_stock_plugin() {
+    let prog = compile("teams_limits.c");
+    let stock = std::process::Command::new(&prog)
+        .env("LD_LIBRARY_PATH", "/usr/lib/llvm-16/lib")
+        .env("OMP_TARGET_OFFLOAD", "MANDATORY")
+        .output()
+        .expect("run the program under the stock plugin");
+    assert!(stock.status.success() && stdout(&stock).contains("PASS"), "{}", describe(&stock));
+    let warnings = |o: &std::process::Output| ompcluster_tests::stderr(o).matches("OMP: Warning #96").count();
+    for np in NPS {
+        let o = run(np, &prog, &[], &[]);
+        assert!(o.status.success(), "{}", describe(&o));
+        assert_eq!(stdout(&o), stdout(&stock), "-np {np}: teams differ from the stock plugin's\n{}", describe(&o));
+        assert!(warnings(&o) >= warnings(&stock) && warnings(&stock) >= 1, "-np {np}: libomp's warnings are missing\n{}\nstock:\n{}", describe(&o), describe(&stock));
+    }
+}
+
 /// 4 chains of 50 dependent `nowait` regions + 1 joining region = 201 regions.
 #[test]
 fn nowait_depend_chains() {
