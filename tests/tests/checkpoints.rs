@@ -71,30 +71,43 @@ fn matmul_checkpoints_verify_and_hold_what_the_program_computed() {
     // checkpoints even on a faster machine; the assertion asks for 3. (With 512 tasks a
     // clean-clone CI run took 0.27 s, of which the first checkpoint's background save took
     // 0.09 s, and made 2.)
+    // VeloC's flushes sometimes take 0.2-2.5 s where the others take milliseconds (seen in
+    // both modes; docs/checkpoints.md), leaving room for only 2 checkpoints in a run: up to 3
+    // runs are made, each checked in full, until one takes 3.
     const N: usize = 1152;
     const BS: usize = 96;
-    let dir = tempfile::tempdir().unwrap();
-    let ck = dir.path().join("ckpt");
-    let report = dir.path().join("report.json");
-    let scratch = ckpt_scratch(&ck);
-    let mut e = ckpt_env(&ck, "0.03");
-    e.push(("OMPCLUSTER_REPORT".into(), report.display().to_string()));
-    let (n, bs) = (N.to_string(), BS.to_string());
-    let out = Job::spawn(4, matmul(), &[&n, &bs], &envs(&e)).wait(Duration::from_secs(180));
-    assert!(out.status.success() && stdout(&out).contains("result correct"), "{}", describe(&out));
-    // The program's output is its own (VeloC's clients log into their scratch directory).
-    assert!(!stdout(&out).contains("[BENCHMARK") && !stdout(&out).contains("[INFO"), "{}", describe(&out));
-    // Every rank removed its scratch data, the head included (VeloC's scratch keeps its logs).
-    let left: Vec<_> = std::fs::read_dir(&scratch)
-        .unwrap()
-        .map(|d| d.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| !n.ends_with(".log"))
-        .collect();
-    assert!(left.is_empty(), "scratch data left behind: {left:?}");
-    let r = Report::read(&report).unwrap();
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let mut taken = Vec::new();
+    let (dir, ck, r, json) = loop {
+        let dir = tempfile::tempdir().unwrap();
+        let ck = dir.path().join("ckpt");
+        let report = dir.path().join("report.json");
+        let scratch = ckpt_scratch(&ck);
+        let mut e = ckpt_env(&ck, "0.03");
+        e.push(("OMPCLUSTER_REPORT".into(), report.display().to_string()));
+        let (n, bs) = (N.to_string(), BS.to_string());
+        let out = Job::spawn(4, matmul(), &[&n, &bs], &envs(&e)).wait(Duration::from_secs(180));
+        assert!(out.status.success() && stdout(&out).contains("result correct"), "{}", describe(&out));
+        // The program's output is its own (VeloC's clients log into their scratch directory).
+        assert!(!stdout(&out).contains("[BENCHMARK") && !stdout(&out).contains("[INFO"), "{}", describe(&out));
+        // Every rank removed its scratch data, the head included (VeloC's scratch keeps its logs).
+        let left: Vec<_> = std::fs::read_dir(&scratch)
+            .unwrap()
+            .map(|d| d.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.ends_with(".log"))
+            .collect();
+        assert!(left.is_empty(), "scratch data left behind: {left:?}");
+        let r = Report::read(&report).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        assert!(json["checkpoint_errors"].as_array().unwrap().is_empty(), "{json}");
+        let checkpoints = json["checkpoints"].as_u64().unwrap();
+        taken.push(checkpoints);
+        if checkpoints >= 3 {
+            break (dir, ck, r, json);
+        }
+        assert!(taken.len() < 3, "expected several checkpoints, got {taken:?} in {} runs; last report: {json}", taken.len());
+    };
+    let _keep = dir;
     let checkpoints = json["checkpoints"].as_u64().unwrap();
-    assert!(checkpoints >= 3, "expected several checkpoints, report: {json}");
     assert!(json["checkpoint_bytes"].as_u64().unwrap() > 0);
     assert!(json["checkpoint_pauses_seconds"].as_array().unwrap().len() as u64 >= checkpoints);
     assert!(json["checkpoint_errors"].as_array().unwrap().is_empty(), "{json}");
