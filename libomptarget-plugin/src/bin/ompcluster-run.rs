@@ -212,12 +212,13 @@ fn main() -> ExitCode {
             ld.to_string_lossy()
         ));
     }
-    // Checkpoint directories: one clear line now rather than one per rank later.
+    // Checkpoint directories: one clear line now rather than one per rank later (not for a
+    // dry run, which creates nothing).
     let cp = match ckpt_veloc::StoreConfig::from_env(0) {
         Ok(c) => c,
         Err(e) => return fail(format!("invalid setting: {e}")),
     };
-    if cp.enabled {
+    if cp.enabled && !args.dry_run {
         if let Err(e) = cp.check_dirs() {
             return fail(format!("cannot use the checkpoint directories: {e}"));
         }
