@@ -58,11 +58,11 @@ pub mod vars {
     pub const USEVELOC: &str = "OMPCLUSTER_CP_USEVELOC";
     /// VeloC configuration file.
     pub const EXECCFG: &str = "OMPCLUSTER_CP_EXECCFG";
+    /// How messages name what chooses the VeloC store's persistent directory.
+    pub const VELOC_PERSISTENT: &str = "`persistent` in the VeloC configuration OMPCLUSTER_CP_EXECCFG names";
+    /// How messages name what chooses the VeloC store's scratch directory.
+    pub const VELOC_SCRATCH: &str = "`scratch` in the VeloC configuration OMPCLUSTER_CP_EXECCFG names";
 }
-
-/// How messages name what chooses the VeloC store's directories.
-pub(crate) const VELOC_PERSISTENT_KEY: &str = "`persistent` in the VeloC configuration OMPCLUSTER_CP_EXECCFG names";
-pub(crate) const VELOC_SCRATCH_KEY: &str = "`scratch` in the VeloC configuration OMPCLUSTER_CP_EXECCFG names";
 
 /// Which store implementation to open.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,6 +87,14 @@ pub enum ScratchBase {
 }
 
 impl ScratchBase {
+    /// How messages name what chose this base.
+    pub(crate) fn var(&self) -> &'static str {
+        match self {
+            ScratchBase::Dir(_) => vars::SCRATCH,
+            ScratchBase::Default => "OMPCLUSTER_CP_SCRATCH (default: $XDG_RUNTIME_DIR, /dev/shm or $TMPDIR)",
+        }
+    }
+
     /// The directory in which the store creates its own uniquely named,
     /// private (0700) scratch directory.
     pub fn resolve(&self) -> PathBuf {
@@ -256,19 +264,14 @@ impl StoreConfig {
         let dirs: Vec<(&'static str, &'static str, PathBuf)> = match &self.backend {
             Backend::Embedded => vec![
                 ("persistent", vars::PERSISTENT, self.persistent.clone()),
-                ("scratch", vars::SCRATCH, self.scratch.resolve()),
+                ("scratch", self.scratch.var(), self.scratch.resolve()),
             ],
             Backend::Veloc { config_file } => {
                 let s = crate::veloc_cfg::read_veloc_config(config_file).map_err(OpenError::Veloc)?;
-                vec![("persistent", VELOC_PERSISTENT_KEY, s.persistent), ("scratch", VELOC_SCRATCH_KEY, s.scratch)]
+                vec![("persistent", vars::VELOC_PERSISTENT, s.persistent), ("scratch", vars::VELOC_SCRATCH, s.scratch)]
             }
         };
-        for (role, var, path) in dirs {
-            crate::fsutil::create_private_dir_all(&path)
-                .map_err(|source| OpenError::CreateDir { role, var, path: path.clone(), source })?;
-            crate::fsutil::probe_writable(&path).map_err(|source| OpenError::NotWritable { role, var, path, source })?;
-        }
-        Ok(())
+        dirs.iter().try_for_each(|(role, var, path)| crate::fsutil::usable_dir(role, var, path))
     }
 
     /// With the VeloC store and no `log_prefix` configured: a directory for VeloC's client

@@ -47,7 +47,7 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{vars, ScratchBase, StoreConfig};
+use crate::config::{vars, StoreConfig};
 use crate::error::{FlushError, OpenError, SaveError};
 use crate::flush::{new_flush, FlushCompleter, FlushHandle, FlushOutcome, FlushSlot};
 use crate::fsutil;
@@ -134,24 +134,10 @@ impl EmbeddedStore {
     pub fn open(config: &StoreConfig) -> Result<Self, OpenError> {
         let rank = config.rank;
         let persistent = config.persistent.clone();
-        fsutil::create_private_dir_all(&persistent).map_err(|source| OpenError::CreateDir {
-            role: "persistent",
-            var: vars::PERSISTENT,
-            path: persistent.clone(),
-            source,
-        })?;
-        fsutil::probe_writable(&persistent).map_err(|source| OpenError::NotWritable {
-            role: "persistent",
-            var: vars::PERSISTENT,
-            path: persistent.clone(),
-            source,
-        })?;
+        fsutil::usable_dir("persistent", vars::PERSISTENT, &persistent)?;
 
         let base = config.scratch.resolve();
-        let scratch_var = match config.scratch {
-            ScratchBase::Dir(_) => vars::SCRATCH,
-            ScratchBase::Default => "OMPCLUSTER_CP_SCRATCH (default: $XDG_RUNTIME_DIR or $TMPDIR)",
-        };
+        let scratch_var = config.scratch.var();
         fsutil::create_private_dir_all(&base).map_err(|source| OpenError::CreateDir {
             role: "scratch",
             var: scratch_var,
@@ -497,7 +483,7 @@ mod tests {
 
     fn open(dir: &Path, rank: Rank) -> EmbeddedStore {
         let mut c = StoreConfig::new(rank, dir.join("persistent"));
-        c.scratch = ScratchBase::Dir(dir.join("scratch"));
+        c.scratch = crate::config::ScratchBase::Dir(dir.join("scratch"));
         EmbeddedStore::open(&c).unwrap()
     }
 

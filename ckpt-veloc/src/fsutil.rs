@@ -27,6 +27,15 @@ pub(crate) fn probe_writable(dir: &Path) -> io::Result<()> {
     f.close()
 }
 
+/// Creates `path` (0700, with its missing parents) and checks that a file can be written in
+/// it: the start-up check of every directory a store uses, failing with the `role`
+/// (`scratch`, `persistent`) and what chose the directory (`var`).
+pub(crate) fn usable_dir(role: &'static str, var: &'static str, path: &Path) -> Result<(), crate::error::OpenError> {
+    use crate::error::OpenError;
+    create_private_dir_all(path).map_err(|source| OpenError::CreateDir { role, var, path: path.to_path_buf(), source })?;
+    probe_writable(path).map_err(|source| OpenError::NotWritable { role, var, path: path.to_path_buf(), source })
+}
+
 /// Name of the lock file that marks a scratch directory as in use.
 const SCRATCH_LOCK: &str = ".owner.lock";
 

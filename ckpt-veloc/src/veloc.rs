@@ -161,23 +161,8 @@ impl VelocStore {
     fn open_inner(config: &StoreConfig, config_file: &Path) -> Result<Self, OpenError> {
         let rank = config.rank;
         let settings = read_veloc_config(config_file).map_err(OpenError::Veloc)?;
-        use crate::config::{VELOC_PERSISTENT_KEY, VELOC_SCRATCH_KEY};
-        for (role, var, dir) in
-            [("scratch", VELOC_SCRATCH_KEY, &settings.scratch), ("persistent", VELOC_PERSISTENT_KEY, &settings.persistent)]
-        {
-            fsutil::create_private_dir_all(dir).map_err(|source| OpenError::CreateDir {
-                role,
-                var,
-                path: dir.clone(),
-                source,
-            })?;
-            fsutil::probe_writable(dir).map_err(|source| OpenError::NotWritable {
-                role,
-                var,
-                path: dir.clone(),
-                source,
-            })?;
-        }
+        fsutil::usable_dir("scratch", crate::config::vars::VELOC_SCRATCH, &settings.scratch)?;
+        fsutil::usable_dir("persistent", crate::config::vars::VELOC_PERSISTENT, &settings.persistent)?;
         let cfg = CString::new(config_file.as_os_str().as_bytes()).map_err(|_| {
             OpenError::Veloc(format!("{} contains a NUL byte", config_file.display()))
         })?;

@@ -196,7 +196,7 @@ pub(crate) fn init() -> Result<(), String> {
                 // The store's own persistent directory: with VeloC, the one its configuration names.
                 let var = match s.kind() {
                     ckpt_veloc::StoreKind::Embedded => ckpt_veloc::vars::PERSISTENT,
-                    ckpt_veloc::StoreKind::Veloc => "`persistent` in the VeloC configuration OMPCLUSTER_CP_EXECCFG names",
+                    ckpt_veloc::StoreKind::Veloc => ckpt_veloc::vars::VELOC_PERSISTENT,
                 };
                 let claim = ckpt_veloc::claim_for_job(s.persistent_dir(), var)?;
                 if !claim.cleared.removed_versions.is_empty() {
