@@ -117,7 +117,7 @@ impl Device {
         for (i, snap) in snapshots.into_iter().enumerate() {
             if let Some(old) = snap.filter(|_| changed[i]) {
                 let now = unsafe { std::slice::from_raw_parts(ptrs[i], old.len()) };
-                patches.push((i as u32, exec::diff(&old, now, &pieces[i])));
+                patches.push((i as u32, protocol::diff(&old, now, &pieces[i])));
             }
         }
         Ok(Ran { changed, pointers, seconds, patches })

@@ -54,46 +54,9 @@ pub(crate) unsafe fn hash(ptr: *const u8, pieces: &[(usize, usize)]) -> u64 {
     })
 }
 
-/// The runs of bytes that differ between `old` and `new`, inside `pieces` (offset ranges):
-/// (offset, new bytes). Runs closer than 16 bytes are joined.
-pub(crate) fn diff(old: &[u8], new: &[u8], pieces: &[(usize, usize)]) -> Vec<(u64, Vec<u8>)> {
-    let mut runs: Vec<(usize, usize)> = Vec::new();
-    for &(s, e) in pieces {
-        let mut i = s;
-        while i < e {
-            if old[i] == new[i] {
-                i += 1;
-                continue;
-            }
-            let start = i;
-            while i < e && old[i] != new[i] {
-                i += 1;
-            }
-            match runs.last_mut() {
-                Some(last) if start - last.1 < 16 && last.1 >= s => last.1 = i,
-                _ => runs.push((start, i)),
-            }
-        }
-    }
-    runs.into_iter().map(|(s, e)| (s as u64, new[s..e].to_vec())).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn diff_finds_changed_runs_inside_pieces() {
-        let old = [0u8; 64];
-        let mut new = old;
-        new[3] = 1;
-        new[5] = 1;
-        new[40] = 2;
-        new[50] = 9; // outside the pieces: not reported
-        let d = diff(&old, &new, &[(0, 48)]);
-        assert_eq!(d, vec![(3, vec![1, 0, 1]), (40, vec![2])]);
-        assert!(diff(&old, &old, &[(0, 64)]).is_empty());
-    }
 
     extern "C" fn add3(a: *mut u64, b: u64, c: u64) {
         // SAFETY: the test passes a valid pointer.
