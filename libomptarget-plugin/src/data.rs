@@ -67,10 +67,49 @@ pub(crate) struct Buffer {
     pub(crate) points_to: PointsTo,
     /// For an image's writable data: the image.
     pub(crate) global_of: Option<u32>,
-    /// Kernels in flight that map it `from` (write it): their worker and how many. Every
-    /// kernel that can reach the buffer meanwhile runs on that worker, so that concurrent
-    /// regions share one copy, as they would share one device memory.
+    /// Kernels in flight that may write it (see `cluster/launch.rs`): their worker and how
+    /// many. Every kernel that can reach the buffer meanwhile runs on that worker, so that
+    /// concurrent regions share one copy, as they would share one device memory.
     pub(crate) writing: Option<(i32, u32)>,
+    /// Kernels in flight that can reach it, per worker: a copy a running kernel uses is never
+    /// overwritten with another version (the kernel may be changing it).
+    pub(crate) using: BTreeMap<i32, u32>,
+    /// Copies taken from a rank while a kernel there could reach it (rank -> that source):
+    /// if the kernel turns out to change it, they may hold part of its changes and are
+    /// forgotten ([`Buffers::kernel_done`]); until then they are no source of a version for
+    /// merges and re-runs.
+    pub(crate) torn: BTreeMap<i32, i32>,
+    /// Kernel runs that changed it so far (whether or not recorded as a version): a copy in
+    /// flight from a copy in use is no version if this moved meanwhile.
+    pub(crate) kernel_changes: u64,
+    /// Per worker: changes of kernels recorded or merged from its copy so far. A kernel that
+    /// shared the copy with one of them cannot be undone (its changes may have gone with
+    /// that one's).
+    pub(crate) commits_from: BTreeMap<i32, u64>,
+    /// Per worker: merges of its copy's changes so far (taken once no kernel ran on it, so
+    /// they carry the whole changes of every kernel that ended there before).
+    pub(crate) merges_from: BTreeMap<i32, u64>,
+    /// Per worker: kernels whose copy of it is executing now (EXECUTE sent, no reply yet).
+    pub(crate) running: BTreeMap<i32, u32>,
+    /// Per rank: merges reading or patching its copy; no kernel starts on it and nothing
+    /// overwrites it meanwhile.
+    pub(crate) holding: BTreeMap<i32, u32>,
+    /// Per worker: runs undone so far whose changes were in its copy. A kernel that shared
+    /// the copy and is not yet recorded lost its changes too, and runs again.
+    pub(crate) undone: BTreeMap<i32, u64>,
+}
+
+impl Buffer {
+    /// See [`Buffer::undone`].
+    pub(crate) fn undone_on(&self, w: i32) -> u64 {
+        self.undone.get(&w).copied().unwrap_or(0)
+    }
+
+    /// Rank `r` holds a copy of `version` that nothing is changing: not a copy a running
+    /// kernel uses, nor one taken from such a copy.
+    pub(crate) fn clean_copy(&self, r: i32, version: u64) -> bool {
+        self.version_on(r) == Some(version) && !self.torn.contains_key(&r) && self.using.get(&r).is_none_or(|&n| n == 0)
+    }
 }
 
 impl Buffer {
@@ -200,11 +239,39 @@ impl Buffers {
             }
             for r in &holders {
                 b.stale.remove(r);
+                b.torn.remove(r);
             }
             b.holders = holders;
             b.version += 1;
             b.version
         })
+    }
+
+    /// A kernel on `w` that could reach the buffer at `addr` is done (`changed`: it changed
+    /// it). The copies taken from `w` meanwhile are forgotten if it changed it, and trusted
+    /// once no kernel there uses it any more if not (see `Buffer::torn`).
+    pub(crate) fn kernel_done(&mut self, addr: u64, w: i32, changed: bool) {
+        self.track(addr, |b| {
+            if let Some(n) = b.using.get_mut(&w) {
+                *n -= 1;
+                if *n == 0 {
+                    b.using.remove(&w);
+                }
+            }
+            let from_w: Vec<i32> = b.torn.iter().filter(|(_, &s)| s == w).map(|(&d, _)| d).collect();
+            if changed {
+                b.kernel_changes += 1;
+                for d in from_w {
+                    b.torn.remove(&d);
+                    b.holders.remove(&d);
+                    b.stale.remove(&d);
+                }
+            } else if !b.using.contains_key(&w) {
+                for d in from_w {
+                    b.torn.remove(&d);
+                }
+            }
+        });
     }
 
     /// Rank `r`'s copy of the buffer at `addr` now holds the current version.
@@ -240,6 +307,7 @@ impl Buffers {
         let forget = |b: &mut Buffer| {
             b.holders.remove(&r);
             b.stale.remove(&r);
+            b.torn.remove(&r);
         };
         if self.by_addr.contains_key(&addr) {
             self.track(addr, forget);
@@ -260,6 +328,17 @@ impl Buffers {
             b.incoming.retain(|r| !dead.contains(r));
             if b.writing.is_some_and(|(w, _)| dead.contains(&w)) {
                 b.writing = None;
+            }
+            b.using.retain(|r, _| !dead.contains(r));
+            b.running.retain(|r, _| !dead.contains(r));
+            b.holding.retain(|r, _| !dead.contains(r));
+            // A copy taken from a rank that died in the middle of a kernel may hold part of
+            // its changes.
+            let torn: Vec<i32> = b.torn.iter().filter(|(d, s)| dead.contains(d) || dead.contains(s)).map(|(&d, _)| d).collect();
+            for d in torn {
+                b.torn.remove(&d);
+                b.holders.remove(&d);
+                b.stale.remove(&d);
             }
         }
         for b in self.by_addr.values() {
@@ -378,6 +457,14 @@ impl Buffers {
             points_to: PointsTo::none(),
             global_of: None,
             writing: None,
+            using: BTreeMap::new(),
+            torn: BTreeMap::new(),
+            kernel_changes: 0,
+            commits_from: BTreeMap::new(),
+            merges_from: BTreeMap::new(),
+            running: BTreeMap::new(),
+            holding: BTreeMap::new(),
+            undone: BTreeMap::new(),
         };
         self.by_id.insert(id, addr);
         Ok(self.by_addr.entry(addr).or_insert(b))
@@ -410,6 +497,14 @@ impl Buffers {
             points_to: PointsTo::none(),
             global_of: Some(image),
             writing: None,
+            using: BTreeMap::new(),
+            torn: BTreeMap::new(),
+            kernel_changes: 0,
+            commits_from: BTreeMap::new(),
+            merges_from: BTreeMap::new(),
+            running: BTreeMap::new(),
+            holding: BTreeMap::new(),
+            undone: BTreeMap::new(),
         };
         self.by_id.insert(id, addr);
         let of_image = self.image_data.entry(image).or_default();

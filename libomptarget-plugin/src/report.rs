@@ -13,6 +13,7 @@ pub(crate) struct Stats {
     submitted: AtomicU64,
     retrieved: AtomicU64,
     exchanged: AtomicU64,
+    merges: AtomicU64,
 }
 
 impl Stats {
@@ -22,6 +23,7 @@ impl Stats {
             submitted: AtomicU64::new(0),
             retrieved: AtomicU64::new(0),
             exchanged: AtomicU64::new(0),
+            merges: AtomicU64::new(0),
         }
     }
     pub(crate) fn add_task(&self, worker: i32) {
@@ -35,6 +37,9 @@ impl Stats {
     }
     pub(crate) fn add_exchanged(&self, n: u64) {
         self.exchanged.fetch_add(n, Ordering::Relaxed);
+    }
+    pub(crate) fn add_merge(&self) {
+        self.merges.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -53,6 +58,9 @@ pub struct Report {
     pub bytes_retrieved: u64,
     /// Bytes sent from worker to worker.
     pub bytes_exchanged: u64,
+    /// Changes to one buffer made at the same time on different workers and merged (see
+    /// the README, "Placement").
+    pub merges: u64,
     /// Time from plugin start-up to shutdown.
     pub wall_seconds: f64,
     /// Checkpoints completed (flushed and published).
@@ -120,6 +128,7 @@ impl Report {
             bytes_submitted: s.submitted.load(Ordering::Relaxed),
             bytes_retrieved: s.retrieved.load(Ordering::Relaxed),
             bytes_exchanged: s.exchanged.load(Ordering::Relaxed),
+            merges: s.merges.load(Ordering::Relaxed),
             wall_seconds,
             checkpoints: 0,
             checkpoint_bytes: 0,

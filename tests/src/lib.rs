@@ -426,6 +426,8 @@ pub struct Report {
     pub bytes_exchanged: u64,
     /// Plugin lifetime.
     pub wall_seconds: f64,
+    /// Changes to one buffer made at the same time on different workers and merged.
+    pub merges: u64,
 }
 
 impl Report {

@@ -1,5 +1,30 @@
 //! Kernel launches: placement, data movement, EXECUTE, and the record of what the kernel wrote.
+//!
+//! Regions running at the same time share one device memory under the stock plugin; here
+//! each worker has its own copy of a buffer. So that concurrent regions that write one buffer
+//! still see one memory (disjoint slices, an atomic counter), every region that may write a
+//! buffer marks it `writing` on its worker while it runs, and every region that reaches a
+//! buffer so marked runs on that worker (design note: `Buffer::writing`). Which buffers a
+//! region may write is predicted per kernel ([`WriteSet`]): those it maps `from`, those its
+//! earlier runs changed, and all it reaches while it never completed a run.
+//!
+//! A prediction can be wrong (a write that depends on the data): then two regions changed one
+//! buffer in two copies, which are merged, or one of which is undone and run again
+//! (`merge.rs`).
+use super::merge::{needs_merge, Run, Snap};
 use super::*;
+
+/// What the runs of one kernel changed so far: the arguments (by position) whose buffers
+/// changed, and whether it changed a buffer it reaches otherwise (its image's globals and
+/// statics, a buffer through a pointer stored in another).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WriteSet {
+    args: BTreeSet<usize>,
+    other: bool,
+}
+
+/// Most times a region runs again because its change could not be merged (see `launch`).
+const MAX_RUNS_AGAIN: u32 = 32;
 
 impl Cluster {
     /// Run the kernel `entry` (a token from `load_binary`) with argument values `args`;
@@ -7,7 +32,17 @@ impl Cluster {
     /// pointer (0 for by-value arguments): see [`Buffers::by_translation`] for why both.
     /// `mapped_from[i]` says argument i was mapped `from` (its buffer is surely written).
     pub(crate) fn launch(&self, entry: usize, args: &[u64], begins: &[u64], hosts: &[u64], mapped_from: &[bool]) -> Result<()> {
-        self.resilient(|| self.launch_once(entry, args, begins, hosts, mapped_from))
+        let mut again = 0;
+        loop {
+            match self.resilient(|| self.launch_once(entry, args, begins, hosts, mapped_from)) {
+                // Its change could not be merged with a region's that ran at the same time on
+                // another worker: run it again over that one's (it is now known to write the
+                // buffer, so it shares a worker with the next writers).
+                Err(ClusterError::RunAgain(_)) if again < MAX_RUNS_AGAIN => again += 1,
+                Err(ClusterError::RunAgain(e)) => return Err(*e),
+                r => return r,
+            }
+        }
     }
 
     fn launch_once(&self, entry: usize, args: &[u64], begins: &[u64], hosts: &[u64], mapped_from: &[bool]) -> Result<()> {
@@ -17,7 +52,8 @@ impl Cluster {
         // What can it reach, where is it, and where must it run? Placement and the marking of
         // the buffers it writes happen under one lock, so two concurrent writers of a buffer
         // always see each other.
-        let (w, reach, assume_written) = {
+        let history = kernel.writes.lock().clone();
+        let (w, reach, assume_written, marked, reach_args) = {
             let mut bufs = self.buffers.lock();
             loop {
                 let translated: Vec<(u64, u64)> =
@@ -30,13 +66,30 @@ impl Cluster {
                     v
                 };
                 let written: BTreeSet<u64> =
-                    (0..begins.len()).filter(|&i| mapped_from[i]).flat_map(arg_buffers).collect();
+                    (0..begins.len()).filter(|&i| mapped_from[i]).flat_map(&arg_buffers).collect();
+                // For each argument, the buffers it reaches directly.
+                let by_arg: Vec<Vec<u64>> = (0..begins.len()).map(&arg_buffers).collect();
                 let reach: Vec<(u64, u64, u64, u64)> = bufs
                     .reachable(&args.iter().chain(begins).copied().collect::<Vec<u64>>(), &translated, kernel.image)
                     .into_iter()
                     .map(|a| {
                         let b = bufs.get(a).expect("reachable buffers exist");
                         (b.addr, b.size, b.id, b.version)
+                    })
+                    .collect();
+                // The arguments through which each reached buffer is reached (none: through
+                // a stored pointer, or an image's data).
+                let reach_args: Vec<Vec<usize>> =
+                    reach.iter().map(|(a, ..)| (0..begins.len()).filter(|&i| by_arg[i].contains(a)).collect()).collect();
+                // The buffers it may write (see `WriteSet`).
+                let may_write: Vec<bool> = reach
+                    .iter()
+                    .zip(&reach_args)
+                    .map(|((a, ..), args)| match &history {
+                        None => true,
+                        Some(h) => {
+                            written.contains(a) || args.iter().any(|i| h.args.contains(i)) || (h.other && args.is_empty())
+                        }
                     })
                     .collect();
                 let pins: BTreeSet<i32> =
@@ -46,9 +99,14 @@ impl Cluster {
                     self.moved.wait(&mut bufs);
                     continue;
                 }
+                // A worker whose copy of a buffer is in use by a running kernel and is not the
+                // current version cannot take the current version now.
+                let busy_copy = |w: i32| {
+                    reach.iter().any(|(a, ..)| bufs.get(*a).is_some_and(|b| !b.held_by(w) && b.using.get(&w).is_some_and(|&n| n > 0)))
+                };
                 let candidates: Vec<Candidate> = self
                     .targets()
-                    .filter(|w| pins.is_empty() || pins.contains(w))
+                    .filter(|&w| (pins.is_empty() || pins.contains(&w)) && !busy_copy(w))
                     .map(|w| Candidate {
                         rank: w,
                         missing_bytes: reach
@@ -59,22 +117,34 @@ impl Cluster {
                         in_flight: self.in_flight[w as usize].load(Ordering::Relaxed),
                     })
                     .collect();
+                if candidates.is_empty() && self.targets().any(|w| (pins.is_empty() || pins.contains(&w)) && busy_copy(w)) {
+                    // Wait until a running kernel is done with its copy.
+                    self.moved.wait(&mut bufs);
+                    continue;
+                }
                 let w = self.sched.choose(&candidates).ok_or(ClusterError::NoWorker)?;
-                for a in &written {
+                for ((a, ..), m) in reach.iter().zip(&may_write) {
                     if let Some(b) = bufs.get_mut(*a) {
-                        b.writing = Some((w, b.writing.map_or(0, |(_, n)| n) + 1));
+                        *b.using.entry(w).or_default() += 1;
+                        if *m {
+                            b.writing = Some((w, b.writing.map_or(0, |(_, n)| n) + 1));
+                        }
                     }
                 }
                 let assume_written: Vec<bool> = reach.iter().map(|(a, ..)| written.contains(a)).collect();
-                break (w, reach, assume_written);
+                break (w, reach, assume_written, may_write, reach_args);
             }
         };
         self.in_flight[w as usize].fetch_add(1, Ordering::Relaxed);
-        let result = self.run_on(w, &kernel, args, &reach, assume_written.clone());
+        let mut snaps = Vec::new();
+        let result = self.run_on(w, &kernel, args, &reach, assume_written.clone(), &mut snaps);
         self.in_flight[w as usize].fetch_sub(1, Ordering::Relaxed);
-        let release_writes = |bufs: &mut Buffers| {
-            for ((a, ..), aw) in reach.iter().zip(&assume_written) {
-                if let Some(b) = bufs.get_mut(*a).filter(|_| *aw) {
+        // The kernel is done with its copies (`changed`: which it changed; all, if unknown).
+        let release_writes = |bufs: &mut Buffers, changed: Option<&[bool]>| {
+            for (j, ((a, ..), m)) in reach.iter().zip(&marked).enumerate() {
+                bufs.kernel_done(*a, w, changed.is_none_or(|c| c[j]));
+                let Some(b) = bufs.get_mut(*a) else { continue };
+                if *m {
                     b.writing = match b.writing {
                         Some((x, n)) if n > 1 => Some((x, n - 1)),
                         _ => None,
@@ -83,10 +153,21 @@ impl Cluster {
             }
         };
         if result.is_err() {
-            release_writes(&mut self.buffers.lock());
+            release_writes(&mut self.buffers.lock(), None);
             self.moved.notify_all();
         }
         let (changed, pointers, kernel_s, patches) = result?;
+        // The versions it ran over.
+        let reach: Vec<(u64, u64, u64, u64)> = reach.iter().zip(&snaps).map(|(&(a, s, id, _), sn)| (a, s, id, sn.version)).collect();
+        {
+            // Learn what this kernel writes.
+            let mut h = kernel.writes.lock();
+            let h = h.get_or_insert_with(WriteSet::default);
+            for (args, _) in reach_args.iter().zip(&changed).filter(|(_, c)| **c) {
+                h.other |= args.is_empty();
+                h.args.extend(args);
+            }
+        }
         let mut patches: HashMap<usize, Vec<(u64, Vec<u8>)>> = patches.into_iter().map(|(i, p)| (i as usize, p)).collect();
         // Image data this kernel changed while another worker changed it too: its changes,
         // to apply on top of the other's (below, once the lock is released).
@@ -94,10 +175,30 @@ impl Cluster {
         // Record the new versions.
         let mut reads = Vec::with_capacity(reach.len());
         let mut writes = Vec::new();
-        let mut conflict = None;
+        // Changes to merge into a version another worker made meanwhile; again if one more
+        // appeared before the lock was taken to record them.
+        let mut merged = BTreeSet::new();
         {
-            let mut bufs = self.buffers.lock();
-            release_writes(&mut bufs);
+            let mut bufs = loop {
+                let bufs = self.buffers.lock();
+                let unmerged = reach.iter().zip(&changed).enumerate().any(|(i, (&(addr, _, _, version), c))| {
+                    *c && !merged.contains(&i)
+                        && bufs.get(addr).is_some_and(|b| needs_merge(b, w, version, patches.contains_key(&i)) || b.undone_on(w) != snaps[i].undone_start)
+                });
+                if !unmerged {
+                    break bufs;
+                }
+                drop(bufs);
+                match self.merge_concurrent_changes(&Run { w, reach: &reach, changed: &changed, snaps: &snaps }, &kernel, &patches, &merged) {
+                    Ok(m) => merged.extend(m),
+                    Err(e) => {
+                        release_writes(&mut self.buffers.lock(), Some(&changed));
+                        self.moved.notify_all();
+                        return Err(e);
+                    }
+                }
+            };
+            release_writes(&mut bufs, Some(&changed));
             let mut found = pointers.into_iter();
             for (i, ((addr, _, id, version), c)) in reach.iter().zip(changed).enumerate() {
                 reads.push(Access { buffer: *id, version: *version });
@@ -105,6 +206,18 @@ impl Cluster {
                     continue;
                 }
                 let f = found.next().unwrap_or(FoundPointers::Many);
+                if merged.contains(&i) {
+                    // Its changes were applied to the current version (see
+                    // `merge_concurrent_changes`); this worker's copy holds no recorded version.
+                    if let Some(b) = bufs.get_mut(*addr) {
+                        b.points_to.add(match f {
+                            FoundPointers::Many => PointsTo::All,
+                            FoundPointers::Some(v) => PointsTo::Some(v.into_iter().collect()),
+                        });
+                    }
+                    bufs.drop_copy(*addr, w);
+                    continue;
+                }
                 if let Some(b) = bufs.get_mut(*addr) {
                     if b.version != *version && !b.holders.contains(&w) && b.global_of.is_some() {
                         if let Some(p) = patches.remove(&i) {
@@ -117,18 +230,15 @@ impl Cluster {
                                 FoundPointers::Some(v) => PointsTo::Some(v.into_iter().collect()),
                             });
                             merges.push((b.addr, p));
+                            *b.commits_from.entry(w).or_default() += 1;
                             continue;
                         }
-                    }
-                    if b.version != *version && !b.holders.contains(&w) {
-                        // Another worker changed it meanwhile, in its own copy: two copies with
-                        // different changes cannot be merged. Say so rather than lose either.
-                        conflict = Some((b.addr, b.size, b.holders.clone(), b.global_of));
                     }
                     b.points_to = match f {
                         FoundPointers::Many => PointsTo::All,
                         FoundPointers::Some(v) => PointsTo::Some(v.into_iter().collect()),
                     };
+                    *b.commits_from.entry(w).or_default() += 1;
                     let (addr, id, span, staged) = (b.addr, b.id, b.span, b.backed.contains(&HEAD));
                     let v = bufs.new_version(addr, [w].into()).expect("live buffer");
                     if staged && bufs.get(addr).is_some_and(|b| b.version_on(HEAD).is_none()) {
@@ -151,21 +261,6 @@ impl Cluster {
                 writes.push(Access { buffer: b.id, version: b.version });
             }
             self.log(format_args!("MERGE image data {addr:#x}: changes of {} on {w} applied to the current copies", kernel.name));
-        }
-        if let Some((addr, size, others, image)) = conflict {
-            // An image's globals and statics are one buffer: regions writing different ones
-            // also conflict when they run at the same time on different workers.
-            let (what, advice) = match image {
-                Some(i) => (
-                    format!("the device globals and statics of device image {i} (.data and .bss)"),
-                    "regions writing device globals or statics, even different ones, must not overlap in time: order them with depend or taskwait",
-                ),
-                None => (
-                    "the device buffer".to_string(),
-                    "map it with map(from:) or map(tofrom:) in the regions that write it (they then share one worker) or order them with depend",
-                ),
-            };
-            return Err(ClusterError::Conflict { what, advice, addr, size, worker: w, others: others.into_iter().collect() });
         }
         self.sched.task_finished(kernel_s);
         kernel.last_ns.store((kernel_s * 1e9) as u64, Ordering::Relaxed);
@@ -198,11 +293,79 @@ impl Cluster {
         args: &[u64],
         reach: &[(u64, u64, u64, u64)],
         assume_written: Vec<bool>,
+        snaps: &mut Vec<Snap>,
     ) -> Result<Executed> {
         for (addr, ..) in reach {
             self.ensure_present(*addr, w)?;
         }
         let regions: Vec<Region> = reach.iter().map(|&(addr, size, ..)| Region { addr, size }).collect();
+        // It starts once no merge holds a copy it uses, and counts as running on them until
+        // it is done (see `Buffer::running`).
+        let count = |bufs: &mut Buffers, up: bool| {
+            for (a, ..) in reach {
+                if let Some(b) = bufs.get_mut(*a) {
+                    let n = b.running.entry(w).or_default();
+                    if up {
+                        *n += 1;
+                    } else {
+                        *n -= 1;
+                        if *n == 0 {
+                            b.running.remove(&w);
+                        }
+                    }
+                }
+            }
+        };
+        {
+            let mut bufs = self.buffers.lock();
+            while reach.iter().any(|(a, ..)| bufs.get(*a).is_some_and(|b| b.holding.contains_key(&w))) {
+                self.moved.wait(&mut bufs);
+            }
+            // The version each copy holds now (a newer one than at placement, if one was
+            // made meanwhile). A merge may also have taken changes of this worker's copy
+            // elsewhere, leaving the copy no recorded version: then it is placed again.
+            let mut versions = Vec::with_capacity(reach.len());
+            for &(a, _, _, v) in reach {
+                match bufs.get(a) {
+                    Some(b) if v == 0 && b.version == 0 => versions.push(0),
+                    Some(b) => match b.version_on(w) {
+                        Some(now) if now >= v => versions.push(now),
+                        _ => return Err(ClusterError::RunAgain(Box::new(ClusterError::Unplaced(a)))),
+                    },
+                    None => versions.push(v),
+                }
+            }
+            count(&mut bufs, true);
+            *snaps = reach
+                .iter()
+                .zip(versions)
+                .map(|((a, ..), version)| {
+                    bufs.get(*a).map_or(Snap { version, ..Snap::default() }, |b| Snap {
+                        version,
+                        commits_start: b.commits_from.get(&w).copied().unwrap_or(0),
+                        undone_start: b.undone_on(w),
+                        ..Snap::default()
+                    })
+                })
+                .collect();
+        }
+        let ran = self.execute_on(w, kernel, args, regions, assume_written);
+        {
+            let mut bufs = self.buffers.lock();
+            count(&mut bufs, false);
+            for ((a, ..), snap) in reach.iter().zip(snaps.iter_mut()) {
+                if let Some(b) = bufs.get(*a) {
+                    snap.commits_end = b.commits_from.get(&w).copied().unwrap_or(0);
+                    snap.merges_end = b.merges_from.get(&w).copied().unwrap_or(0);
+                }
+            }
+        }
+        self.moved.notify_all();
+        ran
+    }
+
+    /// Run the kernel on `w` (whose copies of `regions` are present) and wait for its report.
+    fn execute_on(&self, w: i32, kernel: &Kernel, args: &[u64], regions: Vec<Region>, assume_written: Vec<bool>) -> Result<Executed> {
         if w == HEAD {
             return self.run_here(kernel.image, kernel.index, args, &regions, &assume_written, false);
         }

@@ -14,8 +14,8 @@
 //! * Two threads needing the same buffer on the same worker do not both send it: the first
 //!   marks it `incoming`, the second waits on `moved` until the copy arrived.
 //!
-//! Conflicting concurrent accesses to one buffer are data races in the user's program
-//! (libomptarget orders dependent regions), so versions are updated without further locking.
+//! Regions running at the same time that write one buffer share one worker's copy, or have
+//! their changes merged or run again (`launch.rs`).
 
 use crate::checkpoint::{Checkpointer, SaveItem};
 use crate::config::Config;
@@ -40,6 +40,7 @@ mod faults;
 mod images;
 mod launch;
 mod memory;
+mod merge;
 mod movement;
 mod on_head;
 mod recovery;
@@ -91,6 +92,12 @@ pub enum ClusterError {
     /// Recovery could not rebuild what a failure destroyed.
     #[error("recovery failed: {0}")]
     Unrecoverable(String),
+    /// A kernel's copy of a buffer changed under it before it started (see `launch.rs`).
+    #[error("the copy of {0:#x} a region was placed on changed before it started, too often")]
+    Unplaced(u64),
+    /// A kernel's run is undone and must run again (see `launch.rs`); the error if it cannot.
+    #[error("{0}")]
+    RunAgain(Box<ClusterError>),
     /// Two regions changed one buffer concurrently on different workers.
     #[error(
         "regions running at the same time on workers {others:?} and {worker} both changed {what} at {addr:#x} ({size} bytes) in their own copies, which cannot be merged; {advice}"
@@ -121,6 +128,8 @@ struct Kernel {
     name: Arc<str>,
     /// Duration of its last run, nanoseconds (u64::MAX before the first run).
     last_ns: std::sync::atomic::AtomicU64,
+    /// What its runs so far changed (None until one completed): see `launch.rs`.
+    writes: Mutex<Option<launch::WriteSet>>,
 }
 
 /// A worker's report of a kernel run: changed regions, pointers found in them, seconds in

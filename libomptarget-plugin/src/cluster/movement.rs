@@ -40,20 +40,22 @@ impl Cluster {
     /// bytes moved.
     pub(super) fn ensure_present(&self, addr: u64, w: i32) -> Result<u64> {
         let mut bufs = self.buffers.lock();
-        let (src, version, size) = loop {
+        let (src, version, size, in_use) = loop {
             let b = bufs.get_mut(addr).ok_or(ClusterError::UnknownAddress(addr))?;
             if b.held_by(w) {
                 self.back_on(b, w)?;
                 return Ok(0);
             }
-            if b.incoming.contains(&w) {
+            if b.incoming.contains(&w) || b.holding.contains_key(&w) {
                 self.moved.wait(&mut bufs);
                 continue;
             }
             let src = self.current_holder(b).ok_or(ClusterError::Lost(addr))?;
             self.back_on(b, w)?;
             b.incoming.insert(w);
-            break (src, b.version, b.size);
+            // A copy a running kernel uses may be changing (see `Buffer::torn`).
+            let in_use = b.using.get(&src).is_some_and(|&n| n > 0);
+            break (src, b.version, b.size, in_use.then_some(b.kernel_changes));
         };
         drop(bufs);
         let t0 = Instant::now();
@@ -63,7 +65,14 @@ impl Cluster {
         let mut bufs = self.buffers.lock();
         if let Some(b) = bufs.get_mut(addr) {
             b.incoming.remove(&w);
-            if moved.is_ok() && b.version == version {
+            // Taken from a copy in use: a kernel there changed it meanwhile (the copy may hold
+            // part of that), or still may (see `Buffer::torn`).
+            let changed_meanwhile = in_use.is_some_and(|n| n != b.kernel_changes);
+            match in_use {
+                Some(_) => b.torn.insert(w, src),
+                None => b.torn.remove(&w),
+            };
+            if moved.is_ok() && b.version == version && !changed_meanwhile {
                 bufs.add_holder(addr, w);
             }
         }
