@@ -14,13 +14,19 @@
 use super::merge::{needs_merge, Run, Snap};
 use super::*;
 
-/// What the runs of one kernel changed so far: the arguments (by position) whose buffers
-/// changed, and whether it changed a buffer it reaches otherwise (its image's globals and
-/// statics, a buffer through a pointer stored in another).
-#[derive(Debug, Clone, Default)]
+/// What the runs of one kernel changed so far: the arguments whose buffers changed (an
+/// [`arg_mask`]), and whether it changed a buffer it reaches otherwise (its image's globals
+/// and statics, a buffer through a pointer stored in another).
+#[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct WriteSet {
-    args: BTreeSet<usize>,
+    args: u64,
     other: bool,
+}
+
+/// The bit that stands for argument `i` in a set of arguments: its own below 63, one shared
+/// by all the others (a kernel with more arguments is then predicted coarser, never wrong).
+fn arg_mask(i: usize) -> u64 {
+    1 << i.min(63)
 }
 
 /// Most times a region runs again because its change could not be merged (see `launch`).
@@ -52,7 +58,7 @@ impl Cluster {
         // What can it reach, where is it, and where must it run? Placement and the marking of
         // the buffers it writes happen under one lock, so two concurrent writers of a buffer
         // always see each other.
-        let history = kernel.writes.lock().clone();
+        let history = *kernel.writes.lock();
         let (w, reach, assume_written, marked, reach_args) = {
             let mut bufs = self.buffers.lock();
             loop {
@@ -65,10 +71,9 @@ impl Cluster {
                     }
                     v
                 };
-                let written: BTreeSet<u64> =
-                    (0..begins.len()).filter(|&i| mapped_from[i]).flat_map(&arg_buffers).collect();
-                // For each argument, the buffers it reaches directly.
-                let by_arg: Vec<Vec<u64>> = (0..begins.len()).map(&arg_buffers).collect();
+                // The buffers each argument reaches directly: (buffer, argument).
+                let by_arg: Vec<(u64, usize)> = (0..begins.len()).flat_map(|i| arg_buffers(i).into_iter().map(move |a| (a, i))).collect();
+                let written: BTreeSet<u64> = by_arg.iter().filter(|(_, i)| mapped_from[*i]).map(|(a, _)| *a).collect();
                 let reach: Vec<(u64, u64, u64, u64)> = bufs
                     .reachable(&args.iter().chain(begins).copied().collect::<Vec<u64>>(), &translated, kernel.image)
                     .into_iter()
@@ -79,17 +84,15 @@ impl Cluster {
                     .collect();
                 // The arguments through which each reached buffer is reached (none: through
                 // a stored pointer, or an image's data).
-                let reach_args: Vec<Vec<usize>> =
-                    reach.iter().map(|(a, ..)| (0..begins.len()).filter(|&i| by_arg[i].contains(a)).collect()).collect();
+                let reach_args: Vec<u64> =
+                    reach.iter().map(|(a, ..)| by_arg.iter().filter(|(b, _)| b == a).fold(0, |m, (_, i)| m | arg_mask(*i))).collect();
                 // The buffers it may write (see `WriteSet`).
                 let may_write: Vec<bool> = reach
                     .iter()
                     .zip(&reach_args)
-                    .map(|((a, ..), args)| match &history {
+                    .map(|((a, ..), &args)| match history {
                         None => true,
-                        Some(h) => {
-                            written.contains(a) || args.iter().any(|i| h.args.contains(i)) || (h.other && args.is_empty())
-                        }
+                        Some(h) => written.contains(a) || args & h.args != 0 || (h.other && args == 0),
                     })
                     .collect();
                 let pins: BTreeSet<i32> =
@@ -163,9 +166,9 @@ impl Cluster {
             // Learn what this kernel writes.
             let mut h = kernel.writes.lock();
             let h = h.get_or_insert_with(WriteSet::default);
-            for (args, _) in reach_args.iter().zip(&changed).filter(|(_, c)| **c) {
-                h.other |= args.is_empty();
-                h.args.extend(args);
+            for (&args, _) in reach_args.iter().zip(&changed).filter(|(_, c)| **c) {
+                h.other |= args == 0;
+                h.args |= args;
             }
         }
         let mut patches: HashMap<usize, Vec<(u64, Vec<u8>)>> = patches.into_iter().map(|(i, p)| (i as usize, p)).collect();
@@ -179,8 +182,14 @@ impl Cluster {
         // appeared before the lock was taken to record them.
         let mut merged = BTreeSet::new();
         {
+            let mut first = true;
             let mut bufs = loop {
-                let bufs = self.buffers.lock();
+                let mut bufs = self.buffers.lock();
+                if std::mem::take(&mut first) {
+                    self.ended(&mut bufs, w, &reach, &mut snaps);
+                    // Merges may wait for it to end.
+                    self.moved.notify_all();
+                }
                 let unmerged = reach.iter().zip(&changed).enumerate().any(|(i, (&(addr, _, _, version), c))| {
                     *c && !merged.contains(&i)
                         && bufs.get(addr).is_some_and(|b| needs_merge(b, w, version, patches.contains_key(&i)) || b.undone_on(w) != snaps[i].undone_start)
@@ -301,21 +310,6 @@ impl Cluster {
         let regions: Vec<Region> = reach.iter().map(|&(addr, size, ..)| Region { addr, size }).collect();
         // It starts once no merge holds a copy it uses, and counts as running on them until
         // it is done (see `Buffer::running`).
-        let count = |bufs: &mut Buffers, up: bool| {
-            for (a, ..) in reach {
-                if let Some(b) = bufs.get_mut(*a) {
-                    let n = b.running.entry(w).or_default();
-                    if up {
-                        *n += 1;
-                    } else {
-                        *n -= 1;
-                        if *n == 0 {
-                            b.running.remove(&w);
-                        }
-                    }
-                }
-            }
-        };
         {
             let mut bufs = self.buffers.lock();
             while reach.iter().any(|(a, ..)| bufs.get(*a).is_some_and(|b| b.holding.contains_key(&w))) {
@@ -335,7 +329,11 @@ impl Cluster {
                     None => versions.push(v),
                 }
             }
-            count(&mut bufs, true);
+            for (a, ..) in reach {
+                if let Some(b) = bufs.get_mut(*a) {
+                    *b.running.entry(w).or_default() += 1;
+                }
+            }
             *snaps = reach
                 .iter()
                 .zip(versions)
@@ -350,18 +348,29 @@ impl Cluster {
                 .collect();
         }
         let ran = self.execute_on(w, kernel, args, regions, assume_written);
-        {
-            let mut bufs = self.buffers.lock();
-            count(&mut bufs, false);
-            for ((a, ..), snap) in reach.iter().zip(snaps.iter_mut()) {
-                if let Some(b) = bufs.get(*a) {
-                    snap.commits_end = b.commits_from.get(&w).copied().unwrap_or(0);
-                    snap.merges_end = b.merges_from.get(&w).copied().unwrap_or(0);
+        if ran.is_err() {
+            self.ended(&mut self.buffers.lock(), w, reach, snaps);
+            self.moved.notify_all();
+        }
+        ran
+    }
+
+    /// A kernel that [`Self::run_on`] ran on `w` ended: it no longer runs on its copies (the
+    /// caller notifies `moved`). Called once per successful `run_on` (which calls it itself
+    /// on failure), under the lock that records the run, to save a lock round.
+    fn ended(&self, bufs: &mut Buffers, w: i32, reach: &[(u64, u64, u64, u64)], snaps: &mut [Snap]) {
+        for ((a, ..), snap) in reach.iter().zip(snaps.iter_mut()) {
+            if let Some(b) = bufs.get_mut(*a) {
+                if let Some(n) = b.running.get_mut(&w) {
+                    *n -= 1;
+                    if *n == 0 {
+                        b.running.remove(&w);
+                    }
                 }
+                snap.commits_end = b.commits_from.get(&w).copied().unwrap_or(0);
+                snap.merges_end = b.merges_from.get(&w).copied().unwrap_or(0);
             }
         }
-        self.moved.notify_all();
-        ran
     }
 
     /// Run the kernel on `w` (whose copies of `regions` are present) and wait for its report.
