@@ -160,24 +160,34 @@ fn refuses_bad_fault_injection() {
     }
 }
 
-/// A region that aborts on its worker (the 4th of 10): recovery runs it again on each
-/// surviving worker in turn, which it kills too; once no worker is left, the job ends with a
-/// non-zero code and a message naming the workers; the head got no further than region 2.
+/// A region that crashes in device code (the 4th): the job ends with a non-zero code and one
+/// message naming the worker and the fault, the head got no further than region 2, and the
+/// region is not run again on the other workers (a program fault, not a node failure): only
+/// the worker it crashed on stops. Bad pointer, trap instruction, abort(), and a fault on one
+/// of libomp's threads inside the region's `parallel for` (issue 10, item 4).
 #[test]
 fn crashing_region_ends_the_job() {
-    let prog = compile("crash.c");
-    for np in [2, 4] {
-        let o = ompcluster_tests::run_timeout(np, &prog, &["3"], &[], Duration::from_secs(60));
-        assert!(!o.status.success(), "{}", describe(&o));
-        let out = stdout(&o);
-        assert!(out.contains("region 2 done") && !out.contains("region 3 done"), "{}", describe(&o));
-        assert!(!out.contains("PASS"), "{}", describe(&o));
-        let err = stderr(&o);
-        assert!(
-            (1..np).any(|r| err.contains(&format!("rank {r} "))),
-            "no message names the worker that crashed\n{}",
-            describe(&o)
-        );
+    let cases = [
+        ("crash.c", vec!["3"], "SIGABRT"),
+        ("device_fault.c", vec!["0", "3"], "SIGSEGV, an invalid memory access at 0x8"),
+        ("device_fault.c", vec!["1", "3"], "SIGILL"),
+        ("device_fault.c", vec!["2", "3"], "SIGABRT"),
+        ("device_fault.c", vec!["3", "3"], "SIGSEGV, an invalid memory access at 0x8"),
+    ];
+    for (src, args, what) in cases {
+        let prog = compile(src);
+        for np in [2, 4] {
+            let o = ompcluster_tests::run_timeout(np, &prog, &args, &[], Duration::from_secs(60));
+            assert!(!o.status.success(), "{}", describe(&o));
+            let out = stdout(&o);
+            assert!(out.contains("region 2 done") && !out.contains("region 3 done"), "{}", describe(&o));
+            assert!(!out.contains("PASS"), "{}", describe(&o));
+            let err = stderr(&o);
+            let named = (1..np).any(|r| err.contains(&format!("worker {r}: the target region crashed in device code on this worker ({what}")));
+            assert!(named, "no message names the worker and the fault ({what})\n{}", describe(&o));
+            let stopped = err.matches("stopping after a crash in device code").count();
+            assert!(stopped <= 1, "the region ran again on other workers\n{}", describe(&o));
+        }
     }
 }
 

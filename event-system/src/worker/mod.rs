@@ -4,6 +4,7 @@
 
 mod device;
 mod exec;
+mod fault;
 mod images;
 mod loader;
 mod memory;
@@ -94,6 +95,9 @@ pub fn run(
             }
         },
     });
+    if let Err(e) = fault::install(w.comm.clone(), w.live.clone()) {
+        eprintln!("ompcluster worker {rank}: cannot watch for crashes in device code ({e}); a crashing region ends this worker");
+    }
     let result = serve(&w);
     if let Some(c) = &w.stdout {
         c.finish();
@@ -114,7 +118,10 @@ fn spawn_helper(w: &Arc<Worker>) {
     w.idle.fetch_add(1, Ordering::AcqRel);
     let w2 = Arc::clone(w);
     let spawned = std::thread::Builder::new().name("ompc-worker".into()).spawn(move || {
-        if let Err(e) = serve(&w2) {
+        fault::runtime_thread();
+        let served = serve(&w2);
+        fault::runtime_thread_ends();
+        if let Err(e) = served {
             eprintln!("ompcluster worker {}: {e}", w2.comm.rank());
             std::process::exit(3);
         }
@@ -315,7 +322,9 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
             }
             (Err(e), _) | (_, Err(e)) => Reply::Error(e),
         },
-        Event::Execute { image, kernel, args, regions, assume_written, .. } => execute(w, *image, *kernel, args, regions, assume_written),
+        Event::Execute { image, kernel, args, regions, assume_written, .. } => {
+            execute(w, env.tag, *image, *kernel, args, regions, assume_written)
+        }
         Event::Checkpoint { ckpt, regions } => match &w.ckpt {
             None => Reply::Error("checkpoints are not enabled on this worker".into()),
             Some(sink) => {
@@ -398,7 +407,7 @@ unsafe fn recv_into(w: &Worker, from: i32, tag: i32, r: &protocol::Region, p: *m
     Ok(())
 }
 
-fn execute(w: &Worker, image: u32, kernel: u32, args: &[u64], regions: &[protocol::Region], assume_written: &[bool]) -> Reply {
+fn execute(w: &Worker, tag: i32, image: u32, kernel: u32, args: &[u64], regions: &[protocol::Region], assume_written: &[bool]) -> Reply {
     let ptrs = {
         let mem = w.dev.memory.read();
         match regions.iter().map(|r| mem.resolve(r.addr, r.size)).collect::<Result<Vec<_>, _>>() {
@@ -406,10 +415,15 @@ fn execute(w: &Worker, image: u32, kernel: u32, args: &[u64], regions: &[protoco
             Err(e) => return Reply::Error(e),
         }
     };
-    // SAFETY: every pointer was resolved to a held range of the stated size, and the head
-    // keeps these buffers allocated while the kernel runs; libomptarget generated the
-    // argument list for exactly this kernel.
-    match unsafe { w.dev.execute((w.heap.base(), w.heap.end()), image, kernel, args, regions, &ptrs, assume_written) } {
+    let ran = {
+        // A crash in the kernel is reported as the region's (see `fault.rs`).
+        let _in_kernel = fault::InKernel::enter(tag);
+        // SAFETY: every pointer was resolved to a held range of the stated size, and the head
+        // keeps these buffers allocated while the kernel runs; libomptarget generated the
+        // argument list for exactly this kernel.
+        unsafe { w.dev.execute((w.heap.base(), w.heap.end()), image, kernel, args, regions, &ptrs, assume_written) }
+    };
+    match ran {
         Ok(ran) => {
             let output = w.stdout.as_ref().map(|c| c.take()).unwrap_or_default();
             Reply::Executed { changed: ran.changed, pointers: ran.pointers, seconds: ran.seconds, patches: ran.patches, output }
