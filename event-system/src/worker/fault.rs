@@ -60,7 +60,9 @@ pub(crate) fn install(comm: Arc<Comm>, live: Arc<dyn Liveness>) -> std::io::Resu
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = on_fault as *const () as usize;
-            sa.sa_flags = libc::SA_SIGINFO;
+            // On the alternate stack where the thread has one (Rust threads do), so that a stack
+            // overflow in device code is reported too.
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
             libc::sigemptyset(&mut sa.sa_mask);
             if libc::sigaction(sig, &sa, std::ptr::null_mut()) != 0 {
                 return Err(std::io::Error::last_os_error());
