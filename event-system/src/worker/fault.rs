@@ -60,8 +60,8 @@ pub(crate) fn install(comm: Arc<Comm>, live: Arc<dyn Liveness>) -> std::io::Resu
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = on_fault as *const () as usize;
-            // On the alternate stack where the thread has one (Rust threads do), so that a stack
-            // overflow in device code is reported too.
+            // On the thread's alternate stack where it has one: a stack overflow leaves no room
+            // on the thread's own stack.
             sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
             libc::sigemptyset(&mut sa.sa_mask);
             if libc::sigaction(sig, &sa, std::ptr::null_mut()) != 0 {
