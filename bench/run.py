@@ -236,12 +236,20 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for i, (ratio, r, flush_bw, plain_bw, loaded_bw) in enumerate(results):
         pauses, saves = r["checkpoint_pauses_seconds"], r["checkpoint_save_seconds"]
+        if not pauses:
+            # A run shorter than the interval takes no checkpoint (likely with --quick).
+            print(f"| {i + 1} | 0 | - | - | - | - | - | - | {plain_bw / 1e6:.0f} MB/s | - | {loaded_bw / 1e6:.0f} MB/s | - |")
+            continue
         print(f"| {i + 1} | {r['checkpoints']} | {r['checkpoint_bytes'] / 2**20:.1f} MiB | {max(pauses) * 1e3:.1f} ms | {statistics.mean(pauses) * 1e3:.1f} ms "
               f"| {max(pauses) / float(interval) * 100:.1f}% | {sum(saves):.3f} s | {flush_bw / 1e6:.0f} MB/s | {plain_bw / 1e6:.0f} MB/s | {ratio:.2f} "
               f"| {loaded_bw / 1e6:.0f} MB/s | {flush_bw / loaded_bw:.2f} |")
-    worst_pause = max(max(x[1]["checkpoint_pauses_seconds"]) for x in results) / float(interval)
-    print(f"\nLargest pause of all runs: {worst_pause * 100:.1f}% of the interval; median flush ratio: {statistics.median(x[0] for x in results):.2f} "
-          f"(idle plain write), {statistics.median(x[2] / x[4] for x in results):.2f} (plain write while matmul computes)")
+    took = [x for x in results if x[1]["checkpoint_pauses_seconds"]]
+    if took:
+        worst_pause = max(max(x[1]["checkpoint_pauses_seconds"]) for x in took) / float(interval)
+        print(f"\nLargest pause of all runs: {worst_pause * 100:.1f}% of the interval; median flush ratio: {statistics.median(x[0] for x in took):.2f} "
+              f"(idle plain write), {statistics.median(x[2] / x[4] for x in took):.2f} (plain write while matmul computes)")
+    else:
+        print(f"\nNo run took a checkpoint: the runs were shorter than the interval ({interval} s); run without --quick.")
     for i, (_, r, *_) in enumerate(results):
         print(f"\nRun {i + 1}, per checkpoint (pause ms / save s / flush s): " + ", ".join(
             f"{p * 1e3:.1f} / {sv:.3f} / {f:.3f}" for p, sv, f in zip(r["checkpoint_pauses_seconds"], r["checkpoint_save_seconds"], r["checkpoint_flush_seconds"])))

@@ -100,6 +100,33 @@ pub(crate) struct Buffer {
 }
 
 impl Buffer {
+    /// A buffer no rank holds yet (version 0), with nothing in flight.
+    fn new(id: u64, addr: u64, host: u64, size: u64, span: u64, global_of: Option<u32>) -> Self {
+        Buffer {
+            id,
+            addr,
+            host,
+            size,
+            span,
+            version: 0,
+            holders: BTreeSet::new(),
+            stale: BTreeMap::new(),
+            backed: BTreeSet::new(),
+            incoming: BTreeSet::new(),
+            points_to: PointsTo::none(),
+            global_of,
+            writing: None,
+            using: BTreeMap::new(),
+            torn: BTreeMap::new(),
+            kernel_changes: 0,
+            commits_from: BTreeMap::new(),
+            merges_from: BTreeMap::new(),
+            running: BTreeMap::new(),
+            holding: BTreeMap::new(),
+            undone: BTreeMap::new(),
+        }
+    }
+
     /// See [`Buffer::undone`].
     pub(crate) fn undone_on(&self, w: i32) -> u64 {
         self.undone.get(&w).copied().unwrap_or(0)
@@ -443,29 +470,7 @@ impl Buffers {
         }
         let id = self.next_id;
         self.next_id += 1;
-        let b = Buffer {
-            id,
-            addr,
-            host,
-            size,
-            span,
-            version: 0,
-            holders: BTreeSet::new(),
-            stale: BTreeMap::new(),
-            backed: BTreeSet::new(),
-            incoming: BTreeSet::new(),
-            points_to: PointsTo::none(),
-            global_of: None,
-            writing: None,
-            using: BTreeMap::new(),
-            torn: BTreeMap::new(),
-            kernel_changes: 0,
-            commits_from: BTreeMap::new(),
-            merges_from: BTreeMap::new(),
-            running: BTreeMap::new(),
-            holding: BTreeMap::new(),
-            undone: BTreeMap::new(),
-        };
+        let b = Buffer::new(id, addr, host, size, span, None);
         self.by_id.insert(id, addr);
         Ok(self.by_addr.entry(addr).or_insert(b))
     }
@@ -483,29 +488,7 @@ impl Buffers {
     pub(crate) fn add_image_data(&mut self, addr: u64, size: u64, image: u32) -> &mut Buffer {
         let id = self.next_id;
         self.next_id += 1;
-        let b = Buffer {
-            id,
-            addr,
-            host: 0,
-            size,
-            span: event_system::heap::page_round(size),
-            version: 0,
-            holders: BTreeSet::new(),
-            stale: BTreeMap::new(),
-            backed: BTreeSet::new(),
-            incoming: BTreeSet::new(),
-            points_to: PointsTo::none(),
-            global_of: Some(image),
-            writing: None,
-            using: BTreeMap::new(),
-            torn: BTreeMap::new(),
-            kernel_changes: 0,
-            commits_from: BTreeMap::new(),
-            merges_from: BTreeMap::new(),
-            running: BTreeMap::new(),
-            holding: BTreeMap::new(),
-            undone: BTreeMap::new(),
-        };
+        let b = Buffer::new(id, addr, 0, size, event_system::heap::page_round(size), Some(image));
         self.by_id.insert(id, addr);
         let of_image = self.image_data.entry(image).or_default();
         if !of_image.contains(&addr) {

@@ -74,6 +74,12 @@ impl Cluster {
         let mut held: Vec<(u64, i32)> = Vec::new();
         let mut todo = Vec::new();
         let mut included = BTreeSet::new();
+        // A copy of the version it started from that no running kernel may change: a worker's
+        // (held below), else the head's.
+        let base_of = |b: &Buffer, version: u64| {
+            let clean = |r: &i32| *r != w && !self.live.is_dead(*r) && b.clean_copy(*r, version);
+            b.ranks_with(version).filter(|r| *r != HEAD).find(clean).or_else(|| b.ranks_with(version).find(|r| *r == HEAD).filter(clean))
+        };
         let stop = |held: &mut Vec<(u64, i32)>, e: ClusterError| -> ClusterError {
             self.unhold(held);
             e
@@ -89,7 +95,7 @@ impl Cluster {
                 if !(needs_merge(b, w, version, patches.contains_key(&i)) || b.undone_on(w) != run.snaps[i].undone_start) {
                     continue;
                 }
-                let base = b.ranks_with(version).find(|&r| r != w && r != HEAD && !self.live.is_dead(r) && b.clean_copy(r, version));
+                let base = base_of(b, version).filter(|&r| r != HEAD);
                 let ranks: Vec<i32> = [w].into_iter().chain(b.holders.iter().copied().filter(|&r| r != HEAD && !self.live.is_dead(r))).chain(base).collect();
                 busy |= ranks.iter().any(|r| b.running.get(r).is_some_and(|&n| n > 0));
                 taken |= ranks.iter().any(|r| b.holding.contains_key(r));
@@ -136,8 +142,8 @@ impl Cluster {
                     self.forget_copies_changed(run);
                     return Err(ClusterError::Lost(addr));
                 };
-                // The version it started from: zeros, or a copy no running kernel may change.
-                let copy = b.ranks_with(version).find(|&r| r != w && !self.live.is_dead(r) && b.clean_copy(r, version));
+                // The version it started from: zeros, or the copy chosen (and held) above.
+                let copy = base_of(b, version);
                 let why = if b.global_of.is_some() {
                     Some("regions writing device globals or statics, even different ones, must not overlap in time: order them with depend or taskwait")
                 } else if version != 0 && copy.is_none() {
