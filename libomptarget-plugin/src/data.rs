@@ -27,6 +27,15 @@ pub(crate) enum PointsTo {
     All,
 }
 
+impl From<event_system::protocol::FoundPointers> for PointsTo {
+    fn from(found: event_system::protocol::FoundPointers) -> Self {
+        match found {
+            event_system::protocol::FoundPointers::Many => PointsTo::All,
+            event_system::protocol::FoundPointers::Some(v) => PointsTo::Some(v.into_iter().collect()),
+        }
+    }
+}
+
 impl PointsTo {
     pub(crate) fn none() -> Self {
         PointsTo::Some(BTreeSet::new())

@@ -156,7 +156,9 @@ impl Cluster {
             }
         };
         if result.is_err() {
-            release_writes(&mut self.buffers.lock(), None);
+            // A kernel that never started (no snapshot taken) changed nothing.
+            let unchanged = vec![false; reach.len()];
+            release_writes(&mut self.buffers.lock(), snaps.is_empty().then_some(&unchanged[..]));
             self.moved.notify_all();
         }
         let (changed, pointers, kernel_s, patches) = result?;
@@ -219,10 +221,7 @@ impl Cluster {
                     // Its changes were applied to the current version (see
                     // `merge_concurrent_changes`); this worker's copy holds no recorded version.
                     if let Some(b) = bufs.get_mut(*addr) {
-                        b.points_to.add(match f {
-                            FoundPointers::Many => PointsTo::All,
-                            FoundPointers::Some(v) => PointsTo::Some(v.into_iter().collect()),
-                        });
+                        b.points_to.add(PointsTo::from(f));
                     }
                     bufs.drop_copy(*addr, w);
                     continue;
@@ -234,19 +233,13 @@ impl Cluster {
                             // writing different ones at the same time on different workers
                             // change different bytes. Patch this kernel's bytes into the
                             // copies holding the other change (as a partial submit would).
-                            b.points_to.add(match f {
-                                FoundPointers::Many => PointsTo::All,
-                                FoundPointers::Some(v) => PointsTo::Some(v.into_iter().collect()),
-                            });
+                            b.points_to.add(PointsTo::from(f));
                             merges.push((b.addr, p));
                             *b.commits_from.entry(w).or_default() += 1;
                             continue;
                         }
                     }
-                    b.points_to = match f {
-                        FoundPointers::Many => PointsTo::All,
-                        FoundPointers::Some(v) => PointsTo::Some(v.into_iter().collect()),
-                    };
+                    b.points_to = PointsTo::from(f);
                     *b.commits_from.entry(w).or_default() += 1;
                     let (addr, id, span, staged) = (b.addr, b.id, b.span, b.backed.contains(&HEAD));
                     let v = bufs.new_version(addr, [w].into()).expect("live buffer");

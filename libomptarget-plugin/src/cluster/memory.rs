@@ -154,10 +154,7 @@ impl Cluster {
         }
         let (lo, hi) = (self.heap.base(), self.heap.end());
         // SAFETY: the caller guarantees `host..host+len` is readable until we return.
-        let scan = || match unsafe { event_system::protocol::scan_pointers(host, len as usize, lo, hi) } {
-            FoundPointers::Many => PointsTo::All,
-            FoundPointers::Some(v) => PointsTo::Some(v.into_iter().collect()),
-        };
+        let scan = || PointsTo::from(unsafe { event_system::protocol::scan_pointers(host, len as usize, lo, hi) });
         // SAFETY: forwarded contract (readable host bytes).
         let (addr, targets, whole, found) = unsafe { self.submit_bytes(tgt, host, len, scan)? };
         let mut bufs = self.buffers.lock();
