@@ -363,7 +363,17 @@ impl Cluster {
     fn dead_peer(&self, e: &ClusterError) -> Option<i32> {
         match e {
             ClusterError::Comm(CommError::PeerDead(r)) | ClusterError::PeerDead(r) => {
-                self.live.fence(*r);
+                // Recorded (and fenced) here with how it was noticed, before the handler can
+                // record it in general terms.
+                let how = match e {
+                    ClusterError::PeerDead(_) => "declared dead by the failure detector of the worker on the other side of a transfer",
+                    _ => "declared dead by the failure detector, noticed by a request waiting for it",
+                };
+                if self.stopped.load(Ordering::Acquire) {
+                    self.live.fence(*r);
+                } else {
+                    self.record_failure(*r, how);
+                }
                 self.ft.notify(*r);
                 Some(*r)
             }

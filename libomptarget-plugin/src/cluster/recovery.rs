@@ -179,7 +179,7 @@ impl Cluster {
     }
 
     /// Fence `rank` and, the first time, record and report its failure.
-    fn record_failure(&self, rank: i32, how: &str) {
+    pub(super) fn record_failure(&self, rank: i32, how: &str) {
         self.live.fence(rank);
         let mut f = self.failures.lock();
         if !f.iter().any(|x| x.rank == rank) {
