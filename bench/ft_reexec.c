@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+#include <strings.h>
 
 #pragma omp declare target
 static void update(long long *x, int n, int iters, int sleep_us) {
@@ -24,7 +25,22 @@ static void update(long long *x, int n, int iters, int sleep_us) {
 }
 #pragma omp end declare target
 
+// The runs this program is timed in must offload: with no device (on Debian 12, libomptarget
+// 16 finds the stock x86_64 plugin only with /usr/lib/llvm-16/lib on LD_LIBRARY_PATH) every
+// region would silently run on the host. OMP_TARGET_OFFLOAD=DISABLED asks for the host on
+// purpose (a host baseline); otherwise no device is an error. One call, before anything else.
+static int no_device(const char *prog) {
+  const char *off = getenv("OMP_TARGET_OFFLOAD");
+  if ((off && !strcasecmp(off, "DISABLED")) || omp_get_num_devices() > 0) return 0;
+  fprintf(stderr, "%s: no offloading device (omp_get_num_devices() is 0): the target regions would run on "
+          "the host. Run it under ompcluster-run, or under the stock x86_64 plugin with "
+          "LD_LIBRARY_PATH=/usr/lib/llvm-16/lib; set OMP_TARGET_OFFLOAD=DISABLED to run it on the host on "
+          "purpose.\n", prog);
+  return 1;
+}
+
 int main(int argc, char **argv) {
+  if (no_device("ft_reexec")) return 3;
   int nb = argc > 1 ? atoi(argv[1]) : 24, n = argc > 2 ? atoi(argv[2]) : 4096;
   int iters = argc > 3 ? atoi(argv[3]) : 200, sleep_us = argc > 4 ? atoi(argv[4]) : 0;
   long long **blk = malloc(sizeof(long long *) * nb);

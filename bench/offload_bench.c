@@ -7,11 +7,15 @@
 //                                     a region just wrote on a worker (the host rewrites it)
 //   offload_bench memory MIB          hold MIB MiB on one worker, then pause 4 s (RSS probe)
 //   offload_bench churn N KIB         N alloc / touch / free cycles of KIB KiB, pause 4 s
+// Exit status 3, with a message, when there is no offloading device (see no_device below):
+// the stock side is LD_LIBRARY_PATH=/usr/lib/llvm-16/lib offload_bench ..., ours is
+// ompcluster-run -np 2 offload_bench ...; OMP_TARGET_OFFLOAD=DISABLED times the host on purpose.
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <strings.h>
 
 static int cmp(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -26,7 +30,22 @@ __attribute__((noinline)) static void empty_region(void) {
   { }
 }
 
+// The runs this program is timed in must offload: with no device (on Debian 12, libomptarget
+// 16 finds the stock x86_64 plugin only with /usr/lib/llvm-16/lib on LD_LIBRARY_PATH) every
+// region would silently run on the host. OMP_TARGET_OFFLOAD=DISABLED asks for the host on
+// purpose (a host baseline); otherwise no device is an error. One call, before anything else.
+static int no_device(const char *prog) {
+  const char *off = getenv("OMP_TARGET_OFFLOAD");
+  if ((off && !strcasecmp(off, "DISABLED")) || omp_get_num_devices() > 0) return 0;
+  fprintf(stderr, "%s: no offloading device (omp_get_num_devices() is 0): the target regions would run on "
+          "the host. Run it under ompcluster-run, or under the stock x86_64 plugin with "
+          "LD_LIBRARY_PATH=/usr/lib/llvm-16/lib; set OMP_TARGET_OFFLOAD=DISABLED to run it on the host on "
+          "purpose.\n", prog);
+  return 1;
+}
+
 int main(int argc, char **argv) {
+  if (no_device("offload_bench")) return 3;
   if (argc < 3) { fprintf(stderr, "usage: see the source\n"); return 2; }
   if (!strcmp(argv[1], "empty")) {
     int reps = atoi(argv[2]);
