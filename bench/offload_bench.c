@@ -7,6 +7,8 @@
 //                                     a region just wrote on a worker (the host rewrites it)
 //   offload_bench memory MIB          hold MIB MiB on one worker, then pause 4 s (RSS probe)
 //   offload_bench churn N KIB         N alloc / touch / free cycles of KIB KiB, pause 4 s
+//   offload_bench devices             how many devices libomptarget offers, and whether a
+//                                     target region ran on the host (a check of the set-up)
 // Exit status 3, with a message, when there is no offloading device (see no_device below):
 // the stock side is LD_LIBRARY_PATH=/usr/lib/llvm-16/lib offload_bench ..., ours is
 // ompcluster-run -np 2 offload_bench ...; OMP_TARGET_OFFLOAD=DISABLED times the host on purpose.
@@ -46,6 +48,13 @@ static int no_device(const char *prog) {
 
 int main(int argc, char **argv) {
   if (no_device("offload_bench")) return 3;
+  if (argc == 2 && !strcmp(argv[1], "devices")) {
+    int initial = -1;
+    #pragma omp target map(from: initial)
+    { initial = omp_is_initial_device(); }
+    printf("devices %d region_on_host %d\n", omp_get_num_devices(), initial);
+    return 0;
+  }
   if (argc < 3) { fprintf(stderr, "usage: see the source\n"); return 2; }
   if (!strcmp(argv[1], "empty")) {
     int reps = atoi(argv[2]);

@@ -4,6 +4,15 @@
   python3 bench/run.py [--quick]
 
 Needs `cargo build --release` first (bench/run.sh does it). Prints a markdown report.
+
+The stock x86_64 plugin side runs the same binary with /usr/lib/llvm-16/lib put in front of
+LD_LIBRARY_PATH: on Debian 12 libomptarget 16 finds its stock plugins only there; without it
+omp_get_num_devices() is 0 and every target region runs on the host (host fallback), which is
+not the stock plugin. The benchmark programs stop (exit 3) when they see no device. A stock
+run that fails (libomp 16 sometimes aborts a blocked matmul with many nowait regions:
+`Assertion failure at kmp_tasking.cpp(4136): task_team != __null`) is retried up to
+STOCK_RETRIES times; the retries are counted in the report, and a run that fails every time is
+reported as failed, never timed.
 """
 import os, re, statistics, subprocess, sys, tempfile, time
 
@@ -13,6 +22,20 @@ QUICK = "--quick" in sys.argv
 MPIRUN = ["mpirun"] + (["--allow-run-as-root"] if os.geteuid() == 0 else []) + [
     "--oversubscribe", "--bind-to", "none", "--mca", "pml", "ob1", "--mca", "btl", "self,vader,tcp"]
 CFLAGS = ["-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu"]
+LLVM_LIB = "/usr/lib/llvm-16/lib"
+STOCK_RETRIES = 3
+# libomp 16's own assertion, seen under the stock plugin (not ours) on blocked matmuls.
+TASK_TEAM_RE = re.compile(r"task_team != (__null|NULL|nullptr)")
+# Stock runs retried, by cause, and the runs that failed every attempt (command, last error).
+stock_retried = {"task_team": 0, "other": 0}
+stock_failed = []
+
+
+def stock_env():
+    """What makes libomptarget 16 load the stock x86_64 plugin on Debian 12: /usr/lib/llvm-16/lib
+    in front of LD_LIBRARY_PATH (an existing LD_LIBRARY_PATH is kept after it)."""
+    old = os.environ.get("LD_LIBRARY_PATH")
+    return {"LD_LIBRARY_PATH": LLVM_LIB + (":" + old if old else "")}
 
 
 def sh(cmd, env=None, timeout=900):
@@ -22,6 +45,56 @@ def sh(cmd, env=None, timeout=900):
     if r.returncode != 0:
         sys.exit(f"bench: {' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
     return r.stdout
+
+
+def run_stock(cmd, timeout=900):
+    """Run cmd under the stock x86_64 plugin. A failed run (non-zero exit, killed, timed out) is
+    retried up to STOCK_RETRIES times and counted in stock_retried. Returns (stdout, seconds of
+    the run that succeeded), or (None, None) when every attempt failed (recorded in
+    stock_failed: such a run is reported, never timed). A program that finds no device is a
+    set-up error: the report stops there."""
+    e = dict(os.environ)
+    e.update(stock_env())
+    why = ""
+    for attempt in range(1 + STOCK_RETRIES):
+        t0 = time.time()
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            rc, out, err = "timeout", "", f"timed out after {timeout} s"
+        else:
+            rc, out, err = r.returncode, r.stdout, r.stderr
+        took = time.time() - t0
+        if rc == 0:
+            return out, took
+        if "no offloading device" in err:
+            sys.exit(f"bench: {' '.join(cmd)} with LD_LIBRARY_PATH={e['LD_LIBRARY_PATH']} found no "
+                     f"offloading device: the stock x86_64 plugin did not load.\n{err}")
+        tt = bool(TASK_TEAM_RE.search(err + out))
+        why = (f"killed by signal {-rc}" if isinstance(rc, int) and rc < 0 else f"exit {rc}") + (": libomp's task_team assertion" if tt else f": {(err or out).strip()[-300:]}")
+        if attempt < STOCK_RETRIES:
+            stock_retried["task_team" if tt else "other"] += 1
+            print(f"bench: stock run {' '.join(cmd)} failed ({why}); retrying", file=sys.stderr, flush=True)
+    stock_failed.append((" ".join(cmd), why))
+    return None, None
+
+
+def devices_line(ob):
+    """What each side offloads to: offload_bench devices under the stock plugin and under ours."""
+    stock, _ = run_stock([ob, "devices"])
+    ours = sh([RUN, "-np", "2", ob, "devices"])
+    return (f"Devices (`offload_bench devices`: omp_get_num_devices(), and whether a target region ran on the host): "
+            f"stock x86_64 plugin (LD_LIBRARY_PATH={stock_env()['LD_LIBRARY_PATH']}): {(stock or 'FAILED').strip()}; "
+            f"ours (1 worker): {ours.strip()}")
+
+
+def median_or_none(v):
+    v = [x for x in v if x is not None]
+    return statistics.median(v) if v else None
+
+
+def fmt(x, spec, unit=""):
+    return "failed" if x is None else f"{x:{spec}}{unit}"
 
 
 def build(tmp):
@@ -110,6 +183,10 @@ def main():
     ob, pp, mm = build(tmp)
     print(f"# Benchmark run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, `python3 bench/run.py{' --quick' if QUICK else ''}`\n")
     print(f"Machine: {os.cpu_count()} cores; load average before: {os.getloadavg()[0]:.2f}\n")
+    print(f"Stock x86_64 plugin: the same binary with LD_LIBRARY_PATH={stock_env()['LD_LIBRARY_PATH']} "
+          f"(without it libomptarget 16 finds no plugin and runs every region on the host); "
+          f"a failed stock run is retried up to {STOCK_RETRIES} times.\n")
+    print(devices_line(ob) + "\n")
 
     # 1. Empty region vs stock plugin and raw MPI round trip (1 worker: nothing oversubscribed).
     #    Rounds alternate the three programs so that drift on a shared machine hits them alike;
@@ -124,21 +201,26 @@ def main():
         rtts_rt.append(float(re.search(r"rtt_runtime_us ([\d.]+)", sh(
             MPIRUN + ["-x", "MPI_PINGPONG_AS_RUNTIME", "-np", "2", pp, "2000"],
             env={"MPI_PINGPONG_AS_RUNTIME": "1"})).group(1)))
-        stocks.append(float(re.search(r"empty_us ([\d.]+)", sh([ob, "empty", reps])).group(1)))
+        out, _ = run_stock([ob, "empty", reps])
+        stocks.append(float(re.search(r"empty_us ([\d.]+)", out).group(1)) if out else None)
         ours_es.append(float(re.search(r"empty_us ([\d.]+)", sh([RUN, "-np", "2", ob, "empty", reps])).group(1)))
-        stocks_live.append(float(re.search(r"empty_us ([\d.]+)", sh([ob, "empty", reps, live])).group(1)))
+        out, _ = run_stock([ob, "empty", reps, live])
+        stocks_live.append(float(re.search(r"empty_us ([\d.]+)", out).group(1)) if out else None)
         ours_live.append(float(re.search(r"empty_us ([\d.]+)", sh([RUN, "-np", "2", ob, "empty", reps, live])).group(1)))
     rtt, rtt_rt = statistics.median(rtts), statistics.median(rtts_rt)
-    stock_e, ours_e = statistics.median(stocks), statistics.median(ours_es)
-    bound = stock_e + 2 * rtt
+    stock_e, ours_e = median_or_none(stocks), statistics.median(ours_es)
     print(f"## Empty target region (1 worker), median of {rounds} alternating rounds\n")
     print("| stock x86_64 plugin | raw MPI round trip | ours | target: stock + 2 x RTT | met | MPI round trip as the runtime must wait (THREAD_MULTIPLE, polling) | stock + 2 x that |")
     print("|---|---|---|---|---|---|---|")
-    print(f"| {stock_e:.2f} us | {rtt:.2f} us | {ours_e:.2f} us | {bound:.2f} us | {'yes' if ours_e <= bound else 'NO'} "
-          f"| {rtt_rt:.2f} us | {stock_e + 2 * rtt_rt:.2f} us |\n")
-    print("Per round (stock / ours, us): " + ", ".join(f"{a:.2f} / {b:.2f}" for a, b in zip(stocks, ours_es)) + "\n")
+    if stock_e is None:
+        print(f"| failed | {rtt:.2f} us | {ours_e:.2f} us | - | - | {rtt_rt:.2f} us | - |\n")
+    else:
+        bound = stock_e + 2 * rtt
+        print(f"| {stock_e:.2f} us | {rtt:.2f} us | {ours_e:.2f} us | {bound:.2f} us | {'yes' if ours_e <= bound else 'NO'} "
+              f"| {rtt_rt:.2f} us | {stock_e + 2 * rtt_rt:.2f} us |\n")
+    print("Per round (stock / ours, us): " + ", ".join(f"{fmt(a, '.2f')} / {b:.2f}" for a, b in zip(stocks, ours_es)) + "\n")
     print(f"With {live} other buffers mapped (the per-region cost must not grow with them): "
-          f"stock {statistics.median(stocks_live):.2f} us, ours {statistics.median(ours_live):.2f} us "
+          f"stock {fmt(median_or_none(stocks_live), '.2f', ' us')}, ours {statistics.median(ours_live):.2f} us "
           f"(per round, ours: {', '.join(f'{b:.2f}' for b in ours_live)})\n")
 
     # 2. Bandwidth vs raw MPI shaped the same way, alternating rounds; the ratio is the median
@@ -165,22 +247,37 @@ def main():
     runs = 1 if QUICK else 3
     def t_of(out):
         return float(re.search(r": ([\d.]+) s, max error", out).group(1))
-    def med(cmd):
+    def med(cmd, stock=False):
         ts = []
         for _ in range(runs):
-            t0 = time.time()
-            out = sh(cmd)
+            if stock:
+                out, took = run_stock(cmd)
+                if out is None:
+                    continue  # failed every attempt: counted in stock_failed, not timed
+            else:
+                t0 = time.time()
+                out = sh(cmd)
+                took = time.time() - t0
             assert "result correct" in out, out
-            ts.append((t_of(out), time.time() - t0))
-        return statistics.median(x for x, _ in ts), statistics.median(y for _, y in ts)
-    stock_m = med([mm, n, bs])
+            ts.append((t_of(out), took))
+        if not ts:
+            return None
+        return statistics.median(x for x, _ in ts), statistics.median(y for _, y in ts), len(ts)
+    failed_before = len(stock_failed)
+    stock_m = med([mm, n, bs], stock=True)
     print(f"## Matmul N={n} BS={bs} ({(int(n) // int(bs)) ** 3} tasks), median of {runs}\n")
     print("| runtime | compute phase | ratio to stock | whole run (incl. start-up and check) |")
     print("|---|---|---|---|")
-    print(f"| stock x86_64 plugin | {stock_m[0]:.3f} s | 1.00 | {stock_m[1]:.2f} s |")
+    if stock_m is None:
+        print(f"| stock x86_64 plugin | failed in all {runs} runs | - | - |")
+    else:
+        lost = len(stock_failed) - failed_before
+        note = f" (median of {stock_m[2]}: {lost} run(s) failed every attempt)" if lost else ""
+        print(f"| stock x86_64 plugin | {stock_m[0]:.3f} s{note} | 1.00 | {stock_m[1]:.2f} s |")
     for w in (1, 2, 3):
         m = med([RUN, "-np", str(w + 1), mm, n, bs])
-        print(f"| ours, {w} worker{'s' if w > 1 else ''} | {m[0]:.3f} s | {m[0] / stock_m[0]:.2f} | {m[1]:.2f} s |")
+        ratio = f"{m[0] / stock_m[0]:.2f}" if stock_m else "-"
+        print(f"| ours, {w} worker{'s' if w > 1 else ''} | {m[0]:.3f} s | {ratio} | {m[1]:.2f} s |")
     print()
 
     # 4. Memory: resident memory of a worker holding 1 GiB; growth over alloc/delete cycles.
@@ -253,6 +350,12 @@ def main():
     for i, (_, r, *_) in enumerate(results):
         print(f"\nRun {i + 1}, per checkpoint (pause ms / save s / flush s): " + ", ".join(
             f"{p * 1e3:.1f} / {sv:.3f} / {f:.3f}" for p, sv, f in zip(r["checkpoint_pauses_seconds"], r["checkpoint_save_seconds"], r["checkpoint_flush_seconds"])))
+    print(f"\n## Stock plugin runs\n")
+    print(f"stock runs retried after libomp's task_team assertion: {stock_retried['task_team']}; "
+          f"retried after another failure: {stock_retried['other']}; "
+          f"failed all {1 + STOCK_RETRIES} attempts (reported, not timed): {len(stock_failed)}")
+    for cmd, why in stock_failed:
+        print(f"- FAILED: `{cmd}` ({why})")
     print(f"\nLoad average after: {os.getloadavg()[0]:.2f}")
 
 
