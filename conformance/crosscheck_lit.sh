@@ -2,7 +2,10 @@
 # Cross-check run.py's lit emulation against the real lit 16.0.6 (from PyPI, in a
 # throw-away venv) for the stock plugin: writes the lit.site.cfg that
 # openmp/libomptarget/test/CMakeLists.txt would configure for x86_64-pc-linux-gnu
-# on Debian 12 and runs lit on the same four directories.
+# on Debian 12 and runs lit on the same four directories. lit passes LD_LIBRARY_PATH on to the
+# tests: /usr/lib/llvm-16/lib goes in front of it, since on Debian 12 libomptarget 16 finds its
+# stock plugins only there (without it every region runs on the host, as run.py's "stock"
+# configuration now avoids too).
 # Usage: conformance/crosscheck_lit.sh [TEST_ROOT]   (default: the runner's cache)
 set -euo pipefail
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/ompcluster-conformance"
@@ -33,4 +36,4 @@ config.libomptarget_not = "$(command -v not-16 || echo /usr/lib/llvm-16/bin/not)
 config.libomptarget_debug = False
 lit_config.load_config(config, "$root/lit.cfg")
 CFG
-exec "$venv/bin/lit" -j2 "$obj/offloading" "$obj/mapping" "$obj/api" "$obj/env"
+LD_LIBRARY_PATH="/usr/lib/llvm-16/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$venv/bin/lit" -j2 "$obj/offloading" "$obj/mapping" "$obj/api" "$obj/env"

@@ -8,11 +8,14 @@ directory outside the repository, never committed), interprets each test's lit
 directives the way openmp/libomptarget/test/lit.cfg does for the
 x86_64-pc-linux-gnu target, runs every test twice
 
-  stock: the RUN lines as lit would run them (the plain binary: the stock
-         libomptarget picks the stock x86_64 plugin);
+  stock: the RUN lines as lit would run them, with /usr/lib/llvm-16/lib in
+         front of LD_LIBRARY_PATH (on Debian 12 libomptarget 16 finds its stock
+         x86_64 plugin only there; without it omp_get_num_devices() is 0 and
+         every region runs on the host); a probe checks that it offloads;
   ours:  the same, with every %libomptarget-run-* command prefixed by OURS_RUN
          (default `<repo>/target/release/ompcluster-run -np 3 --`: 1 head and
-         2 workers),
+         2 workers), without that LD_LIBRARY_PATH (the launcher puts its own
+         plugin on it),
 
 checks output with FileCheck-16 exactly as the RUN lines pipe it, and prints a
 table of both results. Exit status: 0 when no test that passes under the stock
@@ -457,6 +460,17 @@ def apply_subs(line: str, subs: list[tuple[str, str]]) -> str:
 # Running
 # --------------------------------------------------------------------------
 
+def stock_env(env: dict[str, str]) -> dict[str, str]:
+    """The 'stock' configuration's environment: env with /usr/lib/llvm-16/lib in front of
+    LD_LIBRARY_PATH (the caller's LD_LIBRARY_PATH, if any, after it, as lit passes it on).
+    On Debian 12 libomptarget 16 finds its stock plugins only through LD_LIBRARY_PATH (the
+    test's -rpath does not reach the plugins it dlopens); without it there is no device and
+    every region runs on the host. 'ours' does not get it: ompcluster-run puts its own plugin
+    directory on LD_LIBRARY_PATH."""
+    old = os.environ.get("LD_LIBRARY_PATH")
+    return dict(env, LD_LIBRARY_PATH=f"{LLVM_PREFIX}/lib" + (f":{old}" if old else ""))
+
+
 def test_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
     for k, v in os.environ.items():
@@ -540,7 +554,7 @@ def run_one(test: Test, mode: str, ctx: dict) -> dict:
     t0 = time.monotonic()
     out_path = tmp_base + ".out"
     with open(out_path, "wb") as out:
-        proc = subprocess.Popen(["bash", script_path], cwd=exec_dir, env=ctx["env"],
+        proc = subprocess.Popen(["bash", script_path], cwd=exec_dir, env=ctx["envs"][mode],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         LIVE.add(proc)
@@ -619,6 +633,57 @@ def probe_ours(tools: dict[str, str], prefix: str, build: str, env: dict[str, st
     return info
 
 
+def probe_stock(tools: dict[str, str], build: str, env: dict[str, str], timeout: int) -> dict:
+    """Check that the 'stock' configuration really offloads to the stock x86_64 plugin: a
+    one-region program run in the stock environment with LD_DEBUG=files must see devices
+    (omp_get_num_devices() > 0), run its region off the initial device
+    (omp_is_initial_device() == 0 inside it) and load libomptarget.rtl.x86_64*.so."""
+    d = os.path.join(build, "probe-stock")
+    os.makedirs(d, exist_ok=True)
+    src = os.path.join(d, "probe.c")
+    with open(src, "w") as fh:
+        fh.write('#include <stdio.h>\n#include <omp.h>\nint main(void){int x=0, initial=-1;\n'
+                 'int devices = omp_get_num_devices();\n'
+                 '#pragma omp target map(tofrom:x, initial)\n{ x = 42; initial = omp_is_initial_device(); }\n'
+                 'printf("probe x=%d devices=%d initial_device_in_region=%d\\n", x, devices, initial);\n'
+                 'return x!=42;}\n')
+    exe = os.path.join(d, "probe")
+    info: dict = {"ok": False, "plugins": [], "output": "", "devices": None, "initial_device_in_region": None,
+                  "ld_library_path": env.get("LD_LIBRARY_PATH")}
+    r = subprocess.run([tools["clang"], "-fopenmp", "-fopenmp-targets=" + CURRENT_TARGET, src, "-o", exe],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        info["output"] = r.stderr[-2000:]
+        return info
+    try:
+        p = subprocess.run([exe], stdin=subprocess.DEVNULL, capture_output=True, text=True, cwd=d,
+                           env=dict(env, LD_DEBUG="files"), timeout=timeout)
+        info["exit"] = p.returncode
+        text = p.stdout + p.stderr
+    except subprocess.TimeoutExpired:
+        info["exit"] = "timeout"
+        text = ""
+    info["plugins"] = sorted(set(os.path.normpath(x) for x in re.findall(r"calling init: (\S*/libomptarget\.rtl\.\S*)", text)))
+    m = re.search(r"probe x=(-?\d+) devices=(-?\d+) initial_device_in_region=(-?\d+)", text)
+    info["output"] = m.group(0) if m else text[-2000:]
+    if m:
+        info["devices"], info["initial_device_in_region"] = int(m.group(2)), int(m.group(3))
+    info["ok"] = (info.get("exit") == 0 and m is not None and m.group(1) == "42" and info["devices"] > 0
+                  and info["initial_device_in_region"] == 0
+                  and any(re.search(r"/libomptarget\.rtl\.x86_64[.a-z]*\.so", pl) for pl in info["plugins"]))
+    return info
+
+
+def stock_probe_text(probe: dict | None) -> str:
+    if probe is None:
+        return "stock probe not run"
+    x86 = [os.path.basename(pl) for pl in probe["plugins"] if "x86_64" in pl]
+    verdict = "offloads to the stock x86_64 plugin" if probe["ok"] else "DOES NOT OFFLOAD (host fallback)"
+    return (f"stock probe: {verdict} (LD_LIBRARY_PATH={probe['ld_library_path']}; omp_get_num_devices()="
+            f"{probe['devices']}, omp_is_initial_device() in a target region={probe['initial_device_in_region']}; "
+            f"x86_64 plugin loaded: {', '.join(x86) or 'none'})")
+
+
 # --------------------------------------------------------------------------
 # Reporting
 # --------------------------------------------------------------------------
@@ -643,7 +708,8 @@ def cell(r: dict | None) -> str:
     return s
 
 
-def render(results: dict[str, dict[str, dict]], modes: list[str], stamp: dict) -> tuple[str, str, list[str]]:
+def render(results: dict[str, dict[str, dict]], modes: list[str], stamp: dict,
+           stock_probe: dict | None = None) -> tuple[str, str, list[str]]:
     names = sorted(results)
     w = max([len(n) for n in names] + [4])
     lines = [f"{'test':<{w}}  " + "  ".join(f"{m:<11}" for m in modes)]
@@ -666,6 +732,8 @@ def render(results: dict[str, dict[str, dict]], modes: list[str], stamp: dict) -
     summary = "; ".join(parts)
     if "stock" in modes and "ours" in modes:
         summary += f"; regressions (pass under stock, fail under ours): {regressions}"
+    if "stock" in modes:
+        summary += f"; {stock_probe_text(stock_probe)}"
     lines += ["", "PASS* = lit passes it, but every RUN line is for another target (nothing ran)", summary]
     md += ["", "PASS* = lit passes it, but every RUN line is for another target (nothing ran).", "",
            f"**Summary** ({stamp['date']}, commit {stamp['commit']}): {summary}"]
@@ -704,7 +772,9 @@ def main() -> int:
     ap.add_argument("-v", "--verbose", action="store_true", help="print the output of failing tests")
     ap.add_argument("--no-snapshot", action="store_true",
                     help="run OURS_RUN's launcher in place instead of a copy taken at the start")
-    ap.add_argument("--skip-probe", action="store_true", help="do not check that OURS_RUN loads a non-stock plugin")
+    ap.add_argument("--skip-probe", action="store_true",
+                    help="do not run the probes (that 'stock' offloads to the stock x86_64 plugin, and that "
+                         "OURS_RUN loads a non-stock plugin)")
     args = ap.parse_args()
 
     cache = os.path.abspath(args.cache)
@@ -744,7 +814,7 @@ def main() -> int:
     build = os.path.join(cache, "build")
     env = test_env()
     ctx = {"features": lit_features(tools["clang"]), "build": build, "timeout": args.timeout,
-           "keep": args.keep, "env": env,
+           "keep": args.keep, "envs": {"stock": stock_env(env), "ours": env},
            "subs": {"stock": lit_substitutions(tools, root, None),
                     "ours": lit_substitutions(tools, root, ours_run)}}
     stamp = git_stamp()
@@ -781,6 +851,14 @@ def main() -> int:
                 fp[f] = "missing"
         return fp
     fp_start = fingerprint()
+    stock_probe = None
+    if "stock" in modes and not args.skip_probe:
+        stock_probe = probe_stock(tools, build, ctx["envs"]["stock"], args.timeout)
+        log(f"conformance: {stock_probe_text(stock_probe)}")
+        if not stock_probe["ok"]:
+            die("the 'stock' configuration does not offload to the stock x86_64 plugin, so its column would "
+                f"be host fallback (probe exit {stock_probe.get('exit')}; plugins loaded: {stock_probe['plugins']}; "
+                f"output: {stock_probe['output']!r}); --skip-probe runs anyway")
     probe = None
     if "ours" in modes and not args.skip_probe:
         probe = probe_ours(tools, ours_run, build, env, args.timeout)
@@ -790,6 +868,8 @@ def main() -> int:
             log(f"conformance: WARNING: the ours probe did not show a non-stock plugin running a target region "
                 f"(plugins loaded: {probe['plugins']}; exit {probe.get('exit')}; output: {probe['output']!r})")
     log(f"conformance: {len(tests)} tests from {root}; modes {modes}; -j{args.jobs}; timeout {args.timeout}s")
+    if "stock" in modes:
+        log(f"conformance: stock runs with LD_LIBRARY_PATH={ctx['envs']['stock']['LD_LIBRARY_PATH']}")
     if "ours" in modes:
         log(f"conformance: OURS_RUN = {ours_run}")
 
@@ -830,7 +910,7 @@ def main() -> int:
     if rebuilt:
         log(f"conformance: WARNING: {rebuilt} changed during the run: the 'ours' column mixes builds")
 
-    table, md, regressions = render(results, modes, stamp)
+    table, md, regressions = render(results, modes, stamp, stock_probe)
     print(table)
     print(f"(runtime {elapsed:.0f} s)")
     if args.verbose:
@@ -847,6 +927,8 @@ def main() -> int:
     os.makedirs(out, exist_ok=True)
     payload = {"stamp": stamp, "runtime_s": round(elapsed), "source": root, "modes": modes,
                "ours_run": ours_run if "ours" in modes else None, "ours_probe": probe,
+               "stock_ld_library_path": ctx["envs"]["stock"]["LD_LIBRARY_PATH"] if "stock" in modes else None,
+               "stock_probe": stock_probe,
                "ours_binaries": {"snapshot_of": snapshot_of, "start": fp_start, "end": fp_end,
                                  "changed": rebuilt},
                "summary": {m: summarize(results, m) for m in modes}, "regressions": regressions,
@@ -855,6 +937,11 @@ def main() -> int:
         json.dump(payload, fh, indent=1)
     with open(os.path.join(out, "results.md"), "w", encoding="utf-8") as fh:
         fh.write(md + f"\n\nRuntime: {elapsed:.0f} s; -j{args.jobs}; timeout {args.timeout} s.\n")
+        if "stock" in modes:
+            fh.write(f"\nstock: the RUN lines with `LD_LIBRARY_PATH={ctx['envs']['stock']['LD_LIBRARY_PATH']}`.\n")
+            if stock_probe is not None:
+                fh.write(f"\nProbe (a one-target-region program in the stock environment with LD_DEBUG=files): "
+                         f"{stock_probe_text(stock_probe)}; output: {stock_probe['output']!r}\n")
         if "ours" in modes:
             fh.write(f"\nOURS_RUN: `{ours_run}`\n")
             if snapshot_of:
