@@ -72,11 +72,45 @@ pub fn page_round(n: u64) -> u64 {
     n.div_ceil(PAGE).max(1) * PAGE
 }
 
-/// The reserved range on this rank.
+/// The reserved range on this rank. It derefs to its [`HeapRange`], which backs and releases
+/// pages inside it.
 #[derive(Debug)]
 pub struct SymmetricHeap {
+    range: HeapRange,
+}
+
+/// The addresses of a [`SymmetricHeap`], without ownership of the reservation: what code that
+/// cannot hold the heap (the allocator device code calls) uses to back pages in it.
+#[derive(Debug, Clone, Copy)]
+pub struct HeapRange {
     base: u64,
     size: u64,
+}
+
+/// One rank's arena for memory that device code allocates (see [`HeapRange::arena`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arena {
+    /// First address (page-aligned).
+    pub start: u64,
+    /// Bytes (whole pages).
+    pub size: u64,
+}
+
+impl Arena {
+    /// Does the arena contain `addr`?
+    pub fn contains(&self, addr: u64) -> bool {
+        addr >= self.start && addr - self.start < self.size
+    }
+}
+
+/// The top 1/ARENA_SHARE of the heap holds the ranks' arenas.
+const ARENA_SHARE: u64 = 4;
+
+impl std::ops::Deref for SymmetricHeap {
+    type Target = HeapRange;
+    fn deref(&self) -> &HeapRange {
+        &self.range
+    }
 }
 
 impl SymmetricHeap {
@@ -103,7 +137,7 @@ impl SymmetricHeap {
             unsafe { libc::munmap(p, size as usize) };
             return None;
         }
-        Some(SymmetricHeap { base, size })
+        Some(SymmetricHeap { range: HeapRange { base, size } })
     }
 
     /// Reserve a heap of `size` bytes at a base that every rank accepted. `agree(ok)` must
@@ -122,6 +156,31 @@ impl SymmetricHeap {
             // `mine` (if any) is dropped here and unmapped.
         }
         Err(HeapError::NoCommonBase { size })
+    }
+
+    /// Its addresses, to back and release pages without holding the heap.
+    pub fn range(&self) -> HeapRange {
+        self.range
+    }
+}
+
+impl HeapRange {
+    /// Where the head puts device buffers and images: the heap below the arenas.
+    pub fn buffer_space(&self) -> (u64, u64) {
+        (self.base, self.arenas_start() - self.base)
+    }
+
+    fn arenas_start(&self) -> u64 {
+        self.end() - self.size / ARENA_SHARE / PAGE * PAGE
+    }
+
+    /// The arena of `rank` (of `ranks`): where memory that device code allocates on that rank
+    /// goes (`malloc`, `new` in a target region). The top quarter of the heap, split evenly,
+    /// so every rank knows every arena without a message.
+    pub fn arena(&self, rank: i32, ranks: i32) -> Arena {
+        let start = self.arenas_start();
+        let each = (self.end() - start) / ranks.max(1) as u64 / PAGE * PAGE;
+        Arena { start: start + each * rank.max(0) as u64, size: each }
     }
 
     /// First address.
@@ -222,7 +281,7 @@ fn count_lines(path: &str) -> Option<usize> {
 impl Drop for SymmetricHeap {
     fn drop(&mut self) {
         // SAFETY: unmapping exactly the reservation this value owns.
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.size as usize) };
+        unsafe { libc::munmap(self.range.base as *mut libc::c_void, self.range.size as usize) };
     }
 }
 
@@ -299,6 +358,20 @@ mod tests {
         assert_eq!(a.free_extents(), 1);
         assert!(a.alloc(65 * PAGE).is_err());
         assert_eq!(a.alloc(64 * PAGE).unwrap().0, 0x10000);
+    }
+
+    #[test]
+    fn arenas_are_disjoint_and_above_the_buffers() {
+        let h = HeapRange { base: 1 << 40, size: 256 << 30 };
+        let (lo, len) = h.buffer_space();
+        assert_eq!((lo, len), (1 << 40, 192 << 30));
+        let arenas: Vec<Arena> = (0..3).map(|r| h.arena(r, 3)).collect();
+        for (r, a) in arenas.iter().enumerate() {
+            assert!(a.start >= lo + len && a.start + a.size <= h.end() && a.start % PAGE == 0 && a.size > 0);
+            assert!(arenas.iter().enumerate().all(|(o, b)| (o == r) == b.contains(a.start)));
+        }
+        assert!(arenas.windows(2).all(|w| w[0].start + w[0].size <= w[1].start));
+        assert!(!arenas.iter().any(|a| a.contains(lo + len - 1)));
     }
 
     #[test]

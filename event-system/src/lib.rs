@@ -19,7 +19,7 @@ pub mod worker;
 
 pub use backoff::Backoff;
 pub use comm::{Comm, CommError, Fenced, Liveness, NeverDead, TagAllocator};
-pub use heap::{ExtentAllocator, HeapError, SymmetricHeap};
+pub use heap::{Arena, ExtentAllocator, HeapError, HeapRange, SymmetricHeap};
 pub use protocol::{Event, ProtocolError, Region, Reply};
 pub use worker::{write_all, CheckpointSink, LocalDevice, Ran};
 

@@ -52,6 +52,10 @@ pub enum Event {
     },
     /// Back a buffer's pages (zero-filled). No reply.
     Alloc(Region),
+    /// A block device code allocated in this worker's arena was freed everywhere (its pages
+    /// were released by a DELETE before, where held): its range may be given out again.
+    /// No reply.
+    Reclaim(Region),
     /// Release a buffer's pages. No reply.
     Delete(Region),
     /// Receive bytes from the head into a region.
@@ -97,6 +101,9 @@ pub enum Event {
         assume_written: Vec<bool>,
         /// The kernel is known to be short: run it on the polling thread (no hand-off).
         short: bool,
+        /// A re-execution: the blocks its first run allocated (start, span), which its
+        /// allocations of the same size take again, in order (see `worker/device_alloc.rs`).
+        replay: Vec<Region>,
     },
     /// Save these regions as part of checkpoint `ckpt` (to scratch: fast) and reply `Ok` (or
     /// `Error`); after an `Ok`, flush them to persistent storage and reply again, on the same
@@ -173,6 +180,17 @@ pub fn diff(old: &[u8], new: &[u8], pieces: &[(usize, usize)]) -> Patch {
     runs.into_iter().map(|(s, e)| (s as u64, new[s..e].to_vec())).collect()
 }
 
+/// A block of device memory that device code allocated (`malloc`, `new` in a target region).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Allocated {
+    /// Start (page-aligned) and bytes that hold data: the header and the bytes asked for.
+    pub region: Region,
+    /// Whole pages reserved for it.
+    pub span: u64,
+    /// Device pointers found in it when the kernel ended.
+    pub pointers: FoundPointers,
+}
+
 /// A worker's reply to one event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Reply {
@@ -195,6 +213,11 @@ pub enum Reply {
         /// output: the head prints it before the region returns, so it appears in program
         /// order.
         output: Vec<u8>,
+        /// Blocks device code allocated during the kernel (in this worker's arena, or given
+        /// again from `replay`), held by this worker, in order of allocation.
+        allocated: Vec<Allocated>,
+        /// Blocks allocated before the kernel (by any rank) that it freed: their start.
+        freed: Vec<u64>,
     },
     /// A checkpoint flush is durable: the store's records of it, serialised by the store.
     Flushed(Vec<u8>),
@@ -262,6 +285,7 @@ impl Event {
                 in_heap(&Region { addr: *base, size: *extent })
             }
             Event::Alloc(r)
+            | Event::Reclaim(r)
             | Event::Delete(r)
             | Event::Submit(r)
             | Event::Retrieve(r)
@@ -271,14 +295,18 @@ impl Event {
                 in_heap(&Region { addr: *src, size: *size })?;
                 in_heap(&Region { addr: *dst, size: *size })
             }
-            Event::Execute { args, regions, assume_written, .. } => {
-                if args.len() > MAX_LIST || regions.len() > MAX_LIST {
+            Event::Execute { args, regions, assume_written, replay, .. } => {
+                if args.len() > MAX_LIST || regions.len() > MAX_LIST || replay.len() > MAX_LIST {
                     return Err(ProtocolError::Invalid("too many kernel arguments".into()));
                 }
                 if assume_written.len() != regions.len() {
                     return Err(ProtocolError::Invalid("assume_written does not match regions".into()));
                 }
-                regions.iter().try_for_each(in_heap)
+                regions.iter().chain(replay).try_for_each(in_heap)?;
+                if replay.iter().any(|r| r.addr % crate::heap::PAGE != 0 || r.size % crate::heap::PAGE != 0 || r.size == 0) {
+                    return Err(ProtocolError::Invalid("replayed blocks must be whole pages".into()));
+                }
+                Ok(())
             }
             Event::Checkpoint { regions, .. } => {
                 if regions.len() > MAX_LIST {
@@ -387,6 +415,7 @@ mod tests {
                 regions: vec![Region { addr: 4096, size: 8 }],
                 assume_written: vec![false],
                 short: true,
+                replay: vec![Region { addr: 8192, size: 4096 }],
             },
         };
         let bytes = encode(&ev).unwrap();

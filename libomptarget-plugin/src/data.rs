@@ -76,6 +76,13 @@ pub(crate) struct Buffer {
     pub(crate) points_to: PointsTo,
     /// For an image's writable data: the image.
     pub(crate) global_of: Option<u32>,
+    /// For a block device code allocated (`malloc`, `new` in a region): the rank whose arena
+    /// it lies in, which gets the range back once it is freed.
+    pub(crate) arena_of: Option<i32>,
+    /// The program deleted it while a region in flight could reach it (a pointer next to it
+    /// is taken as possibly its, see [`Buffers::near`]): no new region reaches it, and it is
+    /// deleted once no region uses it (see `Cluster::remove_buffer`).
+    pub(crate) deleted: bool,
     /// Kernels in flight that may write it (see `cluster/launch.rs`): their worker and how
     /// many. Every kernel that can reach the buffer meanwhile runs on that worker, so that
     /// concurrent regions share one copy, as they would share one device memory.
@@ -124,6 +131,8 @@ impl Buffer {
             incoming: BTreeSet::new(),
             points_to: PointsTo::none(),
             global_of,
+            arena_of: None,
+            deleted: false,
             writing: None,
             using: BTreeMap::new(),
             torn: BTreeMap::new(),
@@ -377,7 +386,7 @@ impl Buffers {
                 b.stale.remove(&d);
             }
         }
-        for b in self.by_addr.values() {
+        for b in self.by_addr.values().filter(|b| !b.deleted) {
             if b.version > 0 && b.holders.is_empty() {
                 lost.insert(task_graph::Access { buffer: b.id, version: b.version });
             }
@@ -389,7 +398,7 @@ impl Buffers {
     pub(crate) fn unheld(&self) -> impl Iterator<Item = task_graph::Access> + '_ {
         self.by_addr
             .values()
-            .filter(|b| b.version > 0 && b.holders.is_empty())
+            .filter(|b| !b.deleted && b.version > 0 && b.holders.is_empty())
             .map(|b| task_graph::Access { buffer: b.id, version: b.version })
     }
 
@@ -484,6 +493,21 @@ impl Buffers {
         Ok(self.by_addr.entry(addr).or_insert(b))
     }
 
+    /// Track a block that device code allocated in the arena of rank `owner`: `[addr,
+    /// addr+size)` holds data, `span` bytes are reserved. Refused if it overlaps a buffer.
+    pub(crate) fn adopt(&mut self, addr: u64, size: u64, span: u64, owner: i32) -> Option<&mut Buffer> {
+        let end = addr.checked_add(span)?;
+        if size > span || addr % event_system::heap::PAGE != 0 || self.by_addr.range(..end).next_back().is_some_and(|(_, b)| b.addr + b.span > addr) {
+            return None;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut b = Buffer::new(id, addr, 0, size, span, None);
+        b.arena_of = Some(owner);
+        self.by_id.insert(id, addr);
+        Some(self.by_addr.entry(addr).or_insert(b))
+    }
+
     /// Reserve page-aligned address space for a device image of `extent` bytes (after a
     /// guard gap, like a buffer); returns its base. It is never given back: images stay
     /// loaded for the life of the program.
@@ -504,6 +528,22 @@ impl Buffers {
             of_image.push(addr);
         }
         self.by_addr.entry(addr).or_insert(b)
+    }
+
+    /// The program deleted the buffer at `addr`, but a region in flight may reach it: no new
+    /// region finds it any more (see [`Buffer::deleted`]).
+    pub(crate) fn doom(&mut self, addr: u64) {
+        let Some(b) = self.by_addr.get_mut(&addr) else { return };
+        b.deleted = true;
+        let (key, host) = (b.addr.wrapping_sub(b.host), b.host);
+        if host != 0 {
+            if let Some(v) = self.by_delta.get_mut(&key) {
+                v.retain(|&a| a != addr);
+                if v.is_empty() {
+                    self.by_delta.remove(&key);
+                }
+            }
+        }
     }
 
     /// Forget a buffer (its range stays allocated until [`Buffers::free_range`]).
@@ -558,6 +598,10 @@ impl Buffers {
     /// The buffers a pointer value may belong to: the one containing it, or, for a value in a
     /// guard gap, the buffer after the gap and the one ending right before it.
     pub(crate) fn near(&self, addr: u64) -> impl Iterator<Item = u64> + '_ {
+        self.near_any(addr).filter(|a| !self.by_addr[a].deleted)
+    }
+
+    fn near_any(&self, addr: u64) -> impl Iterator<Item = u64> + '_ {
         let inside = self.containing(addr).map(|b| b.addr);
         let (after, before) = if inside.is_some() {
             (None, None)
@@ -699,5 +743,15 @@ mod tests {
         assert_eq!(bs.near(b + 4096).collect::<Vec<_>>(), vec![b]);
         assert_eq!(bs.containing_range(b + 4000, 1000).map(|x| x.addr), Some(b));
         assert!(bs.containing_range(b + 8000, 1000).is_none());
+        // A block device code allocated: tracked where the worker put it, never over a buffer.
+        let block = 0x8_0000;
+        assert_eq!(bs.adopt(block, 32, 4096, 2).map(|x| (x.size, x.span, x.arena_of)), Some((32, 4096, Some(2))));
+        assert!(bs.adopt(block, 8, 4096, 2).is_none(), "overlaps");
+        assert!(bs.adopt(block + 100, 8, 4096, 2).is_none(), "not a page");
+        assert_eq!(bs.near(block + 16).collect::<Vec<_>>(), vec![block]);
+        // Deleted while a region may reach it: no new region finds it.
+        bs.doom(block);
+        assert!(bs.near(block + 16).next().is_none());
+        assert!(bs.get(block).is_some_and(|x| x.deleted));
     }
 }

@@ -77,6 +77,9 @@ pub struct TaskRecord {
     pub kernel_s: f64,
     /// What it does.
     pub op: Op,
+    /// Blocks device code allocated in it (start, whole pages reserved), in order: a
+    /// re-execution is given the same addresses.
+    pub allocs: Vec<(u64, u64)>,
 }
 
 /// Why one task depends on another.
@@ -391,6 +394,7 @@ mod tests {
             end_s: 0.0,
             kernel_s: 0.001,
             op: Op::Kernel,
+            allocs: Vec::new(),
         }
     }
 

@@ -6,8 +6,10 @@ use super::exec;
 use super::images::Image;
 use super::memory::Memory;
 use crate::heap::SymmetricHeap;
-use crate::protocol::{self, FoundPointers, Patch, Region};
+use crate::protocol::{self, Allocated, FoundPointers, Patch, Region};
+use super::device_alloc::{self, KernelRun};
 use parking_lot::RwLock;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Largest image data region whose changes are reported byte by byte (see
@@ -25,12 +27,17 @@ pub struct Ran {
     pub seconds: f64,
     /// Changes to image data regions: (region index, runs).
     pub patches: Vec<(u32, Patch)>,
+    /// Blocks device code allocated (see `Reply::Executed::allocated`).
+    pub allocated: Vec<Allocated>,
+    /// Blocks allocated before that it freed (their start).
+    pub freed: Vec<u64>,
 }
 
 /// Memory and images of one process.
 #[derive(Debug, Default)]
 pub(crate) struct Device {
-    pub(crate) memory: RwLock<Memory>,
+    /// Shared with the allocator of device code (`device_alloc.rs`), which backs its blocks.
+    pub(crate) memory: Arc<RwLock<Memory>>,
     pub(crate) images: RwLock<Vec<Option<Image>>>,
 }
 
@@ -50,6 +57,7 @@ impl Device {
     /// Run kernel `kernel` of image `image` with `args`, over `regions` (every range it can
     /// reach), at the local pointers `ptrs` (one per region); `assume_written[i]` says region
     /// i is surely written (its hash is not needed). Device addresses lie in `lo..hi`.
+    /// `replay`: the blocks a first run allocated, for a re-execution (see `device_alloc.rs`).
     ///
     /// Around the call, each region is hashed (but those assumed written) to learn which ones
     /// the kernel changed, changed regions are scanned for device pointers, and the changes
@@ -69,6 +77,7 @@ impl Device {
         regions: &[Region],
         ptrs: &[*mut u8],
         assume_written: &[bool],
+        replay: &[Region],
     ) -> Result<Ran, String> {
         let entry = {
             let images = self.images.read();
@@ -100,10 +109,22 @@ impl Device {
                 .collect()
         };
         let start = Instant::now();
+        let run = KernelRun::begin(replay);
         // SAFETY: `entry` was resolved by name from a loaded image; the caller guarantees the
         // argument list.
         unsafe { exec::call_kernel(entry, args) };
+        let (blocks, freed) = run.finish();
         let seconds = start.elapsed().as_secs_f64();
+        let allocated = blocks
+            .into_iter()
+            .map(|b| Allocated {
+                region: Region { addr: b.addr, size: b.size },
+                span: b.span,
+                // SAFETY: the block is backed on this rank (the allocator backed it, and only
+                // the head, after this reply, can have it released).
+                pointers: unsafe { protocol::scan_pointers(b.addr as *const u8, b.size as usize, lo, hi) },
+            })
+            .collect();
         let mut changed = Vec::with_capacity(regions.len());
         let mut pointers = Vec::new();
         for (i, ((r, &p), &aw)) in regions.iter().zip(ptrs).zip(assume_written).enumerate() {
@@ -120,7 +141,7 @@ impl Device {
                 patches.push((i as u32, protocol::diff(&old, now, &pieces[i])));
             }
         }
-        Ok(Ran { changed, pointers, seconds, patches })
+        Ok(Ran { changed, pointers, seconds, patches, allocated, freed })
     }
 
     /// Write `bytes`, which came from another rank, at device address `addr` (held here, at
@@ -160,6 +181,7 @@ pub struct LocalDevice {
 impl LocalDevice {
     /// A device with no image yet, over `heap`.
     pub fn new(heap: &SymmetricHeap) -> Self {
+        device_alloc::know_heap(heap.range());
         LocalDevice { dev: Device::default(), bounds: (heap.base(), heap.end()) }
     }
 
@@ -191,6 +213,6 @@ impl LocalDevice {
     pub unsafe fn execute(&self, image: u32, kernel: u32, args: &[u64], regions: &[Region], assume_written: &[bool]) -> Result<Ran, String> {
         let ptrs: Vec<*mut u8> = regions.iter().map(|r| r.addr as *mut u8).collect();
         // SAFETY: forwarded contract; device addresses are local addresses.
-        unsafe { self.dev.execute(self.bounds, image, kernel, args, regions, &ptrs, assume_written) }
+        unsafe { self.dev.execute(self.bounds, image, kernel, args, regions, &ptrs, assume_written, &[]) }
     }
 }

@@ -7,7 +7,8 @@
 //! the heap's `PROT_NONE` reservation) and copy its file bytes (the bss tail stays zero);
 //! load the `DT_NEEDED` libraries (`RTLD_GLOBAL`, usually already in the process); apply the
 //! RELA relocations of `DT_RELA` and `DT_JMPREL` eagerly, resolving the image's own symbols
-//! to their loaded addresses and the others with `dlsym(RTLD_DEFAULT)`; set each segment's
+//! to their loaded addresses, the allocation functions to device memory's
+//! (`device_alloc.rs`) and the others with `dlsym(RTLD_DEFAULT)`; set each segment's
 //! protection, then RELRO read-only; run `DT_INIT` and `DT_INIT_ARRAY`.
 //!
 //! Refused, with a [`LoadError`] naming the reason: thread-local storage (`PT_TLS`, TLS
@@ -108,6 +109,8 @@ pub(crate) fn load(heap: &SymmetricHeap, bytes: &[u8], base: u64, extent: u64, k
     let private = img.runtime_private().iter().map(|&(a, n)| (base + a, n)).filter(|&(a, n)| in_data(a, n)).collect();
     protect(&img, base)?;
     register_unwind_info(&img, base);
+    // What its static constructors allocate is this process's own memory, as always.
+    let _loading = super::device_alloc::Loading::enter();
     // SAFETY: the image is mapped, relocated and protected at `base`; its initialisers are
     // ordinary functions of the image expecting exactly this (as after dlopen).
     unsafe { run_initialisers(&img, base) };
@@ -205,6 +208,11 @@ fn relocate(img: &ElfImage<'_>, base: u64, relocs: &[Reloc]) -> Result<Vec<(u64,
             return Ok(if s.absolute { s.value } else { base + s.value });
         }
         if let Some(&v) = external.get(&idx) {
+            return Ok(v);
+        }
+        if let Some(v) = super::device_alloc::interposed(&s.name) {
+            // Memory device code allocates is device memory (see `device_alloc.rs`).
+            external.insert(idx, v);
             return Ok(v);
         }
         let c = CString::new(s.name.as_str()).map_err(|_| LoadError::Undefined(s.name.clone()))?;

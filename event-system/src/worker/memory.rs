@@ -4,7 +4,7 @@
 //! An image's range is fixed for the life of the process: ALLOC of a range overlapping it and
 //! DELETE of it are refused, so the head can never unmap loaded code or data by mistake.
 
-use crate::heap::SymmetricHeap;
+use crate::heap::HeapRange;
 use std::collections::BTreeMap;
 
 /// Backed ranges and loaded images of one worker.
@@ -50,7 +50,7 @@ fn inside(map: &BTreeMap<u64, u64>, addr: u64, end: u64) -> bool {
 impl Memory {
     /// Back a buffer. Overlap with a backed buffer or an image is an error (the head never
     /// does that).
-    pub(crate) fn back(&mut self, heap: &SymmetricHeap, addr: u64, size: u64) -> Result<(), String> {
+    pub(crate) fn back(&mut self, heap: &HeapRange, addr: u64, size: u64) -> Result<(), String> {
         let size = crate::heap::page_round(size);
         if overlaps(&self.backed, addr, size) || overlaps(&self.images, addr, size) {
             return Err(format!("alloc {addr:#x}+{size} overlaps a held buffer or a loaded image"));
@@ -61,7 +61,7 @@ impl Memory {
     }
 
     /// Release a backed buffer (never an image: images are not in `backed`).
-    pub(crate) fn release(&mut self, heap: &SymmetricHeap, addr: u64) -> Result<(), String> {
+    pub(crate) fn release(&mut self, heap: &HeapRange, addr: u64) -> Result<(), String> {
         let size = self.backed.remove(&addr).ok_or_else(|| format!("delete of unknown buffer {addr:#x}"))?;
         heap.release(addr, size).map_err(|e| e.to_string())
     }
@@ -158,6 +158,7 @@ impl Memory {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::heap::SymmetricHeap;
 
     #[test]
     fn resolve_backed_and_image_data() {

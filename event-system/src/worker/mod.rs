@@ -3,6 +3,7 @@
 //! See `README.md` beside this file for the threading design.
 
 mod device;
+mod device_alloc;
 mod exec;
 mod fault;
 mod images;
@@ -95,6 +96,8 @@ pub fn run(
             }
         },
     });
+    // Device code's malloc and new allocate in this rank's arena (see `device_alloc.rs`).
+    device_alloc::init(w.heap.range(), w.heap.arena(rank, w.comm.size()), w.dev.memory.clone());
     if let Err(e) = fault::install(w.comm.clone(), w.live.clone()) {
         eprintln!("ompcluster worker {rank}: cannot watch for crashes in device code ({e}); a crashing region ends this worker");
     }
@@ -183,6 +186,7 @@ fn lead(w: &Arc<Worker>) -> Result<Turn, CommError> {
                     eprintln!("ompcluster worker {}: {e}", w.comm.rank());
                 }
             }
+            Event::Reclaim(r) => device_alloc::reclaim(r.addr),
             Event::Exit => {
                 w.exit.store(true, Ordering::Release);
                 return Ok(Turn::Exit(env.tag));
@@ -322,8 +326,8 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
             }
             (Err(e), _) | (_, Err(e)) => Reply::Error(e),
         },
-        Event::Execute { image, kernel, args, regions, assume_written, .. } => {
-            execute(w, env.tag, *image, *kernel, args, regions, assume_written)
+        Event::Execute { image, kernel, args, regions, assume_written, replay, .. } => {
+            execute(w, env.tag, *image, *kernel, args, regions, assume_written, replay)
         }
         Event::Checkpoint { ckpt, regions } => match &w.ckpt {
             None => Reply::Error("checkpoints are not enabled on this worker".into()),
@@ -381,7 +385,7 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
             }
             Reply::Ok
         }
-        Event::Alloc(_) | Event::Delete(_) | Event::Exit | Event::Inject { .. } => unreachable!("handled inline"),
+        Event::Alloc(_) | Event::Delete(_) | Event::Reclaim(_) | Event::Exit | Event::Inject { .. } => unreachable!("handled inline"),
     }))
 }
 
@@ -407,7 +411,17 @@ unsafe fn recv_into(w: &Worker, from: i32, tag: i32, r: &protocol::Region, p: *m
     Ok(())
 }
 
-fn execute(w: &Worker, tag: i32, image: u32, kernel: u32, args: &[u64], regions: &[protocol::Region], assume_written: &[bool]) -> Reply {
+#[allow(clippy::too_many_arguments)]
+fn execute(
+    w: &Worker,
+    tag: i32,
+    image: u32,
+    kernel: u32,
+    args: &[u64],
+    regions: &[protocol::Region],
+    assume_written: &[bool],
+    replay: &[protocol::Region],
+) -> Reply {
     let ptrs = {
         let mem = w.dev.memory.read();
         match regions.iter().map(|r| mem.resolve(r.addr, r.size)).collect::<Result<Vec<_>, _>>() {
@@ -421,12 +435,20 @@ fn execute(w: &Worker, tag: i32, image: u32, kernel: u32, args: &[u64], regions:
         // SAFETY: every pointer was resolved to a held range of the stated size, and the head
         // keeps these buffers allocated while the kernel runs; libomptarget generated the
         // argument list for exactly this kernel.
-        unsafe { w.dev.execute((w.heap.base(), w.heap.end()), image, kernel, args, regions, &ptrs, assume_written) }
+        unsafe { w.dev.execute((w.heap.base(), w.heap.end()), image, kernel, args, regions, &ptrs, assume_written, replay) }
     };
     match ran {
         Ok(ran) => {
             let output = w.stdout.as_ref().map(|c| c.take()).unwrap_or_default();
-            Reply::Executed { changed: ran.changed, pointers: ran.pointers, seconds: ran.seconds, patches: ran.patches, output }
+            Reply::Executed {
+                changed: ran.changed,
+                pointers: ran.pointers,
+                seconds: ran.seconds,
+                patches: ran.patches,
+                output,
+                allocated: ran.allocated,
+                freed: ran.freed,
+            }
         }
         Err(e) => Reply::Error(e),
     }

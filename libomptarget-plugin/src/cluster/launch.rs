@@ -143,7 +143,9 @@ impl Cluster {
         let result = self.run_on(w, &kernel, args, &reach, assume_written.clone(), &mut snaps);
         self.in_flight[w as usize].fetch_sub(1, Ordering::Relaxed);
         // The kernel is done with its copies (`changed`: which it changed; all, if unknown).
+        // Returns the buffers the program deleted meanwhile that no region uses any more.
         let release_writes = |bufs: &mut Buffers, changed: Option<&[bool]>| {
+            let mut deleted = Vec::new();
             for (j, ((a, ..), m)) in reach.iter().zip(&marked).enumerate() {
                 bufs.kernel_done(*a, w, changed.is_none_or(|c| c[j]));
                 let Some(b) = bufs.get_mut(*a) else { continue };
@@ -153,15 +155,20 @@ impl Cluster {
                         _ => None,
                     };
                 }
+                if b.deleted && b.using.is_empty() {
+                    deleted.push(*a);
+                }
             }
+            deleted
         };
         if result.is_err() {
             // A kernel that never started (no snapshot taken) changed nothing.
             let unchanged = vec![false; reach.len()];
-            release_writes(&mut self.buffers.lock(), snaps.is_empty().then_some(&unchanged[..]));
+            let deleted = release_writes(&mut self.buffers.lock(), snaps.is_empty().then_some(&unchanged[..]));
             self.moved.notify_all();
+            self.finish_deletes(deleted)?;
         }
-        let (changed, pointers, kernel_s, patches) = result?;
+        let Executed { changed, pointers, seconds: kernel_s, patches, allocated, freed } = result?;
         // The versions it ran over.
         let reach: Vec<(u64, u64, u64, u64)> = reach.iter().zip(&snaps).map(|(&(a, s, id, _), sn)| (a, s, id, sn.version)).collect();
         {
@@ -183,6 +190,7 @@ impl Cluster {
         // Changes to merge into a version another worker made meanwhile; again if one more
         // appeared before the lock was taken to record them.
         let mut merged = BTreeSet::new();
+        let (allocs, deleted);
         {
             let mut first = true;
             let mut bufs = loop {
@@ -203,13 +211,14 @@ impl Cluster {
                 match self.merge_concurrent_changes(&Run { w, reach: &reach, changed: &changed, snaps: &snaps }, &kernel, &patches, &merged) {
                     Ok(m) => merged.extend(m),
                     Err(e) => {
-                        release_writes(&mut self.buffers.lock(), Some(&changed));
+                        let deleted = release_writes(&mut self.buffers.lock(), Some(&changed));
                         self.moved.notify_all();
+                        self.finish_deletes(deleted)?;
                         return Err(e);
                     }
                 }
             };
-            release_writes(&mut bufs, Some(&changed));
+            deleted = release_writes(&mut bufs, Some(&changed));
             let mut found = pointers.into_iter();
             for (i, ((addr, _, id, version), c)) in reach.iter().zip(changed).enumerate() {
                 reads.push(Access { buffer: *id, version: *version });
@@ -239,7 +248,20 @@ impl Cluster {
                             continue;
                         }
                     }
-                    b.points_to = PointsTo::from(f);
+                    // Another kernel that shared the copy was recorded while this one ran: its
+                    // version holds that one's changes too (and its scan may be of a later
+                    // state). For recovery, this one ran after it, over that version: re-run
+                    // from the version it started from, it would lose the other's changes.
+                    if b.commits_from.get(&w).copied().unwrap_or(0) == snaps[i].commits_start {
+                        b.points_to = PointsTo::from(f);
+                    } else {
+                        b.points_to.add(PointsTo::from(f));
+                        if b.holders.contains(&w) {
+                            if let Some(r) = reads.last_mut() {
+                                r.version = b.version;
+                            }
+                        }
+                    }
                     *b.commits_from.entry(w).or_default() += 1;
                     let (addr, id, span, staged) = (b.addr, b.id, b.span, b.backed.contains(&HEAD));
                     let v = bufs.new_version(addr, [w].into()).expect("live buffer");
@@ -252,6 +274,7 @@ impl Cluster {
                     writes.push(Access { buffer: id, version: v });
                 }
             }
+            allocs = self.adopt_blocks(&mut bufs, w, allocated, &mut reads, &mut writes);
         }
         self.moved.notify_all();
         for (addr, runs) in merges {
@@ -281,7 +304,14 @@ impl Cluster {
             end_s: t1,
             kernel_s,
             op: task_graph::Op::Kernel,
+            allocs,
         });
+        // What it freed of what device code allocated before (after the record: a re-run of
+        // a task that read it may still need it, see `delete`).
+        for addr in freed {
+            self.free_block(w, addr)?;
+        }
+        self.finish_deletes(deleted)?;
         self.maybe_prune();
         self.inject_due(|t| matches!(t, crate::inject::Trigger::AfterTasks(n) if *n <= done + 1));
         self.log(format_args!("EXECUTE {} on {w}: {:.3} ms in kernel, {:.3} ms total", kernel.name, kernel_s * 1e3, (t1 - t0) * 1e3));
@@ -366,6 +396,51 @@ impl Cluster {
         }
     }
 
+    /// Blocks device code allocated in a kernel on `w` become buffers that the kernel made
+    /// (version 1, held by `w`): read at version 0 and written, in the task record. Returns
+    /// them (start, span), in order, for a re-execution.
+    fn adopt_blocks(
+        &self,
+        bufs: &mut Buffers,
+        w: i32,
+        allocated: Vec<event_system::protocol::Allocated>,
+        reads: &mut Vec<Access>,
+        writes: &mut Vec<Access>,
+    ) -> Vec<(u64, u64)> {
+        let arena = self.heap.arena(w, self.comm.size());
+        let mut allocs = Vec::with_capacity(allocated.len());
+        for al in allocated {
+            let (addr, size, span) = (al.region.addr, al.region.size, al.span);
+            let inside = span > 0 && arena.contains(addr) && arena.contains(addr + span - 1);
+            let Some(b) = inside.then(|| bufs.adopt(addr, size, span, w)).flatten() else {
+                eprintln!("ompcluster: worker {w} reported a device allocation at {addr:#x}+{span} outside its arena or over another buffer: ignored");
+                continue;
+            };
+            b.points_to = PointsTo::from(al.pointers);
+            b.backed.insert(w);
+            let id = b.id;
+            let v = bufs.new_version(addr, [w].into()).expect("adopted just above");
+            reads.push(Access { buffer: id, version: 0 });
+            writes.push(Access { buffer: id, version: v });
+            allocs.push((addr, span));
+            self.device_bytes.fetch_add(size, Ordering::Relaxed);
+            self.log(format_args!("DEVICE ALLOC {addr:#x} {size} bytes on {w}"));
+        }
+        allocs
+    }
+
+    /// Device code on `w` freed the block at `addr`, which device code allocated: delete it
+    /// as the program's `omp_target_free` would.
+    fn free_block(&self, w: i32, addr: u64) -> Result<()> {
+        if !self.buffers.lock().get(addr).is_some_and(|b| b.arena_of.is_some() && !b.deleted) {
+            // Freed twice, or by two regions at once: the program's bug, as on one device.
+            eprintln!("ompcluster: device code on worker {w} freed {addr:#x}, which is no live device allocation: ignored");
+            return Ok(());
+        }
+        self.log(format_args!("DEVICE FREE {addr:#x} on {w}"));
+        self.remove_buffer(addr)
+    }
+
     /// Run the kernel on `w` (whose copies of `regions` are present) and wait for its report.
     fn execute_on(&self, w: i32, kernel: &Kernel, args: &[u64], regions: Vec<Region>, assume_written: Vec<bool>) -> Result<Executed> {
         if w == HEAD {
@@ -375,17 +450,17 @@ impl Cluster {
         let short = kernel.last_ns.load(Ordering::Relaxed) < SHORT_KERNEL_NS;
         let tag = self.post(
             w,
-            Event::Execute { image: kernel.image, kernel: kernel.index, args: args.to_vec(), regions, assume_written, short },
+            Event::Execute { image: kernel.image, kernel: kernel.index, args: args.to_vec(), regions, assume_written, short, replay: Vec::new() },
         )?;
         match self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref())? {
-            Reply::Executed { changed, pointers, seconds, patches, output } if changed.len() == n => {
+            Reply::Executed { changed, pointers, seconds, patches, output, allocated, freed } if changed.len() == n => {
                 if !output.is_empty() {
                     // What the region printed, after what the program printed before it.
                     // SAFETY: flushing all C streams is always allowed.
                     unsafe { libc::fflush(std::ptr::null_mut()) };
                     event_system::write_all(1, &output);
                 }
-                Ok((changed, pointers, seconds, patches))
+                Ok(Executed { changed, pointers, seconds, patches, allocated, freed })
             }
             Reply::Error(msg) => Err(ClusterError::Worker { rank: w, msg }),
             Reply::PeerDead(peer) => Err(ClusterError::PeerDead(peer)),

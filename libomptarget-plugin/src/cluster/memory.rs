@@ -35,16 +35,32 @@ impl Cluster {
             return Ok(()); // the workers are gone; the range dies with the process
         }
         let _gate = self.enter()?;
+        self.remove_buffer(addr)
+    }
+
+    /// Delete the device buffer at `addr` (the caller holds the gate). If a region in flight
+    /// may reach it, once that region is done with it ([`Cluster::finish_deletes`]): a
+    /// worker must never be asked for a buffer it released, nor hash freed pages.
+    pub(super) fn remove_buffer(&self, addr: u64) -> Result<()> {
         let (b, retire) = {
             let mut bufs = self.buffers.lock();
             if bufs.get(addr).is_some_and(|b| b.global_of.is_some()) {
                 // An image's data lives as long as the image: not libomptarget's to free.
                 return Err(ClusterError::UnknownAddress(addr));
             }
+            if bufs.get(addr).is_some_and(|b| !b.using.is_empty()) {
+                bufs.doom(addr);
+                self.log(format_args!("DELETE {addr:#x} once the regions in flight that may reach it are done"));
+                return Ok(());
+            }
             let b = bufs.remove(addr).ok_or(ClusterError::UnknownAddress(addr))?;
             // A recorded task may have read it: keep the head's copy (and the address range)
-            // for recovery, within the budget, until the record no longer needs it.
-            let retire = self.retains() && b.version_on(HEAD).is_some() && bufs.may_retain(b.span);
+            // for recovery, within the budget, until the record no longer needs it. A task
+            // that read its version 0 (zeros: a `map(from:)` buffer) needs no copy, only the
+            // range, to run again (say, to rebuild what device code allocated in it).
+            let retire = self.retains()
+                && bufs.may_retain(b.span)
+                && (b.version_on(HEAD).is_some() || self.graph.lock().is_read(Access { buffer: b.id, version: 0 }));
             (b, retire)
         };
         self.device_bytes.fetch_sub(b.size, Ordering::Relaxed);
@@ -68,13 +84,35 @@ impl Cluster {
         Ok(())
     }
 
-    /// Give back the head's pages of a removed buffer, then its address range.
+    /// Delete the buffers at `addrs` that the program deleted while regions could reach them,
+    /// if no region uses them any more.
+    pub(super) fn finish_deletes(&self, addrs: Vec<u64>) -> Result<()> {
+        for addr in addrs {
+            if self.buffers.lock().get(addr).is_some_and(|b| b.deleted && b.using.is_empty()) {
+                self.remove_buffer(addr)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Give back the head's pages of a removed buffer, then its address range (a block of
+    /// device code's, to the rank whose arena it is in).
     pub(super) fn release_head_copy(&self, b: &Buffer) -> Result<()> {
         if b.backed.contains(&HEAD) {
             self.before_changing_staged(b.addr);
             self.heap.release(b.addr, b.span)?;
         }
-        self.buffers.lock().free_range(b.addr);
+        match b.arena_of {
+            Some(owner) if owner != HEAD && !self.live.is_dead(owner) => {
+                match self.post(owner, Event::Reclaim(Region { addr: b.addr, size: b.span })) {
+                    Ok(_) | Err(ClusterError::Comm(CommError::PeerDead(_))) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            // The arena's rank is gone: the range is never given out again.
+            Some(_) => {}
+            None => self.buffers.lock().free_range(b.addr),
+        }
         Ok(())
     }
 
@@ -202,6 +240,7 @@ impl Cluster {
             end_s: t,
             kernel_s: 0.0,
             op,
+            allocs: Vec::new(),
         });
     }
 

@@ -132,9 +132,21 @@ struct Kernel {
     writes: Mutex<Option<launch::WriteSet>>,
 }
 
-/// A worker's report of a kernel run: changed regions, pointers found in them, seconds in
-/// the kernel, and the changes to image data regions (see `Reply::Executed`).
-type Executed = (Vec<bool>, Vec<FoundPointers>, f64, Vec<(u32, Patch)>);
+/// A worker's report of a kernel run (see `Reply::Executed`; its output is printed already).
+struct Executed {
+    /// Per region: did it change?
+    changed: Vec<bool>,
+    /// Device pointers found in each changed region.
+    pointers: Vec<FoundPointers>,
+    /// Seconds in the kernel.
+    seconds: f64,
+    /// Changes to image data regions: (region index, runs).
+    patches: Vec<(u32, Patch)>,
+    /// Blocks device code allocated.
+    allocated: Vec<event_system::protocol::Allocated>,
+    /// Blocks allocated before that it freed.
+    freed: Vec<u64>,
+}
 
 /// Kernels whose last run took less than this run on the worker's polling thread.
 const SHORT_KERNEL_NS: u64 = 50_000;
@@ -218,7 +230,8 @@ impl Cluster {
         ckpt: Option<Checkpointer>,
     ) -> Self {
         let n = comm.size() as usize;
-        let mut buffers = Buffers::new(heap.base(), heap.end() - heap.base());
+        let (base, size) = heap.buffer_space();
+        let mut buffers = Buffers::new(base, size);
         buffers.set_retention_budget(if recovery { cfg.ft_retain } else { 0 });
         Cluster {
             tags: Arc::new(TagAllocator::new(comm.tag_ub())),

@@ -71,7 +71,14 @@ impl Cluster {
         // address, or an image's data loaded here) and keeps the buffers while it runs;
         // libomptarget generated `args` for this kernel (or the record kept them).
         let ran = unsafe { dev.execute(image, index, args, regions, assume_written) }.map_err(|msg| ClusterError::Worker { rank: HEAD, msg })?;
-        Ok((ran.changed, ran.pointers, ran.seconds, ran.patches))
+        Ok(Executed {
+            changed: ran.changed,
+            pointers: ran.pointers,
+            seconds: ran.seconds,
+            patches: ran.patches,
+            allocated: ran.allocated,
+            freed: ran.freed,
+        })
     }
 
     /// Write `bytes` into the head's copy at `addr`: through the head's device once it runs

@@ -670,13 +670,40 @@ impl Cluster {
 
     /// Run the kernel of task `t` on `w` over `regions` (its reads); which regions changed.
     fn rerun_kernel(&self, t: &TaskRecord, w: i32, regions: Vec<Region>, written: &[bool]) -> std::result::Result<Vec<bool>, Stop> {
+        let differs = |what: &str| {
+            Stop::Recover(RecoverError::Fatal(format!(
+                "task #{} ({}) allocated device memory (malloc or new in the region) and must run again, but {what}: \
+                 its objects cannot be rebuilt where the program's pointers expect them",
+                t.id, t.kernel
+            )))
+        };
         if w == HEAD {
-            return Ok(self.run_here(t.image, t.index, &t.args, &regions, written, true).map_err(fatal)?.0);
+            if !t.allocs.is_empty() {
+                return Err(differs("the head, which runs the regions now that no worker is left, allocates from its own memory"));
+            }
+            return Ok(self.run_here(t.image, t.index, &t.args, &regions, written, true).map_err(fatal)?.changed);
         }
-        let event = Event::Execute { image: t.image, kernel: t.index, args: t.args.clone(), regions, assume_written: written.to_vec(), short: false };
+        // Its allocations take the addresses of its first run's (see `worker/device_alloc.rs`).
+        let replay: Vec<Region> = t.allocs.iter().map(|&(addr, size)| Region { addr, size }).collect();
+        self.log(format_args!("RERUN task #{} ({}) on {w}, {} device allocation(s) given again", t.id, t.kernel, replay.len()));
+        let event = Event::Execute { image: t.image, kernel: t.index, args: t.args.clone(), regions, assume_written: written.to_vec(), short: false, replay };
         let tag = self.post(w, event).map_err(new_failure)?;
         match self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref()) {
-            Ok(Reply::Executed { changed, .. }) if changed.len() == t.reads.len() => Ok(changed),
+            Ok(Reply::Executed { changed, allocated, .. }) if changed.len() == t.reads.len() => {
+                let again: Vec<(u64, u64)> = allocated.iter().map(|a| (a.region.addr, a.span)).collect();
+                if again != t.allocs {
+                    let spans = |v: &[(u64, u64)]| {
+                        let shown: Vec<String> = v.iter().take(4).map(|(_, s)| s.to_string()).collect();
+                        format!("{} block(s) of {}{} bytes", v.len(), shown.join(", "), if v.len() > 4 { ", ..." } else { "" })
+                    };
+                    return Err(differs(&format!(
+                        "this run allocated {} where its first run allocated {} (other sizes, or in another order)",
+                        spans(&again),
+                        spans(&t.allocs)
+                    )));
+                }
+                Ok(changed)
+            }
             Ok(Reply::PeerDead(r)) => Err(fatal(ClusterError::PeerDead(r))),
             Ok(other) => Err(fatal(ClusterError::Worker { rank: w, msg: format!("re-running task #{} ({}): {other:?}", t.id, t.kernel) })),
             Err(e) => Err(fatal(e.into())),
@@ -801,6 +828,7 @@ mod tests {
             end_s: 0.0,
             kernel_s: 0.0,
             op: task_graph::Op::Kernel,
+            allocs: Vec::new(),
         }
     }
 
