@@ -37,6 +37,7 @@ use crate::protocol::Region;
 use parking_lot::{const_mutex, Mutex, RwLock};
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Unallocated addresses before every block (as before the head's buffers): a pointer just
@@ -71,7 +72,16 @@ struct Arenas {
     mine: Arena,
     extents: ExtentAllocator,
     memory: Arc<RwLock<Memory>>,
+    /// Blocks allocated and freed within running kernels, kept backed for the next
+    /// allocation of the same span (span -> starts): a scratch `malloc`/`free` in a loop
+    /// then costs no `mmap`. The head never knew them.
+    cache: HashMap<u64, Vec<u64>>,
+    cached: usize,
 }
+
+/// Most blocks kept in [`Arenas::cache`], and the largest span kept.
+const CACHE_BLOCKS: usize = 256;
+const CACHE_SPAN: u64 = 1 << 20;
 
 struct State {
     /// Set on workers; `None` elsewhere (device code allocates from the C library).
@@ -95,7 +105,7 @@ thread_local! {
 pub(crate) fn init(heap: HeapRange, mine: Arena, memory: Arc<RwLock<Memory>>) {
     let mut st = STATE.lock();
     st.heap = Some(heap);
-    st.arena = Some(Arenas { heap, mine, extents: ExtentAllocator::new(mine.start, mine.size), memory });
+    st.arena = Some(Arenas { heap, mine, extents: ExtentAllocator::new(mine.start, mine.size), memory, cache: HashMap::new(), cached: 0 });
 }
 
 /// This process has a device heap but no arena (a head running regions itself): device code
@@ -209,16 +219,22 @@ fn alloc(n: usize, align: usize) -> Got {
             }
             r.addr
         }
-        None => {
-            let Ok((start, extent)) = a.extents.alloc(GAP + span) else { return Got::Exhausted };
-            let block = start + GAP;
-            if let Err(e) = a.memory.write().back(&a.heap, block, extent - GAP) {
-                eprintln!("ompcluster: device code's allocation of {n} bytes: {e}");
-                a.extents.free(start);
-                return Got::Exhausted;
+        None => match a.cache.get_mut(&span).and_then(Vec::pop) {
+            Some(block) => {
+                a.cached -= 1;
+                block
             }
-            block
-        }
+            None => {
+                let Ok((start, extent)) = a.extents.alloc(GAP + span) else { return Got::Exhausted };
+            let block = start + GAP;
+                if let Err(e) = a.memory.write().back(&a.heap, block, extent - GAP) {
+                    eprintln!("ompcluster: device code's allocation of {n} bytes: {e}");
+                    a.extents.free(start);
+                    return Got::Exhausted;
+                }
+                block
+            }
+        },
     };
     // The first address at least HEADER past the block's start with the alignment asked for.
     let mut off = (align - block % align) % align;
@@ -272,10 +288,15 @@ fn release(p: *mut c_void) -> bool {
     // (A block given again to a re-run is the head's: it is reported freed, below.)
     let made_here = st.runs.iter().enumerate().find_map(|(i, r)| r.allocated.iter().position(|b| b.addr == block).map(|k| (i, k)));
     if let Some((i, k)) = made_here {
-        st.runs[i].allocated.remove(k);
+        let b = st.runs[i].allocated.remove(k);
         if let Some(a) = st.arena.as_mut().filter(|a| a.mine.contains(block)) {
-            let _ = a.memory.write().release(&a.heap, block);
-            a.extents.free(block - GAP);
+            if a.cached < CACHE_BLOCKS && b.span <= CACHE_SPAN {
+                a.cache.entry(b.span).or_default().push(block);
+                a.cached += 1;
+            } else {
+                let _ = a.memory.write().release(&a.heap, block);
+                a.extents.free(block - GAP);
+            }
             return true;
         }
     }
@@ -554,7 +575,10 @@ mod tests {
         let a2 = realloc(a as *mut c_void, 5000) as u64;
         // SAFETY: 5000 bytes at `a2`.
         assert_eq!(unsafe { std::slice::from_raw_parts(a2 as *const u8, 100) }, &[7u8; 100][..]);
-        assert!(memory.read().resolve(a, 1).is_err(), "released at once");
+        // The old block is kept backed for the next allocation of its size.
+        let again = malloc(40) as u64;
+        assert_eq!(again, a);
+        free(again as *mut c_void);
         free(c as *mut c_void);
         let (blocks, freed) = run.finish();
         assert_eq!(blocks.len(), 2);
