@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
+#include "../no_device.h"
 
 #pragma omp declare target
 // Tiles are TS x TS, row-major. Only the lower triangle of the matrix is stored.
@@ -48,20 +49,6 @@ static void gemm_nt(const double *a, const double *b, double *c, int ts) {
     }
 }
 #pragma omp end declare target
-
-// The runs this program is timed in must offload: with no device (on Debian 12, libomptarget
-// 16 finds the stock x86_64 plugin only with /usr/lib/llvm-16/lib on LD_LIBRARY_PATH) every
-// region would silently run on the host. OMP_TARGET_OFFLOAD=DISABLED asks for the host on
-// purpose (a host baseline); otherwise no device is an error. One call, before anything else.
-static int no_device(const char *prog) {
-  const char *off = getenv("OMP_TARGET_OFFLOAD");
-  if ((off && !strcasecmp(off, "DISABLED")) || omp_get_num_devices() > 0) return 0;
-  fprintf(stderr, "%s: no offloading device (omp_get_num_devices() is 0): the target regions would run on "
-          "the host. Run it under ompcluster-run, or under the stock x86_64 plugin with "
-          "LD_LIBRARY_PATH=/usr/lib/llvm-16/lib; set OMP_TARGET_OFFLOAD=DISABLED to run it on the host on "
-          "purpose.\n", prog);
-  return 1;
-}
 
 int main(int argc, char **argv) {
   if (no_device("cholesky")) return 3;
