@@ -12,6 +12,7 @@ mod checkpoint;
 pub mod cluster;
 pub mod ctypes;
 pub mod config;
+mod crash_status;
 mod data;
 pub mod inject;
 pub mod report;

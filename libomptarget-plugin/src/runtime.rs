@@ -106,6 +106,9 @@ fn keep_exit_status() {
         // device started on the head at all (if the plugin did not load, libomptarget runs
         // every region on each rank's own host, and nothing writes here).
         let _ = std::fs::write(&p, "started\n");
+        if let Err(e) = crate::crash_status::install(std::path::Path::new(&p)) {
+            eprintln!("ompcluster: cannot watch for the program's crash ({e}): a crash is reported as a plain failure");
+        }
         let _ = STATUS_FILE.set(p.into());
     }
     // SAFETY: registering a handler that only stores a number and writes a small file;

@@ -191,6 +191,22 @@ fn crashing_region_ends_the_job() {
     }
 }
 
+/// The program itself (rank 0) dies of a signal: the launcher dies of the same signal (as the
+/// program run alone would: LLVM's `not --crash` tests check that), with fault tolerance on,
+/// where mpirun exits 0 whatever rank 0 did, and off.
+#[test]
+fn a_crash_of_the_program_is_the_launchers_crash() {
+    use std::os::unix::process::ExitStatusExt;
+    let prog = compile("head_crash.c");
+    for (mode, sig) in [("0", libc::SIGABRT), ("1", libc::SIGABRT), ("2", libc::SIGSEGV)] {
+        for disable in ["0", "1"] {
+            let o = ompcluster_tests::run_timeout(3, &prog, &[mode], &[("OMPCLUSTER_FT_DISABLE", disable)], Duration::from_secs(60));
+            assert!(stdout(&o).contains("region done, x = 2") && !stdout(&o).contains("not reached"), "{}", describe(&o));
+            assert_eq!(o.status.signal(), Some(sig), "mode {mode}, OMPCLUSTER_FT_DISABLE={disable}\n{}", describe(&o));
+        }
+    }
+}
+
 /// Build `lib<name>.so` from C `code` in a fresh directory (linked with `extra` flags).
 fn shared_lib(dir: &Path, name: &str, code: &str, extra: &[&str]) -> std::path::PathBuf {
     let src = dir.join(format!("{name}.c"));

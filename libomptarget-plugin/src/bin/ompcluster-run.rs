@@ -325,6 +325,12 @@ fn main() -> ExitCode {
                         );
                         code = if code == 0 { 1 } else { code };
                     }
+                    // The program died of this signal (see the plugin's `crash_status.rs`).
+                    Some(s) if s.starts_with("signal ") => {
+                        if let Ok(sig) = s["signal ".len()..].parse::<i32>() {
+                            code = 128 + sig;
+                        }
+                    }
                     Some(s) => match s.parse::<i32>() {
                         Ok(c) if ft_on => code = c,
                         Ok(_) => {}

@@ -432,13 +432,18 @@ impl Cluster {
     /// Device code on `w` freed the block at `addr`, which device code allocated: delete it
     /// as the program's `omp_target_free` would.
     fn free_block(&self, w: i32, addr: u64) -> Result<()> {
-        if !self.buffers.lock().get(addr).is_some_and(|b| b.arena_of.is_some() && !b.deleted) {
+        let block = |b: &Buffer| b.arena_of.is_some() && !b.deleted;
+        if !self.buffers.lock().get(addr).is_some_and(block) {
             // Freed twice, or by two regions at once: the program's bug, as on one device.
             eprintln!("ompcluster: device code on worker {w} freed {addr:#x}, which is no live device allocation: ignored");
             return Ok(());
         }
         self.log(format_args!("DEVICE FREE {addr:#x} on {w}"));
-        self.remove_buffer(addr)
+        match self.remove_buffer(addr, block) {
+            // Freed meanwhile by another region: the program's bug, as above.
+            Ok(()) | Err(ClusterError::UnknownAddress(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Run the kernel on `w` (whose copies of `regions` are present) and wait for its report.

@@ -35,15 +35,22 @@ impl Cluster {
             return Ok(()); // the workers are gone; the range dies with the process
         }
         let _gate = self.enter()?;
-        self.remove_buffer(addr)
+        self.remove_buffer(addr, |_| true)
     }
 
     /// Delete the device buffer at `addr` (the caller holds the gate). If a region in flight
     /// may reach it, once that region is done with it ([`Cluster::finish_deletes`]): a
-    /// worker must never be asked for a buffer it released, nor hash freed pages.
-    pub(super) fn remove_buffer(&self, addr: u64) -> Result<()> {
+    /// worker must never be asked for a buffer it released, nor hash freed pages. Only if
+    /// `only` accepts the buffer there, checked under the lock that removes it (two regions
+    /// ending at once must not delete one buffer twice, nor a new buffer at the same address).
+    pub(super) fn remove_buffer(&self, addr: u64, only: impl Fn(&Buffer) -> bool) -> Result<()> {
         let (b, retire) = {
             let mut bufs = self.buffers.lock();
+            match bufs.get(addr) {
+                None => return Err(ClusterError::UnknownAddress(addr)),
+                Some(b) if !only(b) => return Ok(()),
+                Some(_) => {}
+            }
             if bufs.get(addr).is_some_and(|b| b.global_of.is_some()) {
                 // An image's data lives as long as the image: not libomptarget's to free.
                 return Err(ClusterError::UnknownAddress(addr));
@@ -88,8 +95,10 @@ impl Cluster {
     /// if no region uses them any more.
     pub(super) fn finish_deletes(&self, addrs: Vec<u64>) -> Result<()> {
         for addr in addrs {
-            if self.buffers.lock().get(addr).is_some_and(|b| b.deleted && b.using.is_empty()) {
-                self.remove_buffer(addr)?;
+            // Gone already: another region that reached it finished the delete.
+            match self.remove_buffer(addr, |b| b.deleted && b.using.is_empty()) {
+                Ok(()) | Err(ClusterError::UnknownAddress(_)) => {}
+                Err(e) => return Err(e),
             }
         }
         Ok(())
