@@ -287,7 +287,9 @@ fn losing_every_worker_the_head_finishes_the_run() {
     let one_by_one = "kill:rank=1:after_tasks=15;kill:rank=2:after_tasks=25;kill:rank=3:after_tasks=35";
     let ckpt = tempfile::tempdir_in(ompcluster_tests::work_dir()).unwrap();
     let ckpt_dir = ckpt.path().join("ckpt").to_string_lossy().into_owned();
-    let cases: Vec<(&str, Vec<(&str, &str)>, Vec<Hit>)> = vec![
+    // (program, settings, kills and freezes from outside)
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, Vec<Hit>);
+    let cases: Vec<Case> = vec![
         ("ft_matmul.c", vec![("OMPCLUSTER_FT_INJECT", one_by_one)], vec![]),
         ("ft_stencil.c", vec![("OMPCLUSTER_FT_INJECT", one_by_one), ("OMPCLUSTER_CP_INTERVAL", "0.3"), ("OMPCLUSTER_CP_PERSISTENT", &ckpt_dir)], vec![]),
         ("ft_cxx.cpp", vec![("OMPCLUSTER_FT_INJECT", one_by_one)], vec![]),

@@ -226,7 +226,7 @@ fn alloc(n: usize, align: usize) -> Got {
             }
             None => {
                 let Ok((start, extent)) = a.extents.alloc(GAP + span) else { return Got::Exhausted };
-            let block = start + GAP;
+                let block = start + GAP;
                 if let Err(e) = a.memory.write().back(&a.heap, block, extent - GAP) {
                     eprintln!("ompcluster: device code's allocation of {n} bytes: {e}");
                     a.extents.free(start);
