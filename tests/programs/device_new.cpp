@@ -1,6 +1,7 @@
 // Objects made with `new` in one target region, used (virtual calls) and deleted in others,
 // which may run on other workers: in OpenMP this is device memory, valid on the whole device.
-//   device_new [N] [ROUNDS]
+//   device_new [N] [ROUNDS] [SLEEP_US]   (SLEEP_US: each region of the rounds sleeps that
+//                                         long, so that failures can hit a run from outside)
 // Round r: region A (one per i, nowait) makes p[i] = new Derived or new Base; region B (one
 // per i, nowait) calls p[i]->f(), follows a chain of small objects built with malloc/calloc/
 // realloc in region A, and deletes/frees them. A few objects live across rounds (kept[i]).
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <new>
 #include <omp.h>
+#include <unistd.h>
 
 static int failures = 0;
 #define CHECK(cond, ...)                                                   \
@@ -42,8 +44,9 @@ struct Node {
 int main(int argc, char **argv) {
   int n = argc > 1 ? std::atoi(argv[1]) : 8;
   int rounds = argc > 2 ? std::atoi(argv[2]) : 2;
-  if (n < 1 || rounds < 1) {
-    std::fprintf(stderr, "usage: device_new [N>=1] [ROUNDS>=1]\n");
+  int sleep_us = argc > 3 ? std::atoi(argv[3]) : 0;
+  if (n < 1 || rounds < 1 || sleep_us < 0) {
+    std::fprintf(stderr, "usage: device_new [N>=1] [ROUNDS>=1] [SLEEP_US>=0]\n");
     return 2;
   }
   Base **p = new Base *[n];
@@ -65,8 +68,9 @@ int main(int argc, char **argv) {
   for (int round = 0; round < rounds; round++) {
     for (int i = 0; i < n; i++) {
       // Region A: a Base or a Derived, a chain of (i % 5) + 1 nodes, and a big array.
-#pragma omp target map(from: p[i:1], chain[i:1], big[i:1], aligned_ok[i:1]) firstprivate(i, round) nowait
+#pragma omp target map(from: p[i:1], chain[i:1], big[i:1], aligned_ok[i:1]) firstprivate(i, round, sleep_us) nowait
       {
+        if (sleep_us) usleep(sleep_us);
         p[i] = (i % 2) ? new Derived() : new Base();
         p[i]->x += round;
         Node *head = nullptr;
@@ -104,8 +108,9 @@ int main(int argc, char **argv) {
       Node *c = chain[i];
       double *b = big[i];
       Base *k = kept[(i + 1) % n];
-#pragma omp target is_device_ptr(q, c, b, k) map(from: r[i:1], sum[i:1]) nowait
+#pragma omp target is_device_ptr(q, c, b, k) map(from: r[i:1], sum[i:1]) firstprivate(sleep_us) nowait
       {
+        if (sleep_us) usleep(sleep_us);
         r[i] = q->f() + k->f() * 1000;
         delete q;
         long s = 0;

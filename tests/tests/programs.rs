@@ -100,9 +100,12 @@ fn nowait_depend_chains() {
         assert_eq!(r.workers, np as usize - 1, "{r:?}");
         assert_eq!(r.tasks_executed, 201, "-np {np}: {r:?}");
         assert_eq!(r.tasks_per_worker.values().sum::<u64>(), 201, "{r:?}");
-        if np == 4 {
-            assert!(r.busy_workers() > 1, "4 independent chains ran on one worker of 3: {r:?}");
-        }
+        // Not asserted: that the chains spread over the workers. Their regions take
+        // microseconds, and the first ones (one kernel, no run completed yet, so predicted to
+        // write the image's globals) share a worker; after that each chain's data is there, and
+        // waiting is cheaper than moving it. Measured 2026-11-23: all 201 on one worker in 6 of
+        // 40 runs before that day's changes and 4 of 40 after. Spreading is checked by
+        // `slow_nowait_tasks_spread_over_workers` and by the round robin below.
     }
     // Round robin: every step of a chain on another worker than the previous one.
     let (o, r) = run_with_report(4, &prog, &[], &[("OMPCLUSTER_SCHEDULER", "roundrobin")]);

@@ -24,6 +24,7 @@ const PROGRAMS: &[(&str, &[&str])] = &[
     ("ft_devptr.c", &["8", "4096", "20", "25000"]),
     ("ft_cxx.cpp", &["8", "4096", "20", "120000"]),
     ("ft_print.c", &["120", "25000"]),
+    ("device_new.cpp", &["12", "16", "40000"]),
 ];
 
 fn args_of(src: &str) -> &'static [&'static str] {
@@ -151,6 +152,28 @@ fn random_kills_give_the_failure_free_output() {
             assert_same(src, &o, &expected, &format!("seed {seed}: {hit:?}"));
         }
     }
+}
+
+/// Objects made by device code (`new`, `malloc` in regions) live on the worker that made them
+/// until a region elsewhere needs them: kills and a freeze from outside, at seeded random
+/// moments, of workers holding the only copy; the regions that made them run again at the
+/// same addresses and the output is the failure-free one.
+#[test]
+fn device_objects_survive_kills_and_freezes_from_outside() {
+    let src = "device_new.cpp";
+    let expected = reference(src, &[]);
+    let mut replayed = 0;
+    for seed in [21u64, 22, 23] {
+        let mut rng = Rng(seed * 0x9E37_79B9);
+        let sig = if seed == 23 { libc::SIGSTOP } else { libc::SIGKILL };
+        let hit = Hit { rank: rng.between(1, 4) as u32, sig, after: Duration::from_millis(rng.between(300, 1800)) };
+        let (o, _) = run_hit(src, &[("OMPCLUSTER_VERBOSE", "1")], &[hit], None);
+        assert_same(src, &o, &expected, &format!("seed {seed}: {hit:?}"));
+        assert!(recovered(&o), "seed {seed}: no recovery reported\n{}", describe(&o));
+        // Regions that allocated device memory ran again (their objects were lost).
+        replayed += stderr(&o).lines().filter(|l| l.contains("RERUN task") && !l.contains(", 0 device allocation")).count();
+    }
+    assert!(replayed > 0, "no region that allocated device memory had to run again in any run");
 }
 
 /// A frozen worker (SIGSTOP, never resumed) is declared dead by the detector, fenced (killed
