@@ -486,11 +486,30 @@ impl Buffers {
         if host != 0 {
             self.by_delta.entry(addr.wrapping_sub(host)).or_default().push(addr);
         }
+        Ok(self.insert(addr, host, size, span, None))
+    }
+
+    /// Track a new buffer (a fresh id) at `addr`.
+    fn insert(&mut self, addr: u64, host: u64, size: u64, span: u64, global_of: Option<u32>) -> &mut Buffer {
         let id = self.next_id;
         self.next_id += 1;
-        let b = Buffer::new(id, addr, host, size, span, None);
         self.by_id.insert(id, addr);
-        Ok(self.by_addr.entry(addr).or_insert(b))
+        self.by_addr.entry(addr).or_insert(Buffer::new(id, addr, host, size, span, global_of))
+    }
+
+    /// Forget that libomptarget translates host pointers to the buffer at `addr` (mapped for
+    /// host address `host`).
+    fn forget_translation(&mut self, addr: u64, host: u64) {
+        if host == 0 {
+            return;
+        }
+        let key = addr.wrapping_sub(host);
+        if let Some(v) = self.by_delta.get_mut(&key) {
+            v.retain(|&a| a != addr);
+            if v.is_empty() {
+                self.by_delta.remove(&key);
+            }
+        }
     }
 
     /// Track a block that device code allocated in the arena of rank `owner`: `[addr,
@@ -500,12 +519,9 @@ impl Buffers {
         if size > span || addr % event_system::heap::PAGE != 0 || self.by_addr.range(..end).next_back().is_some_and(|(_, b)| b.addr + b.span > addr) {
             return None;
         }
-        let id = self.next_id;
-        self.next_id += 1;
-        let mut b = Buffer::new(id, addr, 0, size, span, None);
+        let b = self.insert(addr, 0, size, span, None);
         b.arena_of = Some(owner);
-        self.by_id.insert(id, addr);
-        Some(self.by_addr.entry(addr).or_insert(b))
+        Some(b)
     }
 
     /// Reserve page-aligned address space for a device image of `extent` bytes (after a
@@ -519,15 +535,11 @@ impl Buffers {
     /// Track `[addr, addr+size)`, the writable data of image `image` loaded inside a range
     /// from [`Buffers::reserve_image`] (`addr` page-aligned), as a buffer.
     pub(crate) fn add_image_data(&mut self, addr: u64, size: u64, image: u32) -> &mut Buffer {
-        let id = self.next_id;
-        self.next_id += 1;
-        let b = Buffer::new(id, addr, 0, size, event_system::heap::page_round(size), Some(image));
-        self.by_id.insert(id, addr);
         let of_image = self.image_data.entry(image).or_default();
         if !of_image.contains(&addr) {
             of_image.push(addr);
         }
-        self.by_addr.entry(addr).or_insert(b)
+        self.insert(addr, 0, size, event_system::heap::page_round(size), Some(image))
     }
 
     /// The program deleted the buffer at `addr`, but a region in flight may reach it: no new
@@ -535,15 +547,8 @@ impl Buffers {
     pub(crate) fn doom(&mut self, addr: u64) {
         let Some(b) = self.by_addr.get_mut(&addr) else { return };
         b.deleted = true;
-        let (key, host) = (b.addr.wrapping_sub(b.host), b.host);
-        if host != 0 {
-            if let Some(v) = self.by_delta.get_mut(&key) {
-                v.retain(|&a| a != addr);
-                if v.is_empty() {
-                    self.by_delta.remove(&key);
-                }
-            }
-        }
+        let host = b.host;
+        self.forget_translation(addr, host);
     }
 
     /// Forget a buffer (its range stays allocated until [`Buffers::free_range`]).
@@ -558,15 +563,7 @@ impl Buffers {
                 v.retain(|&a| a != addr);
             }
         }
-        if b.host != 0 {
-            let key = b.addr.wrapping_sub(b.host);
-            if let Some(v) = self.by_delta.get_mut(&key) {
-                v.retain(|&a| a != addr);
-                if v.is_empty() {
-                    self.by_delta.remove(&key);
-                }
-            }
-        }
+        self.forget_translation(addr, b.host);
         Some(b)
     }
 
@@ -597,11 +594,8 @@ impl Buffers {
 
     /// The buffers a pointer value may belong to: the one containing it, or, for a value in a
     /// guard gap, the buffer after the gap and the one ending right before it.
+    /// Buffers the program deleted while regions could reach them are left out.
     pub(crate) fn near(&self, addr: u64) -> impl Iterator<Item = u64> + '_ {
-        self.near_any(addr).filter(|a| !self.by_addr[a].deleted)
-    }
-
-    fn near_any(&self, addr: u64) -> impl Iterator<Item = u64> + '_ {
         let inside = self.containing(addr).map(|b| b.addr);
         let (after, before) = if inside.is_some() {
             (None, None)
@@ -610,7 +604,7 @@ impl Buffers {
             let before = self.by_addr.range(..addr).next_back().map(|(_, b)| b).filter(|b| addr - (b.addr + b.span) <= GUARD_GAP);
             (after.map(|b| b.addr), before.map(|b| b.addr))
         };
-        inside.into_iter().chain(after).chain(before)
+        inside.into_iter().chain(after).chain(before).filter(|a| !self.by_addr[a].deleted)
     }
 
     /// The buffer containing all of `[addr, addr+len)`.
