@@ -5,6 +5,7 @@
 // Round r: region A (one per i, nowait) makes p[i] = new Derived or new Base; region B (one
 // per i, nowait) calls p[i]->f(), follows a chain of small objects built with malloc/calloc/
 // realloc in region A, and deletes/frees them. A few objects live across rounds (kept[i]).
+#include "check.h"
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -12,18 +13,6 @@
 #include <new>
 #include <omp.h>
 #include <unistd.h>
-
-static int failures = 0;
-#define CHECK(cond, ...)                                                   \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
-      if (++failures <= 20) {                                              \
-        std::printf("FAILED line %d: %s: ", __LINE__, #cond);              \
-        std::printf(__VA_ARGS__);                                          \
-        std::printf("\n");                                                 \
-      }                                                                    \
-    }                                                                      \
-  } while (0)
 
 #pragma omp declare target
 struct Base {
@@ -152,10 +141,5 @@ int main(int argc, char **argv) {
   for (int i = 0; i < n; i++) want_kept += i * 10 + 4;
   CHECK(kept_r[0] == want_kept, "kept objects: %d, expected %d", kept_r[0], want_kept);
 #pragma omp target exit data map(delete: kept[0:n])
-  if (failures) {
-    std::printf("device_new: %d check(s) failed\n", failures);
-    return 1;
-  }
-  std::printf("device_new: PASS\n");
-  return 0;
+  return finish("device_new");
 }
