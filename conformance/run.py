@@ -595,21 +595,28 @@ def run_one(test: Test, mode: str, ctx: dict) -> dict:
     return res
 
 
-def probe_ours(tools: dict[str, str], prefix: str, build: str, env: dict[str, str], timeout: int) -> dict:
-    """Check that OURS_RUN actually puts a non-stock plugin under libomptarget."""
-    d = os.path.join(build, "probe")
+def build_probe(tools: dict[str, str], d: str, code: str) -> tuple[str, str | None]:
+    """Compile the probe program `code` in directory d (created): its path, and the compiler's
+    error output if it failed."""
     os.makedirs(d, exist_ok=True)
     src = os.path.join(d, "probe.c")
     with open(src, "w") as fh:
-        fh.write('#include <stdio.h>\n#include <omp.h>\nint main(void){int x=0;\n'
-                 '#pragma omp target map(tofrom:x)\n{ x = 42; }\n'
-                 'printf("probe x=%d devices=%d\\n", x, omp_get_num_devices()); return x!=42;}\n')
+        fh.write(code)
     exe = os.path.join(d, "probe")
     r = subprocess.run([tools["clang"], "-fopenmp", "-fopenmp-targets=" + CURRENT_TARGET, src, "-o", exe],
                        capture_output=True, text=True)
+    return exe, (r.stderr[-2000:] if r.returncode != 0 else None)
+
+
+def probe_ours(tools: dict[str, str], prefix: str, build: str, env: dict[str, str], timeout: int) -> dict:
+    """Check that OURS_RUN actually puts a non-stock plugin under libomptarget."""
+    d = os.path.join(build, "probe")
+    exe, error = build_probe(tools, d, '#include <stdio.h>\n#include <omp.h>\nint main(void){int x=0;\n'
+                             '#pragma omp target map(tofrom:x)\n{ x = 42; }\n'
+                             'printf("probe x=%d devices=%d\\n", x, omp_get_num_devices()); return x!=42;}\n')
     info: dict = {"ok": False, "plugins": [], "output": ""}
-    if r.returncode != 0:
-        info["output"] = r.stderr[-2000:]
+    if error is not None:
+        info["output"] = error
         return info
     e = dict(env, LD_DEBUG="files")
     out_path = os.path.join(d, "probe.out")
@@ -639,21 +646,15 @@ def probe_stock(tools: dict[str, str], build: str, env: dict[str, str], timeout:
     (omp_get_num_devices() > 0), run its region off the initial device
     (omp_is_initial_device() == 0 inside it) and load libomptarget.rtl.x86_64*.so."""
     d = os.path.join(build, "probe-stock")
-    os.makedirs(d, exist_ok=True)
-    src = os.path.join(d, "probe.c")
-    with open(src, "w") as fh:
-        fh.write('#include <stdio.h>\n#include <omp.h>\nint main(void){int x=0, initial=-1;\n'
-                 'int devices = omp_get_num_devices();\n'
-                 '#pragma omp target map(tofrom:x, initial)\n{ x = 42; initial = omp_is_initial_device(); }\n'
-                 'printf("probe x=%d devices=%d initial_device_in_region=%d\\n", x, devices, initial);\n'
-                 'return x!=42;}\n')
-    exe = os.path.join(d, "probe")
+    exe, error = build_probe(tools, d, '#include <stdio.h>\n#include <omp.h>\nint main(void){int x=0, initial=-1;\n'
+                             'int devices = omp_get_num_devices();\n'
+                             '#pragma omp target map(tofrom:x, initial)\n{ x = 42; initial = omp_is_initial_device(); }\n'
+                             'printf("probe x=%d devices=%d initial_device_in_region=%d\\n", x, devices, initial);\n'
+                             'return x!=42;}\n')
     info: dict = {"ok": False, "plugins": [], "output": "", "devices": None, "initial_device_in_region": None,
                   "ld_library_path": env.get("LD_LIBRARY_PATH")}
-    r = subprocess.run([tools["clang"], "-fopenmp", "-fopenmp-targets=" + CURRENT_TARGET, src, "-o", exe],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        info["output"] = r.stderr[-2000:]
+    if error is not None:
+        info["output"] = error
         return info
     try:
         p = subprocess.run([exe], stdin=subprocess.DEVNULL, capture_output=True, text=True, cwd=d,
