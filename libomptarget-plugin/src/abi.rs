@@ -48,7 +48,25 @@ unsafe fn arg_maps(kargs: &KernelArgs, n: usize) -> (Vec<bool>, Vec<u64>) {
 }
 
 /// Run `f`, turning a panic into `fail` and a message.
-fn guard<R>(name: &str, fail: R, f: impl FnOnce() -> R) -> R {
+fn guard<R>(name: &'static str, fail: R, f: impl FnOnce() -> R) -> R {
+    guard_sized(name, None, fail, f)
+}
+
+/// [`guard`], and with a trace recorded (`OMPCLUSTER_TRACE`), a span for the call on the
+/// calling thread's track of the head, with the bytes it moves or allocates.
+fn guard_sized<R>(name: &'static str, bytes: Option<i64>, fail: R, f: impl FnOnce() -> R) -> R {
+    let traced = match runtime::get() {
+        Some(Runtime::Head(c)) => c.trace_now().map(|t| (c, t)),
+        _ => None,
+    };
+    let r = unwound(name, fail, f);
+    if let Some((c, t)) = traced {
+        c.trace(Some(t), timeline::Cat::Call, 0, name, || bytes.map(|b| vec![("bytes", serde_json::json!(b))]).unwrap_or_default());
+    }
+    r
+}
+
+fn unwound<R>(name: &str, fail: R, f: impl FnOnce() -> R) -> R {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(p) => {
@@ -213,7 +231,7 @@ pub unsafe extern "C" fn __tgt_rtl_load_binary(dev: i32, image: *mut c_void) -> 
 pub extern "C" fn __tgt_rtl_data_alloc(dev: i32, size: i64, host: *mut c_void, kind: i32) -> *mut c_void {
     const TARGET_ALLOC_HOST: i32 = 1;
     const TARGET_ALLOC_SHARED: i32 = 2;
-    guard("data_alloc", std::ptr::null_mut(), || {
+    guard_sized("data_alloc", Some(size), std::ptr::null_mut(), || {
         let Some(Runtime::Head(c)) = runtime::get() else { return std::ptr::null_mut() };
         if dev != 0 || size < 0 {
             return std::ptr::null_mut();
@@ -259,7 +277,7 @@ pub extern "C" fn __tgt_rtl_data_delete(dev: i32, tgt: *mut c_void, _kind: i32) 
 /// `host` must point to `size` readable bytes (libomptarget's contract).
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_data_submit(dev: i32, tgt: *mut c_void, host: *mut c_void, size: i64) -> i32 {
-    guard("data_submit", OFFLOAD_FAIL, || {
+    guard_sized("data_submit", Some(size), OFFLOAD_FAIL, || {
         let Some(Runtime::Head(c)) = runtime::get() else { return OFFLOAD_FAIL };
         if dev != 0 || size < 0 || (host.is_null() && size > 0) {
             return OFFLOAD_FAIL;
@@ -275,7 +293,7 @@ pub unsafe extern "C" fn __tgt_rtl_data_submit(dev: i32, tgt: *mut c_void, host:
 /// `host` must point to `size` writable bytes (libomptarget's contract).
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_data_retrieve(dev: i32, host: *mut c_void, tgt: *mut c_void, size: i64) -> i32 {
-    guard("data_retrieve", OFFLOAD_FAIL, || {
+    guard_sized("data_retrieve", Some(size), OFFLOAD_FAIL, || {
         let Some(Runtime::Head(c)) = runtime::get() else { return OFFLOAD_FAIL };
         if dev != 0 || size < 0 || (host.is_null() && size > 0) {
             return OFFLOAD_FAIL;
@@ -294,7 +312,7 @@ pub extern "C" fn __tgt_rtl_is_data_exchangable(src: i32, dst: i32) -> i32 {
 /// Device to device (`omp_target_memcpy` between device pointers).
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_data_exchange(src_dev: i32, src: *mut c_void, dst_dev: i32, dst: *mut c_void, size: i64) -> i32 {
-    guard("data_exchange", OFFLOAD_FAIL, || {
+    guard_sized("data_exchange", Some(size), OFFLOAD_FAIL, || {
         let Some(Runtime::Head(c)) = runtime::get() else { return OFFLOAD_FAIL };
         if src_dev != 0 || dst_dev != 0 || size < 0 {
             return OFFLOAD_FAIL;

@@ -27,6 +27,9 @@ pub struct Config {
     pub report: Option<PathBuf>,
     /// Where to write the task graph as DOT at exit (`OMPCLUSTER_GRAPH`).
     pub graph: Option<PathBuf>,
+    /// Where to write the run's timeline at exit, in the Chrome trace-event format
+    /// (`OMPCLUSTER_TRACE`; the `timeline` crate).
+    pub trace: Option<PathBuf>,
     /// Print one line per offloading event on stderr (`OMPCLUSTER_VERBOSE=1`).
     pub verbose: bool,
     /// How recovery re-runs lost tasks (`OMPCLUSTER_FT_REEXEC`: `parallel` (default) or
@@ -121,6 +124,7 @@ impl Config {
             policy,
             report: var("OMPCLUSTER_REPORT").map(PathBuf::from),
             graph: var("OMPCLUSTER_GRAPH").map(PathBuf::from),
+            trace: var("OMPCLUSTER_TRACE").map(PathBuf::from),
             verbose: flag("OMPCLUSTER_VERBOSE")?,
             ft_reexec: match var("OMPCLUSTER_FT_REEXEC").as_deref().map(str::trim) {
                 None | Some("parallel") => Reexec::Parallel,

@@ -8,6 +8,7 @@ impl Cluster {
     /// background (design note in `checkpoint.rs`).
     pub(super) fn checkpoint(&self, cp: &Checkpointer) {
         let t0 = Instant::now();
+        let traced = self.trace_now();
         let gate = self.ft.exclusive(State::Checkpointing);
         if !cp.due(self.device_bytes.load(Ordering::Relaxed)) {
             return; // another thread took it while we waited
@@ -49,7 +50,10 @@ impl Cluster {
         let head_items = plan.get(&HEAD).cloned().unwrap_or_default();
         let items: Vec<SaveItem> = plan.values().flatten().copied().collect();
         let pause = t0.elapsed();
-        let (comm, live) = (self.comm.clone(), self.live.clone());
+        let bytes: u64 = items.iter().map(|&(_, _, size, _)| size).sum();
+        self.trace(traced, Cat::Checkpoint, HEAD, format!("checkpoint {ckpt}"), || vec![("buffers", json!(items.len())), ("bytes", json!(bytes))]);
+        let (comm, live, trace) = (self.comm.clone(), self.live.clone(), self.trace.clone());
+        let paused = self.trace_now();
         self.log(format_args!("CHECKPOINT {ckpt}: {} regions, pause {:.3} ms", items.len(), pause.as_secs_f64() * 1e3));
         cp.end_pause(ckpt, &items, head_items, pause, move |own_flush, saved| {
             // Each worker answers twice on its tag: saved (Ok), then flushed (Flushed). Every
@@ -86,6 +90,10 @@ impl Cluster {
                     Ok(recs) => records.extend(recs),
                     Err(e) => failed = failed.or(Some(e)),
                 }
+            }
+            if let (Some(t), Some(since)) = (trace, paused) {
+                let outcome = failed.clone().unwrap_or_else(|| "saved and flushed".into());
+                t.span(Cat::CheckpointFlush, HEAD, format!("checkpoint {ckpt} in the background"), since, vec![("outcome", json!(outcome))]);
             }
             failed.map_or(Ok(records), Err)
         });

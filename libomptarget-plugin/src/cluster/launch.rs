@@ -168,7 +168,7 @@ impl Cluster {
             self.moved.notify_all();
             self.finish_deletes(deleted)?;
         }
-        let Executed { changed, pointers, seconds: kernel_s, patches, allocated, freed } = result?;
+        let Executed { changed, pointers, seconds: kernel_s, patches, allocated, freed, traced } = result?;
         // The versions it ran over.
         let reach: Vec<(u64, u64, u64, u64)> = reach.iter().zip(&snaps).map(|(&(a, s, id, _), sn)| (a, s, id, sn.version)).collect();
         {
@@ -306,6 +306,10 @@ impl Cluster {
             op: task_graph::Op::Kernel,
             allocs,
         });
+        if let (Some(t), Some((sent, replied))) = (&self.trace, traced) {
+            let regions = reach.len();
+            t.span_at(Cat::Kernel, w, kernel.name.clone(), sent, replied - sent, vec![("task", json!(done)), ("kernel_us", json!(kernel_s * 1e6)), ("buffers", json!(regions))]);
+        }
         // What it freed of what device code allocated before (after the record: a re-run of
         // a task that read it may still need it, see `delete`).
         for addr in freed {
@@ -448,6 +452,13 @@ impl Cluster {
 
     /// Run the kernel on `w` (whose copies of `regions` are present) and wait for its report.
     fn execute_on(&self, w: i32, kernel: &Kernel, args: &[u64], regions: Vec<Region>, assume_written: Vec<bool>) -> Result<Executed> {
+        let sent = self.trace_now();
+        let mut ran = self.execute_untraced(w, kernel, args, regions, assume_written)?;
+        ran.traced = sent.zip(self.trace_now());
+        Ok(ran)
+    }
+
+    fn execute_untraced(&self, w: i32, kernel: &Kernel, args: &[u64], regions: Vec<Region>, assume_written: Vec<bool>) -> Result<Executed> {
         if w == HEAD {
             return self.run_here(kernel.image, kernel.index, args, &regions, &assume_written, false);
         }
@@ -465,7 +476,7 @@ impl Cluster {
                     unsafe { libc::fflush(std::ptr::null_mut()) };
                     event_system::write_all(1, &output);
                 }
-                Ok(Executed { changed, pointers, seconds, patches, allocated, freed })
+                Ok(Executed { changed, pointers, seconds, patches, allocated, freed, traced: None })
             }
             Reply::Error(msg) => Err(ClusterError::Worker { rank: w, msg }),
             Reply::PeerDead(peer) => Err(ClusterError::PeerDead(peer)),

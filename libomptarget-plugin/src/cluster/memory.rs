@@ -343,6 +343,7 @@ impl Cluster {
                     copy();
                 }
             } else {
+                let t = self.trace_now();
                 let tag = self.post(r, Event::Submit(Region { addr: tgt, size: len }))?;
                 let during = || {
                     let f = scan.take().map(|s| s());
@@ -359,6 +360,7 @@ impl Cluster {
                 }
                 self.expect_ok(r, tag)?;
                 self.stats.add_submitted(len);
+                self.trace(t, Cat::Submit, r, "submit", || vec![("bytes", json!(len)), ("addr", json!(tgt))]);
             }
         }
         Ok(())
@@ -399,11 +401,13 @@ impl Cluster {
             // SAFETY: the head holds the current version in its staged copy at `tgt`.
             Some(HEAD) => unsafe { std::ptr::copy_nonoverlapping(tgt as *const u8, host, len as usize) },
             Some(w) => {
+                let t = self.trace_now();
                 let tag = self.post(w, Event::Retrieve(Region { addr: tgt, size: len }))?;
                 self.expect_ok(w, tag)?;
                 // SAFETY: the caller guarantees the host range is writable and exclusive.
                 unsafe { self.comm.recv_bytes(w, tag, host, len as usize, self.live.as_ref())? };
                 self.stats.add_retrieved(len);
+                self.trace(t, Cat::Retrieve, w, "retrieve", || vec![("bytes", json!(len)), ("addr", json!(tgt))]);
             }
         }
         self.log(format_args!("RETRIEVE {tgt:#x} {len} bytes from {src:?}"));

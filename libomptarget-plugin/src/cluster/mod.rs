@@ -28,12 +28,14 @@ use event_system::{Comm, Fenced, Liveness, SymmetricHeap, TagAllocator};
 use ft_handler::{Handler, State};
 use parking_lot::{Condvar, Mutex, RwLock};
 use scheduler::{Candidate, Scheduler};
+use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use task_graph::{Access, TaskGraph, TaskRecord};
 use thiserror::Error;
+use timeline::Cat;
 
 mod checkpointing;
 mod faults;
@@ -140,6 +142,8 @@ struct Executed {
     pointers: Vec<FoundPointers>,
     /// Seconds in the kernel.
     seconds: f64,
+    /// When the EXECUTE left and the reply came, on the trace's clock (if one is recorded).
+    traced: Option<(f64, f64)>,
     /// Changes to image data regions: (region index, runs).
     patches: Vec<(u32, Patch)>,
     /// Blocks device code allocated.
@@ -200,6 +204,8 @@ pub struct Cluster {
     in_flight: Vec<AtomicU32>,
     graph: Mutex<TaskGraph>,
     stats: Stats,
+    /// The run's timeline, if one is recorded (`OMPCLUSTER_TRACE`).
+    trace: Option<Arc<timeline::Recorder>>,
     start: Instant,
     stopped: AtomicBool,
     /// Failures noticed and recoveries made, for the report.
@@ -233,6 +239,7 @@ impl Cluster {
         let (base, size) = heap.buffer_space();
         let mut buffers = Buffers::new(base, size);
         buffers.set_retention_budget(if recovery { cfg.ft_retain } else { 0 });
+        let start = Instant::now();
         Cluster {
             tags: Arc::new(TagAllocator::new(comm.tag_ub())),
             ft: Arc::new(Handler::new()),
@@ -248,7 +255,8 @@ impl Cluster {
             in_flight: (0..n).map(|_| AtomicU32::new(0)).collect(),
             graph: Mutex::new(TaskGraph::new()),
             stats: Stats::new(n),
-            start: Instant::now(),
+            trace: cfg.trace.as_ref().map(|_| Arc::new(timeline::Recorder::new(start))),
+            start,
             stopped: AtomicBool::new(false),
             failures: Mutex::new(Vec::new()),
             recoveries: Mutex::new(Vec::new()),
@@ -316,6 +324,20 @@ impl Cluster {
             Reply::PeerDead(peer) => Err(ClusterError::PeerDead(peer)),
             Reply::Error(msg) => Err(ClusterError::Worker { rank, msg }),
             other => Err(ClusterError::Worker { rank, msg: format!("unexpected reply {other:?}") }),
+        }
+    }
+
+    /// Now on the trace's clock, if a trace is recorded: the start of a span for
+    /// [`Cluster::trace`] (None costs nothing more).
+    pub(crate) fn trace_now(&self) -> Option<f64> {
+        self.trace.as_ref().map(|t| t.now())
+    }
+
+    /// Record a span of `cat` on `rank`'s track from `since` (a [`Cluster::trace_now`]) until
+    /// now; `args` is only called when a trace is recorded.
+    pub(crate) fn trace(&self, since: Option<f64>, cat: timeline::Cat, rank: i32, name: impl Into<timeline::record::Name>, args: impl FnOnce() -> timeline::Args) {
+        if let (Some(t), Some(since)) = (&self.trace, since) {
+            t.span(cat, rank, name, since, args());
         }
     }
 
@@ -448,6 +470,11 @@ impl Cluster {
             }
             if let Err(e) = report.write(path) {
                 eprintln!("ompcluster: cannot write report {}: {e}", path.display());
+            }
+        }
+        if let (Some(path), Some(t)) = (&self.cfg.trace, &self.trace) {
+            if let Err(e) = t.write(path, self.comm.size()) {
+                eprintln!("ompcluster: cannot write trace {}: {e}", path.display());
             }
         }
         if let Some(path) = &self.cfg.graph {

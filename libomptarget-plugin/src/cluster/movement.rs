@@ -99,6 +99,7 @@ impl Cluster {
             // (a request that would waits for the gate or for `before_changing_staged`).
             return unsafe { self.submit_from(region, region.addr as *const u8, dst) };
         }
+        let t = self.trace_now();
         let tag = self.tags.next();
         let send = |rank: i32, event: Event| self.comm.send_msg(rank, CONTROL_TAG, &Envelope { tag, event }, self.live.as_ref());
         let exchanged = send(src, Event::ExchangeSend { region, peer: dst })
@@ -113,6 +114,7 @@ impl Cluster {
         }
         exchanged?;
         self.stats.add_exchanged(region.size);
+        self.trace(t, Cat::Exchange, dst, "exchange", || vec![("bytes", json!(region.size)), ("from", json!(src)), ("addr", json!(region.addr))]);
         Ok(())
     }
 
@@ -127,11 +129,13 @@ impl Cluster {
             unsafe { self.write_on_head(region.addr, std::slice::from_raw_parts(bytes, region.size as usize)) };
             return Ok(());
         }
+        let t = self.trace_now();
         let tag = self.post(dst, Event::Submit(region))?;
         // SAFETY: forwarded contract.
         unsafe { self.comm.send_bytes(dst, tag, bytes, region.size as usize, self.live.as_ref())? };
         self.expect_ok(dst, tag)?;
         self.stats.add_submitted(region.size);
+        self.trace(t, Cat::Submit, dst, "submit", || vec![("bytes", json!(region.size)), ("addr", json!(region.addr))]);
         Ok(())
     }
 
@@ -142,6 +146,7 @@ impl Cluster {
             // it meanwhile.
             return Ok(unsafe { std::slice::from_raw_parts(region.addr as *const u8, region.size as usize) }.to_vec());
         }
+        let t = self.trace_now();
         let mut bytes = vec![0u8; region.size as usize];
         let tag = self.post(from, Event::Retrieve(region))?;
         self.expect_ok(from, tag)?;
@@ -153,6 +158,7 @@ impl Cluster {
             return Err(e.into());
         }
         self.stats.add_retrieved(region.size);
+        self.trace(t, Cat::Retrieve, from, "retrieve", || vec![("bytes", json!(region.size)), ("addr", json!(region.addr))]);
         Ok(bytes)
     }
 }

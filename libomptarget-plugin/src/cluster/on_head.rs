@@ -78,6 +78,7 @@ impl Cluster {
             patches: ran.patches,
             allocated: ran.allocated,
             freed: ran.freed,
+            traced: None,
         })
     }
 

@@ -186,6 +186,9 @@ impl Cluster {
             let at = self.start.elapsed().as_secs_f64();
             eprintln!("ompcluster: worker rank {rank} failed ({how}) at {at:.3} s; recovering");
             let latency = self.since_injected(rank);
+            if let Some(t) = &self.trace {
+                t.instant(Cat::Failure, HEAD, format!("rank {rank} failed"), vec![("rank", json!(rank)), ("noticed_by", json!(how))]);
+            }
             f.push(FailureRecord { rank, at_seconds: at, noticed_by: how.to_string(), detection_latency_seconds: latency });
         }
     }
@@ -193,6 +196,7 @@ impl Cluster {
     /// Rebuild what the `dead` ranks took with them (see the module's documentation).
     pub(super) fn recover(&self, dead: &BTreeSet<i32>) -> std::result::Result<(), RecoverError> {
         let t0 = Instant::now();
+        let traced = self.trace_now();
         let at_seconds = self.start.elapsed().as_secs_f64();
         for &r in dead {
             self.record_failure(r, "declared dead");
@@ -279,6 +283,14 @@ impl Cluster {
             rec.buffers_from_live_copies,
             rec.buffers_rebuilt,
         );
+        self.trace(traced, Cat::Recovery, HEAD, "recovery", || {
+            vec![
+                ("dead", json!(rec.dead)),
+                ("versions_lost", json!(rec.versions_lost)),
+                ("tasks_reexecuted", json!(rec.tasks_reexecuted)),
+                ("from_checkpoints", json!(rec.buffers_from_checkpoints)),
+            ]
+        });
         self.recoveries.lock().push(rec);
         Ok(())
     }
@@ -681,12 +693,16 @@ impl Cluster {
             if !t.allocs.is_empty() {
                 return Err(differs("the head, which runs the regions now that no worker is left, allocates from its own memory"));
             }
-            return Ok(self.run_here(t.image, t.index, &t.args, &regions, written, true).map_err(fatal)?.changed);
+            let sent = self.trace_now();
+            let changed = self.run_here(t.image, t.index, &t.args, &regions, written, true).map_err(fatal)?.changed;
+            self.trace(sent, Cat::Rerun, w, t.kernel.clone(), || vec![("task", json!(t.id))]);
+            return Ok(changed);
         }
         // Its allocations take the addresses of its first run's (see `worker/device_alloc.rs`).
         let replay: Vec<Region> = t.allocs.iter().map(|&(addr, size)| Region { addr, size }).collect();
         self.log(format_args!("RERUN task #{} ({}) on {w}, {} device allocation(s) given again", t.id, t.kernel, replay.len()));
         let event = Event::Execute { image: t.image, kernel: t.index, args: t.args.clone(), regions, assume_written: written.to_vec(), short: false, replay };
+        let sent = self.trace_now();
         let tag = self.post(w, event).map_err(new_failure)?;
         match self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref()) {
             Ok(Reply::Executed { changed, allocated, .. }) if changed.len() == t.reads.len() => {
@@ -702,6 +718,7 @@ impl Cluster {
                         spans(&t.allocs)
                     )));
                 }
+                self.trace(sent, Cat::Rerun, w, t.kernel.clone(), || vec![("task", json!(t.id))]);
                 Ok(changed)
             }
             Ok(Reply::PeerDead(r)) => Err(fatal(ClusterError::PeerDead(r))),
