@@ -131,6 +131,14 @@ pub enum Event {
         /// Their processes on this worker's host.
         kill: Vec<crate::process::Victim>,
     },
+    /// These ranks failed, as the head just learnt: stop waiting for them now (a transfer
+    /// with one of them ends with its death), so that the requests recovery waits for end at
+    /// once instead of at this worker's own heartbeat timeout. No reply; recovery's FENCE
+    /// follows.
+    Failed {
+        /// The dead ranks.
+        ranks: Vec<i32>,
+    },
     /// Finish: reply, then leave the event loop.
     Exit,
 }
@@ -313,6 +321,12 @@ impl Event {
                     return Err(ProtocolError::Invalid("too many checkpoint regions".into()));
                 }
                 regions.iter().try_for_each(|(_, r)| in_heap(r))
+            }
+            Event::Failed { ranks } => {
+                if ranks.len() > MAX_LIST {
+                    return Err(ProtocolError::Invalid("too many failed ranks".into()));
+                }
+                Ok(())
             }
             Event::Fence { ranks, kill } => {
                 if ranks.len() > MAX_LIST || kill.len() > MAX_LIST {

@@ -407,3 +407,25 @@ fn cholesky_example_survives_kills_and_freezes() {
         assert_eq!(masked(&o), expected, "{hit:?}\n{}", describe(&o));
     }
 }
+
+/// A survivor waiting on the dead rank (an exchange from it) does not wait for its own
+/// heartbeat timeout: the head tells every worker at once (FAILED) when it learns of a failure.
+/// With a 60 s timeout, recovery must start well before it (before this change, such a wait
+/// held recovery for the whole timeout: 3 s with the default, seen in the timeline).
+#[test]
+fn survivors_stop_waiting_for_the_dead_when_the_head_learns_of_it() {
+    let (_d, rep) = tmp_report();
+    let rep_s = rep.to_string_lossy().into_owned();
+    let envs = [
+        ("OMPCLUSTER_HB_TIMEOUT", "60000"),
+        ("OMPCLUSTER_SCHEDULER", "roundrobin"),
+        ("OMPCLUSTER_FT_INJECT", "kill:rank=1:after_tasks=40"),
+        ("OMPCLUSTER_REPORT", rep_s.as_str()),
+    ];
+    let o = ompcluster_tests::run(4, ompcluster_tests::matmul_example(), &["512", "64"], &envs);
+    assert!(o.status.success() && stdout(&o).contains("result correct"), "{}", describe(&o));
+    let r = read_report(&rep);
+    let failed = r["failures"][0]["at_seconds"].as_f64().unwrap();
+    let recovered = r["recoveries"][0]["at_seconds"].as_f64().unwrap();
+    assert!(recovered - failed < 20.0, "recovery started {:.1} s after the failure was known: {r}", recovered - failed);
+}

@@ -187,6 +187,7 @@ fn lead(w: &Arc<Worker>) -> Result<Turn, CommError> {
                 }
             }
             Event::Reclaim(r) => device_alloc::reclaim(r.addr),
+            Event::Failed { ranks } => fence(w, ranks),
             Event::Exit => {
                 w.exit.store(true, Ordering::Release);
                 return Ok(Turn::Exit(env.tag));
@@ -365,28 +366,35 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
             Reply::Ok
         }
         Event::Fence { ranks, kill } => {
-            if ranks.contains(&w.comm.rank()) {
-                // This rank was declared dead while it was not responding (frozen): the job
-                // went on without it. Leave now, before doing anything else.
-                eprintln!("ompcluster worker {}: this rank was declared dead; leaving", w.comm.rank());
-                // SAFETY: flushing C streams, then leaving at once without destructors (they
-                // belong to a `main` this rank never ran) or MPI.
-                unsafe {
-                    libc::fflush(std::ptr::null_mut());
-                    libc::_exit(0)
-                }
-            }
-            FENCED_ANY.store(true, Ordering::Release);
-            for &r in ranks {
-                w.live.fence(r);
-            }
+            fence(w, ranks);
             for &v in kill {
                 crate::process::kill(v);
             }
             Reply::Ok
         }
-        Event::Alloc(_) | Event::Delete(_) | Event::Reclaim(_) | Event::Exit | Event::Inject { .. } => unreachable!("handled inline"),
+        Event::Alloc(_) | Event::Delete(_) | Event::Reclaim(_) | Event::Failed { .. } | Event::Exit | Event::Inject { .. } => {
+            unreachable!("handled inline")
+        }
     }))
+}
+
+/// Stop waiting for `ranks` (FENCE, FAILED); if this rank is among them, leave.
+fn fence(w: &Worker, ranks: &[i32]) {
+    if ranks.contains(&w.comm.rank()) {
+        // This rank was declared dead while it was not responding (frozen): the job went on
+        // without it. Leave now, before doing anything else.
+        eprintln!("ompcluster worker {}: this rank was declared dead; leaving", w.comm.rank());
+        // SAFETY: flushing C streams, then leaving at once without destructors (they belong
+        // to a `main` this rank never ran) or MPI.
+        unsafe {
+            libc::fflush(std::ptr::null_mut());
+            libc::_exit(0)
+        }
+    }
+    FENCED_ANY.store(true, Ordering::Release);
+    for &r in ranks {
+        w.live.fence(r);
+    }
 }
 
 /// Receive the bytes of device range `r` (held here at `p`) from rank `from`. Into an image's

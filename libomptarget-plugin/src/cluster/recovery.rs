@@ -178,11 +178,18 @@ impl Cluster {
         self.ft.notify(rank);
     }
 
-    /// Fence `rank` and, the first time, record and report its failure.
+    /// Fence `rank` and, the first time, record and report its failure, and tell the live
+    /// workers (FAILED): a transfer of theirs with the dead rank ends now rather than at their
+    /// own heartbeat timeout (3 s by default), and with it the request recovery waits for.
     pub(super) fn record_failure(&self, rank: i32, how: &str) {
         self.live.fence(rank);
         let mut f = self.failures.lock();
         if !f.iter().any(|x| x.rank == rank) {
+            for w in self.workers() {
+                let failed = Envelope { tag: 0, event: Event::Failed { ranks: vec![rank] } };
+                // A worker that cannot be told is dead too, or notices by itself.
+                let _ = self.comm.send_msg(w, CONTROL_TAG, &failed, self.live.as_ref());
+            }
             let at = self.start.elapsed().as_secs_f64();
             eprintln!("ompcluster: worker rank {rank} failed ({how}) at {at:.3} s; recovering");
             let latency = self.since_injected(rank);
