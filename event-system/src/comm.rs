@@ -15,7 +15,7 @@ use crate::backoff::Backoff;
 use crate::protocol::{self, ProtocolError};
 use mpi::ffi;
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use thiserror::Error;
 
 /// Tag of control messages (head -> worker events).
@@ -157,6 +157,10 @@ pub struct Comm {
     size: i32,
     tag_ub: i32,
     fragment: usize,
+    /// MPI messages this process sent and received on it (control messages and data
+    /// fragments), for the run report.
+    sent: AtomicU64,
+    received: AtomicU64,
 }
 
 // SAFETY: an MPI communicator handle is an opaque pointer into the MPI library; with
@@ -199,7 +203,7 @@ impl Comm {
                 tag_ub = *value;
             }
         }
-        Ok(Comm { raw, rank, size, tag_ub, fragment: fragment.max(1) })
+        Ok(Comm { raw, rank, size, tag_ub, fragment: fragment.max(1), sent: AtomicU64::new(0), received: AtomicU64::new(0) })
     }
 
     /// This rank.
@@ -215,6 +219,11 @@ impl Comm {
     /// Largest tag usable on this communicator.
     pub fn tag_ub(&self) -> i32 {
         self.tag_ub
+    }
+
+    /// MPI messages sent and received on this communicator so far, by this process.
+    pub fn messages(&self) -> (u64, u64) {
+        (self.sent.load(Ordering::Relaxed), self.received.load(Ordering::Relaxed))
     }
 
     /// Bulk transfers are split into pieces of at most this many bytes.
@@ -310,6 +319,7 @@ impl Comm {
         check("MPI_Mrecv", unsafe {
             ffi::MPI_Mrecv(buf.as_mut_ptr().cast(), count, ffi::RSMPI_UINT8_T, &mut msg, ffi::RSMPI_STATUS_IGNORE)
         })?;
+        self.received.fetch_add(1, Ordering::Relaxed);
         Ok(Some((status.MPI_SOURCE, buf)))
     }
 
@@ -422,6 +432,11 @@ impl Comm {
             check(dir.call(), code)?;
             reqs.push(req);
         }
+        match dir {
+            Direction::Send => &self.sent,
+            Direction::Recv => &self.received,
+        }
+        .fetch_add(reqs.len() as u64, Ordering::Relaxed);
         let r = during();
         self.wait_all(&mut reqs, peer, live, Backoff::for_transfer())?;
         Ok(r)

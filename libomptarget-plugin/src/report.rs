@@ -61,6 +61,11 @@ pub struct Report {
     /// Changes to one buffer made at the same time on different workers and merged (see
     /// the README, "Placement").
     pub merges: u64,
+    /// MPI messages the head sent (control messages and data fragments; the EXIT at the end
+    /// not counted).
+    pub head_messages_sent: u64,
+    /// MPI messages the head received.
+    pub head_messages_received: u64,
     /// Time from plugin start-up to shutdown.
     pub wall_seconds: f64,
     /// Checkpoints completed (flushed and published).
@@ -129,6 +134,8 @@ impl Report {
             bytes_retrieved: s.retrieved.load(Ordering::Relaxed),
             bytes_exchanged: s.exchanged.load(Ordering::Relaxed),
             merges: s.merges.load(Ordering::Relaxed),
+            head_messages_sent: 0,
+            head_messages_received: 0,
             wall_seconds,
             checkpoints: 0,
             checkpoint_bytes: 0,

@@ -425,6 +425,7 @@ impl Cluster {
             return;
         }
         let workers: Vec<i32> = self.workers().collect();
+        let messages = self.comm.messages();
         let mut tags = Vec::new();
         for &w in &workers {
             match self.post(w, Event::Exit) {
@@ -451,6 +452,7 @@ impl Cluster {
         if let Some(path) = &self.cfg.report {
             let mut report = Report::from_stats(&self.stats, workers.len(), wall);
             let (failures, recoveries) = self.ft_report();
+            (report.head_messages_sent, report.head_messages_received) = messages;
             report.tasks_reexecuted = recoveries.iter().map(|r| r.tasks_reexecuted).sum();
             report.failures = failures;
             report.recoveries = recoveries;
