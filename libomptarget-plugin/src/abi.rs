@@ -55,19 +55,17 @@ fn guard<R>(name: &'static str, fail: R, f: impl FnOnce() -> R) -> R {
 /// [`guard`], and with a trace recorded (`OMPCLUSTER_TRACE`), a span for the call on the
 /// calling thread's track of the head, with the bytes it moves or allocates.
 fn guard_sized<R>(name: &'static str, bytes: Option<i64>, fail: R, f: impl FnOnce() -> R) -> R {
-    let traced = match runtime::get() {
-        Some(Runtime::Head(c)) => c.trace_now().map(|t| (c, t)),
-        _ => None,
-    };
-    let r = unwound(name, fail, f);
-    if let Some((c, t)) = traced {
-        c.trace(Some(t), timeline::Cat::Call, 0, name, || bytes.map(|b| vec![("bytes", serde_json::json!(b))]).unwrap_or_default());
-    }
-    r
-}
-
-fn unwound<R>(name: &str, fail: R, f: impl FnOnce() -> R) -> R {
-    match catch_unwind(AssertUnwindSafe(f)) {
+    match catch_unwind(AssertUnwindSafe(|| {
+        let traced = match runtime::get() {
+            Some(Runtime::Head(c)) => c.trace_now().map(|t| (c, t)),
+            _ => None,
+        };
+        let r = f();
+        if let Some((c, t)) = traced {
+            c.trace(Some(t), timeline::Cat::Call, 0, name, || bytes.map(|b| vec![("bytes", serde_json::json!(b))]).unwrap_or_default());
+        }
+        r
+    })) {
         Ok(r) => r,
         Err(p) => {
             let msg = p
