@@ -231,7 +231,7 @@ def main():
     for _ in range(rounds):
         raw_r.append(parse_bw(sh(MPIRUN + ["-np", "2", pp, breps] + [str(s) for s in sizes])))
         ours_r.append(parse_bw(sh([RUN, "-np", "2", ob, "bw", breps] + [str(s) for s in sizes])))
-    print(f"## Transfer bandwidth, GB/s (1 worker; `target update to/from` of a resident buffer vs raw MPI send + 8-byte answer), median of {rounds} alternating rounds\n")
+    print(f"## Transfer bandwidth, GB/s (1 worker; `target update to/from` of a resident buffer that a region changed on the worker right before (so both go to or come from the worker) vs raw MPI send + 8-byte answer), median of {rounds} alternating rounds\n")
     print("| size | raw MPI submit | ours submit | ratio | raw MPI retrieve | ours retrieve | ratio | target >= 0.9 (1 MiB and up) |")
     print("|---|---|---|---|---|---|---|---|")
     for s in sizes:
