@@ -50,8 +50,10 @@ impl Cluster {
         let head_items = plan.get(&HEAD).cloned().unwrap_or_default();
         let items: Vec<SaveItem> = plan.values().flatten().copied().collect();
         let pause = t0.elapsed();
-        let bytes: u64 = items.iter().map(|&(_, _, size, _)| size).sum();
-        self.trace(traced, Cat::Checkpoint, HEAD, format!("checkpoint {ckpt}"), || vec![("buffers", json!(items.len())), ("bytes", json!(bytes))]);
+        self.trace(traced, Cat::Checkpoint, HEAD, format!("checkpoint {ckpt}"), || {
+            let bytes: u64 = items.iter().map(|&(_, _, size, _)| size).sum();
+            vec![("buffers", json!(items.len())), ("bytes", json!(bytes))]
+        });
         let (comm, live, trace) = (self.comm.clone(), self.live.clone(), self.trace.clone());
         let paused = self.trace_now();
         self.log(format_args!("CHECKPOINT {ckpt}: {} regions, pause {:.3} ms", items.len(), pause.as_secs_f64() * 1e3));

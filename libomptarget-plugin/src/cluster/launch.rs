@@ -307,8 +307,8 @@ impl Cluster {
             allocs,
         });
         if let (Some(t), Some((sent, replied))) = (&self.trace, traced) {
-            let regions = reach.len();
-            t.span_at(Cat::Kernel, w, kernel.name.clone(), sent, replied - sent, vec![("task", json!(done)), ("kernel_us", json!(kernel_s * 1e6)), ("buffers", json!(regions))]);
+            let args = vec![("task", json!(done)), ("kernel_us", json!(kernel_s * 1e6)), ("buffers", json!(reach.len()))];
+            t.span_at(Cat::Kernel, w, kernel.name.clone(), sent, replied - sent, args);
         }
         // What it freed of what device code allocated before (after the record: a re-run of
         // a task that read it may still need it, see `delete`).
