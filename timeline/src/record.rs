@@ -134,8 +134,9 @@ impl Recorder {
             let track = s.cat.track();
             let lane = match (track, s.dur) {
                 (Track::Calls, _) => {
-                    let n = call_lanes.iter().filter(|((r, _), _)| *r == s.rank).count() as i64;
-                    *call_lanes.entry((s.rank, s.thread)).or_insert(n)
+                    // A thread's first call takes the rank's next lane (`used` counts them).
+                    let next = used.get(&(s.rank, Track::Calls)).copied().unwrap_or(0);
+                    *call_lanes.entry((s.rank, s.thread)).or_insert(next)
                 }
                 (_, None) => 0,
                 (_, Some(dur)) => {
