@@ -17,7 +17,8 @@
 //! to save count as unsaved again, so the next checkpoint saves them. At most one checkpoint is
 //! in progress: one that falls due meanwhile is taken at the next request after it finished,
 //! so manifests are published in order and each one lists every region (incremental saves
-//! point to older files).
+//! point to older files). One that falls due with nothing to save or forget is not taken (it
+//! would publish the same state again); its interval starts again.
 
 use ckpt_veloc::{CheckpointMap, CheckpointStore, FlushError, FlushHandle, RegionRecord, StoreConfig};
 use event_system::CheckpointSink;
@@ -230,6 +231,17 @@ impl Checkpointer {
                 let _ = old.join();
             }
         }
+    }
+
+    /// Was a buffer the published manifest lists freed since (so the next manifest differs)?
+    pub(crate) fn forgot_any(&self) -> bool {
+        let p = self.published.lock();
+        p.deleted.iter().any(|&id| p.map.get(id).is_some())
+    }
+
+    /// A checkpoint fell due with nothing to save or forget: the interval starts again.
+    pub(crate) fn skip(&self) {
+        self.inner.lock().last = Some(Instant::now());
     }
 
     /// A buffer was freed: it leaves the next manifest.

@@ -190,6 +190,34 @@ fn checkpoints_never_save_a_buffer_half_changed() {
     assert!(copies.len() >= 10, "only {} saved copies: {json}", copies.len());
 }
 
+/// A checkpoint that falls due while nothing changed is not taken: it would publish the same
+/// state again, and before the program maps anything an empty one. (CI once failed when the only
+/// version a short run published was such an empty one, taken before the program mapped its
+/// data, whose flush VeloC stalled until the run had ended.) The program first runs regions
+/// that change no device data for 0.3 s, then rewrites a buffer on a worker for 0.3 s; the
+/// checkpoints fall due every 0.02 s.
+#[test]
+fn checkpoints_with_nothing_to_save_are_not_taken() {
+    let prog = ompcluster_tests::compile("ckpt_idle.c");
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ckpt");
+    let report = dir.path().join("report.json");
+    let mut e = ckpt_env(&ck, "0.02");
+    e.push(("OMPCLUSTER_REPORT".into(), report.display().to_string()));
+    let out = Job::spawn(3, &prog, &["300", "300"], &envs(&e)).wait(Duration::from_secs(120));
+    assert!(out.status.success() && stdout(&out).contains("ckpt_idle: PASS"), "{}", describe(&out));
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert!(json["checkpoint_errors"].as_array().unwrap().is_empty(), "{json}");
+    let versions = list_versions(&ck).unwrap();
+    assert_eq!(json["checkpoints"].as_u64(), Some(versions.len() as u64), "{json}");
+    // The busy phase changes the buffer at every region: it is checkpointed.
+    assert!(!versions.is_empty(), "no checkpoint of the busy phase: {json}");
+    for v in versions {
+        let m = Manifest::read(&ck, v).unwrap();
+        assert!(!m.regions.is_empty(), "version {v} is empty: nothing changed before it was taken");
+    }
+}
+
 /// A run long enough for checkpoints with worker-saved regions to be published before it ends
 /// (512 tasks), with the rank that saved them killed right then; whether the first such
 /// version is published before the run ends depends on the store's flush: VeloC copies the

@@ -31,6 +31,12 @@ impl Cluster {
                 }
             }
         }
+        // Nothing changed or freed since the last checkpoint: a new version would publish the
+        // same state (before the program maps anything, an empty one). The interval restarts.
+        if plan.is_empty() && !cp.forgot_any() {
+            cp.skip();
+            return;
+        }
         let ckpt = cp.begin();
         let mut posted = Vec::new();
         let mut post_failed = None;
