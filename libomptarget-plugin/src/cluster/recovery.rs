@@ -72,6 +72,9 @@ pub struct RecoveryRecord {
     pub buffers_rebuilt: u64,
     /// Attempts (more than 1 if ranks died during it).
     pub attempts: u32,
+    /// Plans its last attempt made (more than 1 if a version a plan counted on was gone when a
+    /// re-run task needed it).
+    pub plans: u32,
 }
 
 /// The cluster device as the handler sees it.
@@ -277,6 +280,7 @@ impl Cluster {
         self.release_retired_on_workers()?;
         self.attempts.store(0, Ordering::Relaxed);
         rec.dead = dead.iter().copied().collect();
+        rec.plans = replans + 1;
         rec.paused_seconds = t0.elapsed().as_secs_f64();
         eprintln!(
             "ompcluster: recovered from the loss of rank{} {} in {:.3} s: {} buffer version(s) lost; {} task(s) re-run on ranks {:?}; {} version(s) from checkpoints, {} from live copies, {} rebuilt",
@@ -479,9 +483,12 @@ impl Cluster {
     }
 
     /// The survivor to re-run `t` on (not busy), and the copies there that must be rescued
-    /// first: installing `t`'s inputs at the versions it first read overwrites them, and each
-    /// is the only copy of a version still needed (the current version, or an input of a task
-    /// still `pending`). Prefers fewest bytes to rescue, then most inputs already there.
+    /// first: installing `t`'s inputs at the versions it first read overwrites them, and so
+    /// does `t` itself where it rewrites an input in place, and each is the only copy of a
+    /// version still needed (the current version, or an input of a task still `pending`: the
+    /// record lists a region that read a version after one that rewrote it when the two
+    /// shared a copy and the reader ended last). Prefers fewest bytes to rescue, then most
+    /// inputs already there.
     fn place(&self, t: &TaskRecord, survivors: &[i32], busy: &BTreeSet<i32>, pending: &[&TaskRecord], side: &Side) -> Option<(i32, Vec<Access>)> {
         let bufs = self.buffers.lock();
         let side = side.lock();
@@ -508,7 +515,15 @@ impl Cluster {
                 for a in &t.reads {
                     let b = bufs.by_id(a.buffer)?;
                     match b.version_on(w) {
-                        Some(v) if v == a.version => present += b.size,
+                        Some(v) if v == a.version => {
+                            present += b.size;
+                            // The task rewrites this copy in place: the version it read is
+                            // then gone from here.
+                            if t.writes.iter().any(|x| x.buffer == b.id) && precious(b, v, w) {
+                                rescue_bytes += b.size;
+                                rescue.push(*a);
+                            }
+                        }
                         Some(v) if precious(b, v, w) => {
                             rescue_bytes += b.size;
                             rescue.push(Access { buffer: b.id, version: v });
