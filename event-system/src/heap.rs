@@ -53,8 +53,8 @@ pub enum HeapError {
     /// The process has as many memory mappings as the kernel allows: every device buffer a
     /// rank holds is a mapping of its own (with its guard gap), so about `max / 2` of them.
     #[error(
-        "too many device buffers held at once on this rank: the process has {count} memory mappings \
-         and the kernel allows {max} (vm.max_map_count, about two per buffer). Use fewer, larger \
+        "too many device buffers held at once on this rank: the process has {count} memory mappings, \
+         near the {max} the kernel allows (vm.max_map_count, about two per buffer). Use fewer, larger \
          buffers, or raise the limit: sysctl -w vm.max_map_count={suggest}"
     )]
     TooManyMappings {
@@ -207,7 +207,10 @@ impl HeapRange {
     }
 
     /// Back `[addr, addr+size)` (page-aligned) with fresh zero-filled read-write pages.
+    /// Refused with [`HeapError::TooManyMappings`] once the process comes within
+    /// [`mapping_headroom`] of the kernel's limit on memory mappings (see [`MappingBudget`]).
     pub fn back(&self, addr: u64, size: u64) -> Result<(), HeapError> {
+        MAPPINGS.before_back()?;
         self.remap(addr, size, libc::PROT_READ | libc::PROT_WRITE, 0)
     }
 
@@ -256,9 +259,54 @@ impl HeapRange {
 /// If this process is at (or within a few of) the kernel's limit on memory mappings, the
 /// error that says so: mmap reports that case as ENOMEM, like a real lack of memory.
 fn too_many_mappings() -> Option<HeapError> {
-    let max: usize = std::fs::read_to_string("/proc/sys/vm/max_map_count").ok()?.trim().parse().ok()?;
+    let max = max_map_count()?;
     let count = count_lines("/proc/self/maps")?;
     (count + 16 >= max).then_some(HeapError::TooManyMappings { count, max, suggest: max.saturating_mul(4) })
+}
+
+/// `vm.max_map_count`, if readable.
+fn max_map_count() -> Option<usize> {
+    std::fs::read_to_string("/proc/sys/vm/max_map_count").ok()?.trim().parse().ok()
+}
+
+/// Mappings left free for the rest of the process when buffers are backed: at the limit, not
+/// only `back` fails but any `malloc` that needs a new mapping (a large block, a thread's arena
+/// growing), and Rust aborts on that ("memory allocation of N bytes failed") before the
+/// runtime can say what is wrong. A 32nd of the limit, at least 256.
+fn mapping_headroom(max: usize) -> usize {
+    (max / 32).max(256)
+}
+
+/// Keeps [`HeapRange::back`] short of the mapping limit. Counting `/proc/self/maps` is too slow
+/// for every call, and each `back` adds at most two mappings (it splits the reserved range
+/// around the new pages): so after a count, the next count is due only once the backs since
+/// could have used half the room left above the headroom.
+struct MappingBudget {
+    /// Backs left before the next count (a count is due at 0 or below).
+    until_count: std::sync::atomic::AtomicI64,
+}
+
+static MAPPINGS: MappingBudget = MappingBudget { until_count: std::sync::atomic::AtomicI64::new(0) };
+
+impl MappingBudget {
+    fn before_back(&self) -> Result<(), HeapError> {
+        use std::sync::atomic::Ordering;
+        if self.until_count.fetch_sub(1, Ordering::Relaxed) > 1 {
+            return Ok(());
+        }
+        let (Some(max), Some(count)) = (max_map_count(), count_lines("/proc/self/maps")) else {
+            // No limit to read (not Linux's procfs): count again much later.
+            self.until_count.store(1 << 20, Ordering::Relaxed);
+            return Ok(());
+        };
+        let room = max.saturating_sub(mapping_headroom(max)).saturating_sub(count);
+        if room < 2 {
+            // Counted again at the next back (buffers may have been freed meanwhile).
+            return Err(HeapError::TooManyMappings { count, max, suggest: max.saturating_mul(4) });
+        }
+        self.until_count.store((room / 2) as i64, Ordering::Relaxed);
+        Ok(())
+    }
 }
 
 /// Lines in a file, read through a fixed buffer: at the mapping limit a large allocation can
