@@ -207,8 +207,8 @@ impl HeapRange {
     }
 
     /// Back `[addr, addr+size)` (page-aligned) with fresh zero-filled read-write pages.
-    /// Refused with [`HeapError::TooManyMappings`] once the process comes within
-    /// [`mapping_headroom`] of the kernel's limit on memory mappings (see [`MappingBudget`]).
+    /// Refused with [`HeapError::TooManyMappings`] once the process comes within a 32nd of the
+    /// kernel's limit on memory mappings (see `MappingBudget`).
     pub fn back(&self, addr: u64, size: u64) -> Result<(), HeapError> {
         MAPPINGS.before_back()?;
         self.remap(addr, size, libc::PROT_READ | libc::PROT_WRITE, 0)
