@@ -9,7 +9,7 @@
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::visit::{EdgeRef, IntoEdgeReferences};
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 
 /// Identity of a device buffer (stable for the buffer's lifetime; never reused).
@@ -261,16 +261,14 @@ impl TaskGraph {
         let keep: BTreeSet<u64> = self.lost_work(roots, safe).tasks.into_iter().collect();
         let drop: Vec<(u64, NodeIndex)> =
             self.by_id.iter().filter(|(id, _)| !keep.contains(id)).map(|(&id, &n)| (id, n)).collect();
+        // The reader lists are cleaned once per version read, after all removals: one version
+        // can have thousands of readers (every region reads its image's data), and taking each
+        // removed reader out of the list on its own made a prune quadratic.
+        let gone: HashSet<NodeIndex> = drop.iter().map(|&(_, n)| n).collect();
+        let mut read: HashSet<Access> = HashSet::new();
         for &(id, n) in &drop {
             if let Some(t) = self.graph.remove_node(n) {
-                for r in &t.reads {
-                    if let Some(v) = self.readers.get_mut(r) {
-                        v.retain(|&x| x != n);
-                        if v.is_empty() {
-                            self.readers.remove(r);
-                        }
-                    }
-                }
+                read.extend(t.reads.iter().copied());
                 for w in &t.writes {
                     if self.producer.get(w) == Some(&n) {
                         self.producer.remove(w);
@@ -279,6 +277,14 @@ impl TaskGraph {
             }
             self.by_id.remove(&id);
             self.marks.remove(&id);
+        }
+        for r in read {
+            if let Some(v) = self.readers.get_mut(&r) {
+                v.retain(|x| !gone.contains(x));
+                if v.is_empty() {
+                    self.readers.remove(&r);
+                }
+            }
         }
         self.pruned += drop.len() as u64;
         drop.len() as u64
