@@ -2,9 +2,12 @@
 //!
 //! * [`Policy::RoundRobin`]: workers in turn.
 //! * [`Policy::Locality`] (default): earliest estimated finish time. For each worker the
-//!   estimate is the time to move the bytes it lacks (at the observed transfer bandwidth) plus
-//!   the work already queued on it (tasks in flight times the observed mean task time). Data
-//!   stays where it is produced unless moving it is cheaper than waiting.
+//!   estimate is the time to move what it lacks (each missing buffer costs the observed
+//!   latency of a small move, and its bytes cost the observed bandwidth) plus the work already
+//!   queued on it (tasks in flight times the observed mean task time). Data stays where it is
+//!   produced unless moving it is cheaper than waiting. The latency term is what keeps small
+//!   dependent data in place: a 64-byte buffer costs a round trip between workers to move,
+//!   not 64 ns.
 //!
 //! The scheduler knows nothing of MPI or libomptarget: the caller tells it, per worker, how
 //! many bytes are missing and how many tasks are in flight.
@@ -45,6 +48,8 @@ pub struct Candidate {
     pub rank: i32,
     /// Bytes of the task's data the worker lacks.
     pub missing_bytes: u64,
+    /// How many of the task's buffers the worker lacks (each is one move).
+    pub missing_buffers: u32,
     /// Tasks running or queued on the worker.
     pub in_flight: u32,
 }
@@ -53,6 +58,8 @@ pub struct Candidate {
 struct Estimates {
     task_s: f64,
     bytes_per_s: f64,
+    /// Seconds one small move takes (its latency, whatever its size).
+    move_s: f64,
 }
 
 /// A placement policy with its running estimates.
@@ -71,7 +78,7 @@ impl Scheduler {
         Scheduler {
             policy,
             next: AtomicUsize::new(0),
-            est: Mutex::new(Estimates { task_s: 1e-4, bytes_per_s: 1e9 }),
+            est: Mutex::new(Estimates { task_s: 1e-4, bytes_per_s: 1e9, move_s: 5e-5 }),
         }
     }
 
@@ -90,7 +97,9 @@ impl Scheduler {
             return Some(candidates[start].rank);
         }
         let est = self.est.lock();
-        let cost = |c: &Candidate| c.missing_bytes as f64 / est.bytes_per_s + c.in_flight as f64 * est.task_s;
+        let cost = |c: &Candidate| {
+            c.missing_buffers as f64 * est.move_s + c.missing_bytes as f64 / est.bytes_per_s + c.in_flight as f64 * est.task_s
+        };
         // Scan from a rotating start so that ties spread over the workers.
         (0..candidates.len())
             .map(|i| &candidates[(start + i) % candidates.len()])
@@ -104,13 +113,18 @@ impl Scheduler {
         e.task_s = (1.0 - EMA) * e.task_s + EMA * kernel_s.max(1e-6);
     }
 
-    /// Feed back an observed transfer.
+    /// Feed back an observed transfer: small ones measure the latency of a move, large ones
+    /// the bandwidth.
     pub fn transfer_finished(&self, bytes: u64, seconds: f64) {
-        if bytes < (64 << 10) || seconds <= 0.0 {
-            return; // small transfers measure latency, not bandwidth
+        if seconds <= 0.0 {
+            return;
         }
         let mut e = self.est.lock();
-        e.bytes_per_s = (1.0 - EMA) * e.bytes_per_s + EMA * (bytes as f64 / seconds);
+        if bytes < (64 << 10) {
+            e.move_s = (1.0 - EMA) * e.move_s + EMA * seconds;
+        } else {
+            e.bytes_per_s = (1.0 - EMA) * e.bytes_per_s + EMA * (bytes as f64 / seconds);
+        }
     }
 }
 
@@ -119,7 +133,7 @@ mod tests {
     use super::*;
 
     fn c(rank: i32, missing_bytes: u64, in_flight: u32) -> Candidate {
-        Candidate { rank, missing_bytes, in_flight }
+        Candidate { rank, missing_bytes, missing_buffers: u32::from(missing_bytes > 0), in_flight }
     }
 
     #[test]
@@ -149,5 +163,27 @@ mod tests {
         assert_eq!(s.choose(&[c(1, 4096, 0), c(2, 0, 8)]), Some(1));
         assert!("bogus".parse::<Policy>().is_err());
         assert_eq!("RoundRobin".parse::<Policy>().unwrap(), Policy::RoundRobin);
+    }
+
+    #[test]
+    fn small_buffers_stay_put_for_short_tasks_and_spread_for_long_ones() {
+        let s = Scheduler::new(Policy::Locality);
+        let small = |rank, missing_buffers, in_flight| Candidate { rank, missing_bytes: 64 * u64::from(missing_buffers), missing_buffers, in_flight };
+        // Moves of 64 bytes take 100 us, tasks 2 us: a worker holding two of three inputs wins
+        // over an idle one that lacks all three, even with a few tasks queued.
+        for _ in 0..50 {
+            s.transfer_finished(64, 1e-4);
+            s.task_finished(2e-6);
+        }
+        for _ in 0..6 {
+            assert_eq!(s.choose(&[small(1, 3, 0), small(2, 1, 4), small(3, 3, 0)]), Some(2));
+        }
+        // Small moves do not change the bandwidth estimate: 64 MiB still costs its bytes.
+        assert_eq!(s.choose(&[c(1, 64 << 20, 0), c(2, 0, 4)]), Some(2));
+        // Tasks of 10 ms: waiting behind 4 of them costs more than three moves.
+        for _ in 0..50 {
+            s.task_finished(1e-2);
+        }
+        assert_ne!(s.choose(&[small(1, 3, 0), small(2, 1, 4), small(3, 3, 0)]), Some(2));
     }
 }

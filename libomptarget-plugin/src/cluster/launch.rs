@@ -110,14 +110,14 @@ impl Cluster {
                 let candidates: Vec<Candidate> = self
                     .targets()
                     .filter(|&w| (pins.is_empty() || pins.contains(&w)) && !busy_copy(w))
-                    .map(|w| Candidate {
-                        rank: w,
-                        missing_bytes: reach
-                            .iter()
-                            .filter(|(a, ..)| !bufs.get(*a).is_some_and(|b| b.held_by(w)))
-                            .map(|(_, s, ..)| *s)
-                            .sum(),
-                        in_flight: self.in_flight[w as usize].load(Ordering::Relaxed),
+                    .map(|w| {
+                        let missing = reach.iter().filter(|(a, ..)| !bufs.get(*a).is_some_and(|b| b.held_by(w)));
+                        Candidate {
+                            rank: w,
+                            missing_bytes: missing.clone().map(|(_, s, ..)| *s).sum(),
+                            missing_buffers: missing.count() as u32,
+                            in_flight: self.in_flight[w as usize].load(Ordering::Relaxed),
+                        }
                     })
                     .collect();
                 if candidates.is_empty() && self.targets().any(|w| (pins.is_empty() || pins.contains(&w)) && busy_copy(w)) {
