@@ -94,7 +94,11 @@ pub(crate) struct InKernel(Option<usize>);
 
 impl InKernel {
     pub(crate) fn enter(tag: i32) -> Self {
-        let v = (u64::from(gettid() as u32) << 32) | u64::from(tag as u32);
+        thread_local! {
+            // gettid is a system call (glibc does not cache it), and this runs once per region.
+            static TID: i32 = gettid();
+        }
+        let v = (u64::from(TID.with(|t| *t) as u32) << 32) | u64::from(tag as u32);
         InKernel(KERNELS.iter().position(|s| s.compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire).is_ok()))
     }
 }
