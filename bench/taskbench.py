@@ -59,7 +59,11 @@ LINE_RE = re.compile(r"^taskbench pattern=(\S+) width=(\d+) steps=(\d+) iters=(\
 PATTERNS = ("trivial", "stencil_1d", "fft")
 # Variables this script sets per configuration: never inherited from the caller.
 OWN_VARS = ("OMPCLUSTER_FT_DISABLE", "OMPCLUSTER_CP_ENABLE", "OMPCLUSTER_CP_INTERVAL", "OMPCLUSTER_CP_PERSISTENT",
-            "OMPCLUSTER_CP_WSPEED", "OMPCLUSTER_CP_MTBF", "OMPCLUSTER_CP_DALY", "OMPCLUSTER_REPORT")
+            "OMPCLUSTER_CP_WSPEED", "OMPCLUSTER_CP_MTBF", "OMPCLUSTER_CP_DALY", "OMPCLUSTER_REPORT",
+            "LIBOMP_USE_HIDDEN_HELPER_TASK")
+# libomp 16 runs `target nowait` tasks on its hidden helper threads by default; with this set
+# to 0 the team's own threads run them (see "Hidden helper threads" in BENCHMARKS.md).
+NO_HELPERS = {"LIBOMP_USE_HIDDEN_HELPER_TASK": "0"}
 
 
 def configs(ckpt_interval):
@@ -72,6 +76,8 @@ def configs(ckpt_interval):
         ("ours-3w-noft", "ours, 3 workers, FT off (OMPCLUSTER_FT_DISABLE=1)", 4, {"OMPCLUSTER_FT_DISABLE": "1"}),
         ("ours-3w-ckpt", f"ours, 3 workers, FT on + checkpoints (OMPCLUSTER_CP_INTERVAL={ckpt_interval})", 4,
          {"OMPCLUSTER_CP_INTERVAL": str(ckpt_interval)}),
+        ("stock-nohh", "stock x86_64 plugin, LIBOMP_USE_HIDDEN_HELPER_TASK=0", None, NO_HELPERS),
+        ("ours-3w-nohh", "ours, 3 workers, FT on, LIBOMP_USE_HIDDEN_HELPER_TASK=0", 4, NO_HELPERS),
     ]
 
 
