@@ -54,6 +54,12 @@ impl Device {
         Ok(())
     }
 
+    /// Can the kernels of `image` print (see `loader::Loaded::may_print`)? True for an
+    /// unknown image.
+    pub(crate) fn may_print(&self, image: u32) -> bool {
+        self.images.read().get(image as usize).and_then(|i| i.as_ref()).is_none_or(|i| i.may_print)
+    }
+
     /// Run kernel `kernel` of image `image` with `args`, over `regions` (every range it can
     /// reach), at the local pointers `ptrs` (one per region); `assume_written[i]` says region
     /// i is surely written (its hash is not needed). Device addresses lie in `lo..hi`.

@@ -11,6 +11,8 @@ use parking_lot::RwLock;
 pub(crate) struct Image {
     /// Kernel entry addresses, in the head's order.
     pub(crate) kernels: Vec<usize>,
+    /// Can its kernels print (see `loader::Loaded::may_print`)?
+    pub(crate) may_print: bool,
 }
 
 impl Image {
@@ -31,7 +33,7 @@ impl Image {
                 if let Some((addr, size)) = l.data {
                     memory.write().add_image_data(addr, size, &l.local_words, &l.private);
                 }
-                Ok(Image { kernels: l.kernels })
+                Ok(Image { kernels: l.kernels, may_print: l.may_print })
             }
             Err(e) => {
                 // Nothing runs from a failed image: give the range back.

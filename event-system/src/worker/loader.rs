@@ -75,6 +75,33 @@ pub(crate) struct Loaded {
     /// Objects of the writable data holding the OpenMP runtime's per-process state
     /// (address, size): see [`ElfImage::runtime_private`].
     pub(crate) private: Vec<(u64, u64)>,
+    /// Can its code write to standard output? False only when every function and object it
+    /// takes from outside is one of [`SILENT`]: its kernels then print nothing, and a worker
+    /// need not collect output after them.
+    pub(crate) may_print: bool,
+}
+
+/// Symbols an image may take from the process without being able to print on standard output:
+/// what clang-16 links into every device image, the C library's memory, string and math
+/// functions, and the OpenMP runtime's entry points, except those that can print (a `parallel`
+/// prints thread affinity when `OMP_DISPLAY_AFFINITY` is set, and `omp_display_*` print).
+/// Anything else counts as able to print.
+fn silent(name: &str) -> bool {
+    const EXACT: &[&str] = &[
+        "_ITM_deregisterTMCloneTable", "_ITM_registerTMCloneTable", "__cxa_finalize", "__cxa_atexit", "__gmon_start__",
+        "__dso_handle", "__tls_get_addr", "__stack_chk_fail", "__errno_location",
+        "memcpy", "memmove", "memset", "memcmp", "memchr", "strlen", "strnlen", "strcmp", "strncmp", "strchr", "strrchr",
+        "strcpy", "strncpy", "strstr", "abs", "labs", "llabs", "qsort", "bsearch", "rand", "rand_r", "srand",
+    ];
+    const MATH: &[&str] = &[
+        "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "exp", "exp2", "expm1", "log", "log2",
+        "log10", "log1p", "pow", "sqrt", "cbrt", "hypot", "fabs", "floor", "ceil", "round", "trunc", "fmod", "fmin", "fmax",
+        "fma", "erf", "erfc", "tgamma", "lgamma", "sincos", "ldexp", "frexp", "modf", "copysign", "nearbyint", "rint",
+        "lround", "llround", "lrint",
+    ];
+    let libomp = (name.starts_with("__kmpc_") && !name.starts_with("__kmpc_fork")) || (name.starts_with("omp_") && !name.starts_with("omp_display"));
+    let math = MATH.iter().any(|m| name == *m || name.strip_suffix(['f', 'l']) == Some(m));
+    libomp || math || EXACT.contains(&name) || name.starts_with("__") && name.ends_with("_finite")
 }
 
 fn floor(a: u64) -> u64 {
@@ -104,6 +131,11 @@ pub(crate) fn load(heap: &SymmetricHeap, bytes: &[u8], base: u64, extent: u64, k
     load_needed(&img)?;
     map(heap, &img, base)?;
     let external = relocate(&img, base, &relocs)?;
+    let may_print = relocs
+        .iter()
+        .filter(|r| r.sym != 0)
+        .filter_map(|r| img.symbols.get(r.sym as usize))
+        .any(|s| !s.defined && super::device_alloc::interposed(&s.name).is_none() && !silent(&s.name));
     let in_data = |a: u64, len: u64| data.is_some_and(|(d, n)| a >= d && a + len <= d + n);
     let local_words = external.into_iter().filter(|&(a, _)| in_data(a, 8)).collect();
     let private = img.runtime_private().iter().map(|&(a, n)| (base + a, n)).filter(|&(a, n)| in_data(a, n)).collect();
@@ -114,7 +146,7 @@ pub(crate) fn load(heap: &SymmetricHeap, bytes: &[u8], base: u64, extent: u64, k
     // SAFETY: the image is mapped, relocated and protected at `base`; its initialisers are
     // ordinary functions of the image expecting exactly this (as after dlopen).
     unsafe { run_initialisers(&img, base) };
-    Ok(Loaded { kernels, data, local_words, private })
+    Ok(Loaded { kernels, data, local_words, private, may_print })
 }
 
 /// Map the pages of every segment (read-write for now) and copy the file bytes.
@@ -350,6 +382,16 @@ unsafe fn run_initialisers(img: &ElfImage<'_>, base: u64) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_known_silent_imports_make_an_image_silent() {
+        for name in ["sinf", "expl", "sqrt", "memcpy", "__kmpc_for_static_init_4", "omp_get_thread_num", "__cxa_finalize", "__exp_finite"] {
+            assert!(super::silent(name), "{name}");
+        }
+        for name in ["printf", "puts", "putchar", "write", "fwrite", "_ZNSolsEi", "__kmpc_fork_call", "__kmpc_fork_teams", "omp_display_affinity", "stdout", "sinx"] {
+            assert!(!super::silent(name), "{name}");
+        }
+    }
+
     use super::*;
     use std::process::Command;
 
