@@ -37,7 +37,7 @@ impl Image {
             }
             Err(e) => {
                 // Nothing runs from a failed image: give the range back.
-                let _ = heap.release(base, extent);
+                let _ = heap.release_mapping(base, extent);
                 memory.write().unclaim_image(base);
                 Err(format!("cannot load the device image: {e}"))
             }
