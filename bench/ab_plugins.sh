@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # A/B of two builds of the plugin on the empty target region (1 worker), alternating runs so
 # that the machine's drift hits both alike; prints the median and every run, with the stock
-# x86_64 plugin alongside.
+# x86_64 plugin alongside. MODE `mapped` times a region that maps its own arrays instead
+# (`offload_bench mapped`).
 #   cp target/release/libompcluster_plugin.so /some/dir/a.so   # before a change
 #   cargo build --release && cp target/release/libompcluster_plugin.so /some/dir/b.so
-#   bash bench/ab_plugins.sh ROUNDS /some/dir/a.so /some/dir/b.so [REPS]
+#   bash bench/ab_plugins.sh ROUNDS /some/dir/a.so /some/dir/b.so [REPS [MODE]]
 #
 # The stock side runs the same binary with /usr/lib/llvm-16/lib in front of LD_LIBRARY_PATH: on
 # Debian 12 libomptarget 16 finds its stock plugins only there, and without it every region
@@ -13,8 +14,9 @@
 # fails every attempt is reported as FAILED, never timed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 3 ] || { echo "usage: $0 ROUNDS A.so B.so [REPS]" >&2; exit 2; }
-rounds=$1 a=$(realpath "$2") b=$(realpath "$3") reps=${4:-50000}
+[ $# -ge 3 ] || { echo "usage: $0 ROUNDS A.so B.so [REPS [empty|mapped]]" >&2; exit 2; }
+rounds=$1 a=$(realpath "$2") b=$(realpath "$3") reps=${4:-50000} mode=${5:-empty}
+case "$mode" in empty|mapped) ;; *) echo "$0: MODE is empty or mapped, not $mode" >&2; exit 2 ;; esac
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 clang-16 -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu bench/offload_bench.c -o "$tmp/ob"
@@ -54,18 +56,21 @@ devices=$(LD_LIBRARY_PATH="$stock_ld" "$tmp/ob" devices) || {
 }
 echo "stock x86_64 plugin (LD_LIBRARY_PATH=$stock_ld): $devices"
 for _ in $(seq "$rounds"); do
-  echo "stock $(stock "$tmp/ob" empty "$reps")"
-  echo "A $(OMPCLUSTER_PLUGIN=$a "$run" -np 2 "$tmp/ob" empty "$reps")"
-  echo "B $(OMPCLUSTER_PLUGIN=$b "$run" -np 2 "$tmp/ob" empty "$reps")"
+  echo "stock $(stock "$tmp/ob" "$mode" "$reps")"
+  echo "A $(OMPCLUSTER_PLUGIN=$a "$run" -np 2 "$tmp/ob" "$mode" "$reps")"
+  echo "B $(OMPCLUSTER_PLUGIN=$b "$run" -np 2 "$tmp/ob" "$mode" "$reps")"
 done | python3 -c '
 import sys, collections, statistics
 runs, failed = collections.defaultdict(list), collections.Counter()
 for line in sys.stdin:
     who, *rest = line.split()
-    if rest == ["FAILED"]:
-        failed[who] += 1
+    if len(rest) == 2 and rest[0].endswith("_us"):
+        runs[who].append(float(rest[1]))
     else:
-        runs[who].append(float(rest[-1]))
+        # FAILED (stock, every attempt), or a run that failed its check (FAIL ...).
+        failed[who] += 1
+        if rest != ["FAILED"]:
+            print(f"{who}: {line.strip()}", file=sys.stderr)
 for who, v in runs.items():
     print(f"{who:5} median {statistics.median(v):6.2f} us   runs: {v}" + (f"   ({failed[who]} failed, not timed)" if failed[who] else ""))
 for who in failed.keys() - runs.keys():
