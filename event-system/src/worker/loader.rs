@@ -76,7 +76,7 @@ pub(crate) struct Loaded {
     /// (address, size): see [`ElfImage::runtime_private`].
     pub(crate) private: Vec<(u64, u64)>,
     /// Can its code write to standard output? False only when every function and object it
-    /// takes from outside is one of [`SILENT`]: its kernels then print nothing, and a worker
+    /// takes from outside is [`silent`]: its kernels then print nothing, and a worker
     /// need not collect output after them.
     pub(crate) may_print: bool,
 }
@@ -382,18 +382,18 @@ unsafe fn run_initialisers(img: &ElfImage<'_>, base: u64) {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use std::process::Command;
+
     #[test]
     fn only_known_silent_imports_make_an_image_silent() {
         for name in ["sinf", "expl", "sqrt", "memcpy", "__kmpc_for_static_init_4", "omp_get_thread_num", "__cxa_finalize", "__exp_finite"] {
-            assert!(super::silent(name), "{name}");
+            assert!(silent(name), "{name}");
         }
         for name in ["printf", "puts", "putchar", "write", "fwrite", "_ZNSolsEi", "__kmpc_fork_call", "__kmpc_fork_teams", "omp_display_affinity", "stdout", "sinx"] {
-            assert!(!super::silent(name), "{name}");
+            assert!(!silent(name), "{name}");
         }
     }
-
-    use super::*;
-    use std::process::Command;
 
     /// Compile a small shared object with the system C compiler and load it twice-removed
     /// from where `dlopen` would put it: relocations (RELATIVE, GLOB_DAT, JUMP_SLOT, 64),

@@ -331,9 +331,12 @@ impl Cluster {
         assume_written: Vec<bool>,
         snaps: &mut Vec<Snap>,
     ) -> Result<Executed> {
-        for (addr, ..) in reach {
-            self.ensure_present(*addr, w)?;
-        }
+        // The inputs from the head go out together, their answers are awaited together.
+        let mut pending = Vec::new();
+        let started = reach.iter().try_for_each(|(addr, ..)| self.start_move(*addr, w, &mut pending));
+        let finished = self.finish_moves(&mut pending);
+        started?;
+        finished?;
         let regions: Vec<Region> = reach.iter().map(|&(addr, size, ..)| Region { addr, size }).collect();
         // It starts once no merge holds a copy it uses, and counts as running on them until
         // it is done (see `Buffer::running`).

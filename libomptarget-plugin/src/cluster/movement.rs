@@ -39,15 +39,36 @@ impl Cluster {
     /// Make the current version of the buffer at `addr` present on worker `w`. Returns the
     /// bytes moved.
     pub(super) fn ensure_present(&self, addr: u64, w: i32) -> Result<u64> {
+        let mut pending = Vec::new();
+        let started = self.start_move(addr, w, &mut pending);
+        let finished = self.finish_moves(&mut pending);
+        started?;
+        finished
+    }
+
+    /// Start making the current version of the buffer at `addr` present on worker `w`. From
+    /// the head's copy, the SUBMIT and its bytes are sent and the answer is left to
+    /// [`Cluster::finish_moves`], so the inputs a region takes from the head cost one round
+    /// trip together instead of one each (the worker handles SUBMITs in order, before any
+    /// later event); from a worker's copy, it is moved now. `pending` holds the caller's
+    /// unfinished moves, which mark their buffers as incoming on `w`: they are finished before
+    /// this waits for another thread's move, which may itself be waiting for them.
+    pub(super) fn start_move(&self, addr: u64, w: i32, pending: &mut Vec<Move>) -> Result<()> {
         let mut bufs = self.buffers.lock();
         let (src, version, size, in_use) = loop {
             let b = bufs.get_mut(addr).ok_or(ClusterError::UnknownAddress(addr))?;
             if b.held_by(w) {
                 self.back_on(b, w)?;
-                return Ok(0);
+                return Ok(());
             }
             if b.incoming.contains(&w) || b.holding.contains_key(&w) {
-                self.moved.wait(&mut bufs);
+                if pending.is_empty() {
+                    self.moved.wait(&mut bufs);
+                } else {
+                    drop(bufs);
+                    self.finish_moves(pending)?;
+                    bufs = self.buffers.lock();
+                }
                 continue;
             }
             let src = self.current_holder(b).ok_or(ClusterError::Lost(addr))?;
@@ -58,10 +79,45 @@ impl Cluster {
             break (src, b.version, b.size, in_use.then_some(b.kernel_changes));
         };
         drop(bufs);
-        let t0 = Instant::now();
         let region = Region { addr, size };
-        let moved = self.copy_between(region, src, w);
-        self.sched.transfer_finished(size, t0.elapsed().as_secs_f64());
+        let t0 = Instant::now();
+        let state = if src == HEAD && w != HEAD {
+            let trace = self.trace_now();
+            // SAFETY: as for `copy_between` from the head: its staged copy is backed and does
+            // not change while the bytes are sent (the send is complete when this returns).
+            match unsafe { self.post_submit(region, addr as *const u8, w) } {
+                Ok(tag) => MoveState::Answer { tag, trace, t0 },
+                Err(e) => MoveState::Done(Err(e), t0.elapsed()),
+            }
+        } else {
+            MoveState::Done(self.copy_between(region, src, w), t0.elapsed())
+        };
+        pending.push(Move { addr, w, src, version, size, in_use, state });
+        Ok(())
+    }
+
+    /// Finish the moves `pending` started (all of them, whatever fails): wait for the answers
+    /// still due and record each worker that now holds the version. Returns the bytes moved,
+    /// or the first failure.
+    pub(super) fn finish_moves(&self, pending: &mut Vec<Move>) -> Result<u64> {
+        let mut result = Ok(0);
+        for m in pending.drain(..) {
+            match (self.finish_move(m), &mut result) {
+                (Ok(n), Ok(total)) => *total += n,
+                (Err(e), Ok(_)) => result = Err(e),
+                _ => {}
+            }
+        }
+        result
+    }
+
+    fn finish_move(&self, m: Move) -> Result<u64> {
+        let Move { addr, w, src, version, size, in_use, state } = m;
+        let (moved, took) = match state {
+            MoveState::Done(r, took) => (r, took),
+            MoveState::Answer { tag, trace, t0 } => (self.finish_submit(Region { addr, size }, w, tag, trace), t0.elapsed()),
+        };
+        self.sched.transfer_finished(size, took.as_secs_f64());
         let mut bufs = self.buffers.lock();
         if let Some(b) = bufs.get_mut(addr) {
             b.incoming.remove(&w);
@@ -130,12 +186,29 @@ impl Cluster {
             return Ok(());
         }
         let t = self.trace_now();
+        // SAFETY: forwarded contract.
+        let tag = unsafe { self.post_submit(region, bytes, dst)? };
+        self.finish_submit(region, dst, tag, t)
+    }
+
+    /// Send worker `dst` a SUBMIT of `region` and its bytes; returns the tag its answer will
+    /// come on (see [`Cluster::finish_submit`]).
+    ///
+    /// # Safety
+    /// As for [`Cluster::submit_from`] (the bytes are sent when this returns).
+    unsafe fn post_submit(&self, region: Region, bytes: *const u8, dst: i32) -> Result<i32> {
         let tag = self.post(dst, Event::Submit(region))?;
         // SAFETY: forwarded contract.
         unsafe { self.comm.send_bytes(dst, tag, bytes, region.size as usize, self.live.as_ref())? };
+        Ok(tag)
+    }
+
+    /// Wait for the answer to a SUBMIT [`Cluster::post_submit`] sent (`since`: the start of
+    /// its trace span).
+    fn finish_submit(&self, region: Region, dst: i32, tag: i32, since: Option<f64>) -> Result<()> {
         self.expect_ok(dst, tag)?;
         self.stats.add_submitted(region.size);
-        self.trace(t, Cat::Submit, dst, "submit", || vec![("bytes", json!(region.size)), ("addr", json!(region.addr))]);
+        self.trace(since, Cat::Submit, dst, "submit", || vec![("bytes", json!(region.size)), ("addr", json!(region.addr))]);
         Ok(())
     }
 
@@ -161,4 +234,25 @@ impl Cluster {
         self.trace(t, Cat::Retrieve, from, "retrieve", || vec![("bytes", json!(region.size)), ("addr", json!(region.addr))]);
         Ok(bytes)
     }
+}
+
+/// A move [`Cluster::start_move`] started and [`Cluster::finish_moves`] has yet to finish.
+pub(super) struct Move {
+    addr: u64,
+    w: i32,
+    src: i32,
+    /// The version it moves.
+    version: u64,
+    size: u64,
+    /// `Buffer::kernel_changes` of the source copy when it was in use by a kernel.
+    in_use: Option<u64>,
+    state: MoveState,
+}
+
+/// Where a move stands.
+enum MoveState {
+    /// A SUBMIT from the head whose answer is due on `tag` (`trace`: its span's start).
+    Answer { tag: i32, trace: Option<f64>, t0: Instant },
+    /// Done (and how long it took).
+    Done(Result<()>, std::time::Duration),
 }
