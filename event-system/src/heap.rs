@@ -213,8 +213,12 @@ impl HeapRange {
     pub fn back(&self, addr: u64, size: u64) -> Result<(), HeapError> {
         self.check(addr, size)?;
         let mut recycled = RECYCLED.lock();
-        if recycled.ranges.get(&addr) == Some(&size) {
-            recycled.ranges.remove(&addr);
+        if recycled.ranges.get(&addr).is_some_and(|r| r.size == size) {
+            if recycled.take(addr) {
+                // SAFETY: a recycled range is mapped read-write inside our reservation, and
+                // nothing uses it (it was released); zeroing it makes it as a new mapping.
+                unsafe { std::ptr::write_bytes(addr as *mut u8, 0, size as usize) };
+            }
             return Ok(());
         }
         recycled.forget(addr, size, self)?;
@@ -230,18 +234,25 @@ impl HeapRange {
     }
 
     /// Give the pages of `[addr, addr+size)`, plain read-write memory backed by
-    /// [`HeapRange::back`], back to the OS; the range stays reserved. A small range keeps its
-    /// read-write mapping, emptied, for the next `back` of the same range (see [`Recycled`]).
+    /// [`HeapRange::back`], back to the OS; the range stays reserved. A range of up to 1 MiB
+    /// keeps its read-write mapping for the next `back` of the same range (see [`Recycled`]).
     pub fn release(&self, addr: u64, size: u64) -> Result<(), HeapError> {
         self.check(addr, size)?;
         let mut recycled = RECYCLED.lock();
         recycled.forget(addr, size, self)?;
         if size <= Recycled::MAX_SIZE && recycled.make_room(addr, self)? {
+            if size <= Recycled::KEEP_SIZE && recycled.kept_bytes + size <= Recycled::KEEP_BYTES {
+                // Small: its pages stay (zeroed when backed again), which saves the
+                // madvise now and a page fault per page then.
+                recycled.kept_bytes += size;
+                recycled.ranges.insert(addr, Range { size, kept: true });
+                return Ok(());
+            }
             // SAFETY: the range is inside our reservation and read-write (the caller's
             // contract); MADV_DONTNEED on private anonymous memory frees its pages, which
             // read as zero afterwards.
             if unsafe { libc::madvise(addr as *mut libc::c_void, size as usize, libc::MADV_DONTNEED) } == 0 {
-                recycled.ranges.insert(addr, size);
+                recycled.ranges.insert(addr, Range { size, kept: false });
                 return Ok(());
             }
         }
@@ -351,8 +362,9 @@ impl MappingBudget {
     }
 }
 
-/// Ranges that [`HeapRange::release`] emptied (`MADV_DONTNEED`: their memory went back to the
-/// OS) but left mapped read-write, so that backing the same range again takes no `mmap`. A
+/// Ranges that [`HeapRange::release`] left mapped read-write, so that backing the same range
+/// again takes no `mmap`: emptied (`MADV_DONTNEED`: their memory went back to the OS), or, up
+/// to 64 KiB each and 32 MiB in all, with their pages kept, to be zeroed when backed again. A
 /// buffer's release and the next back of its range each cost two `mmap` calls that split or
 /// merge the process's mappings otherwise: about a third of the head's time in a loop of
 /// regions that map fresh 2 KiB arrays (`perf record`). The head's first-fit allocator hands
@@ -365,14 +377,39 @@ impl MappingBudget {
 /// thousands are released at once and only then handed out again. One set per process: a
 /// process has one heap.
 struct Recycled {
-    /// Start -> size.
-    ranges: BTreeMap<u64, u64>,
+    /// By start.
+    ranges: BTreeMap<u64, Range>,
+    /// Bytes of the ranges that kept their pages.
+    kept_bytes: u64,
 }
 
-static RECYCLED: parking_lot::Mutex<Recycled> = parking_lot::Mutex::new(Recycled { ranges: BTreeMap::new() });
+/// A recycled range.
+#[derive(Debug, Clone, Copy)]
+struct Range {
+    size: u64,
+    /// Its pages were kept (not given back to the OS): it must be zeroed when backed again.
+    kept: bool,
+}
+
+static RECYCLED: parking_lot::Mutex<Recycled> = parking_lot::Mutex::new(Recycled { ranges: BTreeMap::new(), kept_bytes: 0 });
 
 impl Recycled {
     const MAX_SIZE: u64 = 1 << 20;
+    /// Ranges up to this size keep their pages, up to `KEEP_BYTES` in all: zeroing a few pages
+    /// costs less than giving them back and faulting them in again.
+    const KEEP_SIZE: u64 = 64 << 10;
+    const KEEP_BYTES: u64 = 32 << 20;
+
+    /// Remove the range at `addr`; returns whether it kept its pages.
+    fn take(&mut self, addr: u64) -> bool {
+        match self.ranges.remove(&addr) {
+            Some(Range { size, kept: true }) => {
+                self.kept_bytes -= size;
+                true
+            }
+            _ => false,
+        }
+    }
 
     /// How many ranges may be kept: each is two mappings, so an eighth of the limit keeps a
     /// quarter of it (8191 ranges under Linux's default of 65,530).
@@ -387,9 +424,9 @@ impl Recycled {
         if self.ranges.len() < Self::max_ranges() {
             return Ok(true);
         }
-        match self.ranges.last_key_value().map(|(&a, &n)| (a, n)) {
+        match self.ranges.last_key_value().map(|(&a, r)| (a, r.size)) {
             Some((a, n)) if a > addr => {
-                self.ranges.remove(&a);
+                self.take(a);
                 heap.unmap(a, n)?;
                 Ok(true)
             }
@@ -399,17 +436,12 @@ impl Recycled {
 
     /// Return every recycled range overlapping `[addr, addr+size)` to the reservation.
     fn forget(&mut self, addr: u64, size: u64, heap: &HeapRange) -> Result<(), HeapError> {
-        let end = addr + size;
-        let overlapping: Vec<(u64, u64)> = self
-            .ranges
-            .range(..end)
-            .rev()
-            .take_while(|&(&a, &n)| a + n > addr || a >= addr)
-            .filter(|&(&a, &n)| a + n > addr)
-            .map(|(&a, &n)| (a, n))
-            .collect();
+        // The ranges are disjoint: going down from the end, the first one that ends at or
+        // before `addr` is followed only by lower ones.
+        let overlapping: Vec<(u64, u64)> =
+            self.ranges.range(..addr + size).rev().take_while(|&(&a, r)| a + r.size > addr).map(|(&a, r)| (a, r.size)).collect();
         for (a, n) in overlapping {
-            self.ranges.remove(&a);
+            self.take(a);
             heap.unmap(a, n)?;
         }
         Ok(())
@@ -437,7 +469,9 @@ impl Drop for SymmetricHeap {
     fn drop(&mut self) {
         // Its recycled ranges go with it (another heap may be reserved here later).
         let (lo, hi) = (self.range.base, self.range.end());
-        RECYCLED.lock().ranges.retain(|&a, _| a < lo || a >= hi);
+        let mut recycled = RECYCLED.lock();
+        recycled.ranges.retain(|&a, _| a < lo || a >= hi);
+        recycled.kept_bytes = recycled.ranges.values().filter(|r| r.kept).map(|r| r.size).sum();
         // SAFETY: unmapping exactly the reservation this value owns.
         unsafe { libc::munmap(self.range.base as *mut libc::c_void, self.range.size as usize) };
     }
@@ -540,7 +574,7 @@ mod tests {
         // SAFETY (all blocks): the pages at `a` are backed read-write while they are used.
         unsafe { *(a as *mut u8).add(5000) = 7 };
         heap.release(a, 2 * PAGE).unwrap();
-        assert_eq!(RECYCLED.lock().ranges.get(&a), Some(&(2 * PAGE)));
+        assert!(RECYCLED.lock().ranges.get(&a).is_some_and(|r| r.size == 2 * PAGE && r.kept));
         heap.back(a, 2 * PAGE).unwrap();
         assert!(!RECYCLED.lock().ranges.contains_key(&a));
         // Fresh pages read as zero, as after a new mapping.
@@ -554,6 +588,14 @@ mod tests {
         assert!(!RECYCLED.lock().ranges.contains_key(&a));
         unsafe { assert_eq!(*(a as *const u8).add(5000), 0) };
         heap.release(a + PAGE, 2 * PAGE).unwrap();
+        // Ranges over 64 KiB give their pages back, and still read as zero when backed again.
+        heap.back(a, 32 * PAGE).unwrap();
+        unsafe { *(a as *mut u8).add(5000) = 3 };
+        heap.release(a, 32 * PAGE).unwrap();
+        assert!(RECYCLED.lock().ranges.get(&a).is_some_and(|r| r.size == 32 * PAGE && !r.kept));
+        heap.back(a, 32 * PAGE).unwrap();
+        unsafe { assert_eq!(*(a as *const u8).add(5000), 0) };
+        heap.release(a, 32 * PAGE).unwrap();
         // Large ranges are not kept.
         heap.back(a, 512 * PAGE).unwrap();
         heap.release(a, 512 * PAGE).unwrap();
