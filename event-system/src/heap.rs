@@ -7,7 +7,9 @@
 //! (or a kernel) stores inside device memory stay valid wherever the data moves.
 //!
 //! Buffers are page-aligned and page-sized, so two buffers never share a page and backing or
-//! releasing one never touches another.
+//! releasing one never touches another. A released range of up to 1 MiB stays mapped for the
+//! next buffer at its address, and one of up to 64 KiB keeps its pages too (32 MiB per
+//! process at most), zeroed when backed again: see `Recycled`.
 
 use std::collections::BTreeMap;
 use thiserror::Error;
