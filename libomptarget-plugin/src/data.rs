@@ -430,6 +430,19 @@ impl Buffers {
         self.retired.insert(b.id, b);
     }
 
+    /// The version a retired buffer was retired at, if `id` is retired.
+    pub(crate) fn retired_version(&self, id: u64) -> Option<u64> {
+        self.retired.get(&id).map(|b| b.version)
+    }
+
+    /// Forget the retired buffer `id` and return it (re-running recorded tasks can no longer
+    /// read it; the caller releases the head's pages, then frees the range).
+    pub(crate) fn unretire(&mut self, id: u64) -> Option<Buffer> {
+        let b = self.retired.remove(&id)?;
+        self.retained -= b.span;
+        Some(b)
+    }
+
     /// Ids of the retired buffers.
     pub(crate) fn retired_ids(&self) -> impl Iterator<Item = u64> + '_ {
         self.retired.keys().copied()

@@ -40,8 +40,13 @@ const DEVICE_NEW: (&str, &[&str]) = ("device_new.cpp", &["12", "16", "40000"]);
 /// 50 ms.
 const SHARED_READER: (&str, &[&str]) = ("ft_shared_reader.c", &["12", "50"]);
 
+/// Temporary inputs mapped by each region (`tests/programs/ft_temp_inputs.c`), tested by
+/// `inputs_deleted_long_before_are_there_for_recovery`: 6 outputs, 60 rounds of 50 ms regions
+/// (each output a chain of 3 s).
+const TEMP_INPUTS: (&str, &[&str]) = ("ft_temp_inputs.c", &["6", "512", "60", "50000"]);
+
 fn args_of(src: &str) -> &'static [&'static str] {
-    PROGRAMS.iter().chain([&DEVICE_NEW, &SHARED_READER]).find(|(s, _)| *s == src).map(|(_, a)| *a).expect("a known program")
+    PROGRAMS.iter().chain([&DEVICE_NEW, &SHARED_READER, &TEMP_INPUTS]).find(|(s, _)| *s == src).map(|(_, a)| *a).expect("a known program")
 }
 
 /// xorshift64*: reproducible moments from a seed.
@@ -199,6 +204,20 @@ fn frozen_worker_gives_the_failure_free_output() {
         assert_same(src, &o, &expected, "rank 2 frozen");
         assert!(recovered(&o), "{src}: no recovery reported\n{}", describe(&o));
         assert!(stderr(&o).contains("declared dead by the failure detector"), "{}", describe(&o));
+    }
+}
+
+/// A region's inputs are deleted when it ends, but its output lives on: recovery re-runs it
+/// from the head's kept copies of the inputs, at their addresses. Kills late in the run (the
+/// lost outputs' lineage reaches back to the first rounds) and early; a worker frozen.
+#[test]
+fn inputs_deleted_long_before_are_there_for_recovery() {
+    let src = TEMP_INPUTS.0;
+    let expected = reference(src, &[]);
+    for (rank, sig, ms) in [(2, libc::SIGKILL, 2400), (1, libc::SIGKILL, 700), (3, libc::SIGSTOP, 1500)] {
+        let (o, _) = run_hit(src, &[], &[Hit { rank, sig, after: Duration::from_millis(ms) }], None);
+        assert_same(src, &o, &expected, &format!("rank {rank} hit by signal {sig} at {ms} ms"));
+        assert!(recovered(&o), "{src}: no recovery reported\n{}", describe(&o));
     }
 }
 

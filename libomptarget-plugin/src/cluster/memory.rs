@@ -1,6 +1,10 @@
 //! Memory requests: allocation, deletion, host submits and retrieves, device-to-device copies.
 use super::*;
 
+/// A deleted buffer with more versions than this is not walked version by version to decide
+/// whether recovery may still re-run a task that read it: it is kept until the next prune.
+const MAX_VERSIONS_WALKED: u64 = 64;
+
 impl Cluster {
     /// Allocate a device buffer.
     pub(crate) fn alloc(&self, size: u64, host: u64) -> Result<u64> {
@@ -61,13 +65,14 @@ impl Cluster {
                 return Ok(());
             }
             let b = bufs.remove(addr).ok_or(ClusterError::UnknownAddress(addr))?;
-            // A recorded task may have read it: keep the head's copy (and the address range)
-            // for recovery, within the budget, until the record no longer needs it. A task
-            // that read its version 0 (zeros: a `map(from:)` buffer) needs no copy, only the
-            // range, to run again (say, to rebuild what device code allocated in it).
+            // A recorded task that recovery may still re-run read it: keep the head's copy
+            // (and the address range), within the budget, until the record no longer needs
+            // it. A task that read its version 0 (zeros: a `map(from:)` buffer) needs no copy,
+            // only the range, to run again (say, to rebuild what device code allocated in it).
             let retire = self.retains()
                 && bufs.may_retain(b.span)
-                && (b.version_on(HEAD).is_some() || self.graph.lock().is_read(Access { buffer: b.id, version: 0 }));
+                && (b.version_on(HEAD).is_some() || self.graph.lock().is_read(Access { buffer: b.id, version: 0 }))
+                && self.reruns_may_read(&bufs, b.id, b.version);
             (b, retire)
         };
         self.device_bytes.fetch_sub(b.size, Ordering::Relaxed);
@@ -82,12 +87,62 @@ impl Cluster {
                 Err(e) => return Err(e),
             }
         }
+        let (id, version) = (b.id, b.version);
         if retire {
             self.buffers.lock().retire(b);
         } else {
             self.release_head_copy(&b)?;
         }
         self.log(format_args!("DELETE {addr:#x}{}", if retire { " (head copy kept for recovery)" } else { "" }));
+        if self.retains() {
+            self.release_unneeded_inputs(id, version)?;
+        }
+        Ok(())
+    }
+
+    /// Can re-running recorded tasks still read buffer `id` (no longer live), whose last
+    /// version is `version`? Only if a task that read one of its versions feeds, through
+    /// recorded tasks, the current version of a live buffer that no checkpoint holds
+    /// ([`Cluster::lineage_needs`]): a recovery re-runs nothing else, and a task recorded later
+    /// reads only current versions, whose lineage is walked here already. A buffer of very
+    /// many versions is assumed needed (until the next prune), rather than walked per version.
+    fn reruns_may_read(&self, bufs: &Buffers, id: u64, version: u64) -> bool {
+        version > MAX_VERSIONS_WALKED
+            || (0..=version).any(|v| {
+                let a = Access { buffer: id, version: v };
+                self.graph.lock().is_read(a) && self.lineage_needs(bufs, a)
+            })
+    }
+
+    /// Buffer `id` (versions up to `version`) was just deleted: the retired buffers that the
+    /// tasks producing its versions read may have been kept only for it (a region's inputs,
+    /// deleted before its output). Release those that re-running recorded tasks can no longer
+    /// read, now rather than at the next prune, so that their address ranges (and mappings)
+    /// are reused by the next buffers.
+    fn release_unneeded_inputs(&self, id: u64, version: u64) -> Result<()> {
+        if version > MAX_VERSIONS_WALKED {
+            return Ok(());
+        }
+        let released: Vec<Buffer> = {
+            let mut bufs = self.buffers.lock();
+            let inputs: BTreeSet<u64> = {
+                let g = self.graph.lock();
+                (1..=version)
+                    .filter_map(|v| g.producer(Access { buffer: id, version: v }))
+                    .flat_map(|t| t.reads.iter().map(|r| r.buffer))
+                    .filter(|&r| r != id && bufs.retired_version(r).is_some())
+                    .collect()
+            };
+            let unneeded: Vec<u64> = inputs
+                .into_iter()
+                .filter(|&r| bufs.retired_version(r).is_some_and(|v| !self.reruns_may_read(&bufs, r, v)))
+                .collect();
+            unneeded.into_iter().filter_map(|r| bufs.unretire(r)).collect()
+        };
+        for b in released {
+            self.release_head_copy(&b)?;
+            self.log(format_args!("RELEASE retired {:#x}: no recorded task recovery may re-run reads it", b.addr));
+        }
         Ok(())
     }
 
