@@ -207,6 +207,32 @@ fn a_crash_of_the_program_is_the_launchers_crash() {
     }
 }
 
+/// The program crashes while a worker is frozen (SIGSTOP), before its failure detector
+/// declares that worker dead (1 s): the other workers notice the dead head and exit, the
+/// frozen one never would, and mpirun in its recovery mode would wait for it forever (it did,
+/// before the launcher watched for this). The launcher stops the job once the head has been
+/// dead for twice the detector's timeout and 5 s more, and still dies of the program's signal.
+#[test]
+fn a_crash_of_the_program_while_a_worker_is_frozen_ends_the_job() {
+    use std::os::unix::process::ExitStatusExt;
+    let prog = compile("head_crash.c");
+    let dir = tempfile::tempdir_in(ompcluster_tests::work_dir()).unwrap();
+    let ready = dir.path().join("region-done");
+    let mut job = Job::spawn(4, &prog, &["3", ready.to_str().unwrap()], &[("OMPCLUSTER_HB_PERIOD", "100"), ("OMPCLUSTER_HB_TIMEOUT", "1000")]);
+    let t0 = Instant::now();
+    // Once a region ran, every rank is past its start-up.
+    while !ready.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(30) && job.wait_timeout(Duration::ZERO).is_none(), "no region ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let frozen = job.ranks(&prog).iter().find(|(r, _)| *r == 2).map(|&(_, pid)| pid).expect("rank 2 runs");
+    // SAFETY: kill has no memory-safety preconditions; the pid is a rank of our job.
+    unsafe { libc::kill(frozen, libc::SIGSTOP) };
+    let o = job.wait(Duration::from_secs(60));
+    assert_eq!(o.status.signal(), Some(libc::SIGABRT), "{}", describe(&o));
+    assert!(stderr(&o).contains("stopping the job"), "{}", describe(&o));
+}
+
 /// Build `lib<name>.so` from C `code` in a fresh directory (linked with `extra` flags).
 fn shared_lib(dir: &Path, name: &str, code: &str, extra: &[&str]) -> std::path::PathBuf {
     let src = dir.join(format!("{name}.c"));

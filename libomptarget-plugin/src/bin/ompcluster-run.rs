@@ -43,6 +43,36 @@ struct Args {
     command: Vec<OsString>,
 }
 
+/// Wait for mpirun to end. If the status file says the head died of a signal and the job is
+/// still running `grace` later, ask mpirun to stop it (SIGTERM, then SIGKILL 10 s later).
+fn wait_for_job(mut child: std::process::Child, status_file: Option<&Path>, grace: std::time::Duration) -> std::io::Result<std::process::ExitStatus> {
+    use std::time::{Duration, Instant};
+    let mut crashed_at: Option<Instant> = None;
+    let mut termed_at: Option<Instant> = None;
+    loop {
+        if let Some(st) = child.try_wait()? {
+            return Ok(st);
+        }
+        if crashed_at.is_none() && status_file.and_then(|f| std::fs::read_to_string(f).ok()).is_some_and(|s| s.starts_with("signal ")) {
+            crashed_at = Some(Instant::now());
+        }
+        match (crashed_at, termed_at) {
+            (Some(c), None) if c.elapsed() > grace => {
+                eprintln!("ompcluster-run: the program died, but ranks of the job are still running {:.0} s later (a frozen worker?): stopping the job", grace.as_secs_f64());
+                // SAFETY: kill has no memory-safety preconditions; the pid is our child's.
+                unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+                termed_at = Some(Instant::now());
+            }
+            (_, Some(t)) if t.elapsed() > Duration::from_secs(10) => {
+                child.kill()?;
+                return child.wait();
+            }
+            _ => {}
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("ompcluster-run: {msg}");
     ExitCode::from(2)
@@ -259,7 +289,8 @@ fn main() -> ExitCode {
     cmd.args(["--oversubscribe", "--bind-to", "none", "--mca", "pml", "ob1", "--mca", "btl", "self,vader,tcp"]);
     // With fault tolerance on (the default), mpirun must let the job go on when a rank dies:
     // the runtime recovers. Without it, a dead rank ends the job as before.
-    let ft_on = ft_detector::Config::from_env().map(|c| c.enabled).unwrap_or(true);
+    let ft = ft_detector::Config::from_env().ok();
+    let ft_on = ft.as_ref().map(|c| c.enabled).unwrap_or(true);
     if ft_on || matches!(kind, ProgramKind::PlainMpi) {
         cmd.arg("--enable-recovery");
     }
@@ -305,7 +336,12 @@ fn main() -> ExitCode {
         println!("LD_LIBRARY_PATH={} {:?}", ld.to_string_lossy(), cmd);
         return ExitCode::SUCCESS;
     }
-    let status = cmd.status();
+    // The workers notice a crashed head within the detector's timeout and exit; one that is
+    // frozen (SIGSTOP) never does, and mpirun in its recovery mode waits for it forever. So
+    // once the head has died of a signal, the job gets that long again (and 5 s more) to end
+    // by itself, then mpirun is told to stop it (which also ends stopped ranks).
+    let grace = 2 * ft.as_ref().map_or(std::time::Duration::from_secs(5), |c| c.timeout) + std::time::Duration::from_secs(5);
+    let status = cmd.spawn().and_then(|child| wait_for_job(child, status_file.as_deref(), grace));
     if use_veloc {
         // A daemon the job started and could not stop (all ranks of this node killed).
         if let Some(pid) = ckpt_veloc::sweep_veloc_backend() {
