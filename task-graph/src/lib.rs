@@ -9,7 +9,10 @@
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::visit::{EdgeRef, IntoEdgeReferences};
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+// The maps are keyed by (buffer, version) pairs the runtime made itself, never by input an
+// adversary chooses: the fast Fx hash, not SipHash (each region records several lookups).
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 /// Identity of a device buffer (stable for the buffer's lifetime; never reused).
@@ -265,7 +268,7 @@ impl TaskGraph {
         // can have thousands of readers (every region reads its image's data), and taking each
         // removed reader out of the list on its own made a prune quadratic.
         let gone: HashSet<NodeIndex> = drop.iter().map(|&(_, n)| n).collect();
-        let mut read: HashSet<Access> = HashSet::new();
+        let mut read: HashSet<Access> = HashSet::default();
         for &(id, n) in &drop {
             if let Some(t) = self.graph.remove_node(n) {
                 read.extend(t.reads.iter().copied());
