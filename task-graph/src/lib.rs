@@ -300,8 +300,10 @@ impl TaskGraph {
 
     /// Can re-running recorded tasks need `access`: does a recorded task read it whose output
     /// is a version `is_root` accepts (one that could be lost), or feeds one the same way?
-    /// Walks forward from the readers of `access`, each version at most once.
-    pub fn feeds(&self, access: Access, is_root: &dyn Fn(Access) -> bool) -> bool {
+    /// Walks forward from the readers of `access`, each version at most once, looking at most
+    /// at `budget` written versions (taken from it): a walk that runs out answers true, the
+    /// safe answer.
+    pub fn feeds(&self, access: Access, is_root: &dyn Fn(Access) -> bool, budget: &mut u64) -> bool {
         let mut todo = vec![access];
         let mut seen: BTreeSet<Access> = BTreeSet::new();
         while let Some(a) = todo.pop() {
@@ -310,6 +312,10 @@ impl TaskGraph {
             }
             for &n in self.readers.get(&a).into_iter().flatten() {
                 for &w in &self.graph[n].writes {
+                    if *budget == 0 {
+                        return true;
+                    }
+                    *budget -= 1;
                     if is_root(w) {
                         return true;
                     }
@@ -460,8 +466,17 @@ mod tests {
         assert_eq!(g.tasks().map(|t| &*t.kernel).collect::<Vec<_>>(), vec!["w1", "w2"]);
         // b7 v1 feeds b7 v2 (a root); b9 v0 fed only b9 v1, not a root if checkpointed.
         let root = |a: Access| a == Access { buffer: 7, version: 2 };
-        assert!(g.feeds(Access { buffer: 7, version: 0 }, &root));
-        assert!(!g.feeds(Access { buffer: 9, version: 0 }, &root));
+        assert!(g.feeds(Access { buffer: 7, version: 0 }, &root, &mut { u64::MAX }));
+        assert!(!g.feeds(Access { buffer: 9, version: 0 }, &root, &mut { u64::MAX }));
+        // A walk that runs out of its budget answers true (from b7 v0 it looks at b7 v1, then
+        // at b7 v2), and takes what it looked at from the budget.
+        let never = |_: Access| false;
+        let mut budget = 1;
+        assert!(g.feeds(Access { buffer: 7, version: 0 }, &never, &mut budget));
+        assert_eq!(budget, 0);
+        let mut budget = 10;
+        assert!(!g.feeds(Access { buffer: 7, version: 0 }, &never, &mut budget));
+        assert_eq!(budget, 8);
         // What the kept tasks read is still read; what only pruned ones read is not.
         assert!(g.is_read(Access { buffer: 7, version: 1 }) && g.is_read(Access { buffer: 7, version: 0 }));
         assert!(!g.is_read(Access { buffer: 9, version: 0 }) && !g.is_read(Access { buffer: 7, version: 2 }));

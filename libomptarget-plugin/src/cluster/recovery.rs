@@ -268,7 +268,7 @@ impl Cluster {
                 match bufs.by_id(a.buffer) {
                     Some(b) if b.version == a.version && b.holders.is_empty() && bufs.get(b.addr).is_some() => b.addr,
                     _ => {
-                        if self.lineage_needs(&bufs, a) {
+                        if self.lineage_needs(&bufs, a, &mut { u64::MAX }) {
                             bufs.keep(a, bytes);
                         }
                         continue;
