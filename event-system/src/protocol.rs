@@ -117,10 +117,12 @@ pub enum Event {
     /// Reply once every earlier event of this worker has been handled.
     Sync,
     /// Fault injection (`OMPCLUSTER_FT_INJECT`): raise this signal (SIGKILL or SIGSTOP) on
-    /// yourself, now. No reply.
+    /// yourself, now, or once EXIT is answered. No reply.
     Inject {
         /// The signal.
         signal: i32,
+        /// Raise it after answering EXIT, not now.
+        at_exit: bool,
     },
     /// These ranks were declared dead: never wait for them, nor accept their data, again, and
     /// kill the processes in `kill` (dead ranks on this worker's host). Sent by the head before
@@ -334,7 +336,7 @@ impl Event {
                 }
                 Ok(())
             }
-            Event::Inject { signal } => {
+            Event::Inject { signal, .. } => {
                 if *signal != libc::SIGKILL && *signal != libc::SIGSTOP {
                     return Err(ProtocolError::Invalid(format!("signal {signal} cannot be injected")));
                 }

@@ -169,6 +169,7 @@ pub extern "C" fn __tgt_rtl_number_of_devices() -> i32 {
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_init_device(dev: i32) -> i32 {
     if dev == 0 && runtime::get().is_some() {
+        runtime::device_in_use();
         OFFLOAD_SUCCESS
     } else {
         OFFLOAD_FAIL

@@ -5,7 +5,8 @@
 //! * `R`: a worker rank (1..N-1);
 //! * `TRIGGER`: `after_tasks=N` (once the head has seen N target regions complete),
 //!   `after_ms=N` (N ms after start-up), `during=checkpoint` (in the pause of the next
-//!   checkpoint) or `during=recovery` (while the next recovery that does not involve R runs).
+//!   checkpoint), `during=recovery` (while the next recovery that does not involve R runs) or
+//!   `during=exit` (as the job ends: once R has answered the head's EXIT).
 //!
 //! Example: `kill:rank=2:after_tasks=40;stop:rank=3:after_ms=1500`. The head sends the
 //! victim an INJECT event and the victim raises the signal on itself; the head notes when, so
@@ -45,6 +46,9 @@ pub enum Trigger {
     DuringCheckpoint,
     /// While the next recovery (of other ranks) runs.
     DuringRecovery,
+    /// As the job ends: the victim raises the signal once it has answered the head's EXIT
+    /// (nothing waits for it any more; only the launcher can end it).
+    DuringExit,
 }
 
 /// One fault.
@@ -70,6 +74,7 @@ impl fmt::Display for Fault {
             Trigger::AfterMs(n) => format!("after_ms={n}"),
             Trigger::DuringCheckpoint => "during=checkpoint".into(),
             Trigger::DuringRecovery => "during=recovery".into(),
+            Trigger::DuringExit => "during=exit".into(),
         };
         write!(f, "{a}:rank={}:{t}", self.rank)
     }
@@ -103,9 +108,10 @@ pub fn parse(spec: &str, ranks: Option<i32>) -> Result<Vec<Fault>, String> {
             Some(("after_ms", n)) => Trigger::AfterMs(num(n)?),
             Some(("during", "checkpoint")) => Trigger::DuringCheckpoint,
             Some(("during", "recovery")) => Trigger::DuringRecovery,
+            Some(("during", "exit")) => Trigger::DuringExit,
             _ => {
                 return Err(format!(
-                    "{item:?}: unknown trigger {trigger:?} (after_tasks=N, after_ms=N, during=checkpoint or during=recovery)"
+                    "{item:?}: unknown trigger {trigger:?} (after_tasks=N, after_ms=N, during=checkpoint, during=recovery or during=exit)"
                 ))
             }
         };
@@ -133,11 +139,11 @@ impl Injector {
     }
 
     /// The faults whose trigger `due` accepts and that did not fire yet; each is marked fired.
-    pub fn due(&self, due: impl Fn(&Trigger) -> bool) -> Vec<(Action, i32)> {
+    pub fn due(&self, due: impl Fn(&Trigger) -> bool) -> Vec<(Action, i32, Trigger)> {
         self.faults
             .iter()
             .filter(|f| due(&f.trigger) && !f.fired.swap(true, Ordering::AcqRel))
-            .map(|f| (f.action, f.rank))
+            .map(|f| (f.action, f.rank, f.trigger))
             .collect()
     }
 
@@ -176,12 +182,13 @@ mod tests {
 
     #[test]
     fn grammar() {
-        let f = parse("kill:rank=2:after_tasks=40; stop:rank=3:after_ms=1500;kill:rank=1:during=checkpoint;kill:rank=2:during=recovery", Some(4)).unwrap();
-        assert_eq!(f.len(), 4);
+        let f = parse("kill:rank=2:after_tasks=40; stop:rank=3:after_ms=1500;kill:rank=1:during=checkpoint;kill:rank=2:during=recovery;stop:rank=1:during=exit", Some(4)).unwrap();
+        assert_eq!(f.len(), 5);
         assert_eq!(f[0].to_string(), "kill:rank=2:after_tasks=40");
         assert_eq!((f[1].action, f[1].rank, f[1].trigger), (Action::Stop, 3, Trigger::AfterMs(1500)));
         assert_eq!(f[2].trigger, Trigger::DuringCheckpoint);
         assert_eq!(f[3].trigger, Trigger::DuringRecovery);
+        assert_eq!(f[4].to_string(), "stop:rank=1:during=exit");
         assert!(parse("", None).unwrap().is_empty());
         for bad in ["kill:rank=0:after_ms=1", "kill:rank=4:after_ms=1", "explode:rank=1:after_ms=1", "kill:rank=1", "kill:rank=x:after_ms=1", "kill:rank=1:after_ms=soon", "kill:rank=1:during=lunch"] {
             assert!(parse(bad, Some(4)).is_err(), "{bad} accepted");
@@ -189,7 +196,7 @@ mod tests {
         // Without the job's size, any positive rank is accepted.
         assert!(parse("kill:rank=9:after_ms=1", None).is_ok());
         let inj = Injector::new(f);
-        assert_eq!(inj.due(|t| matches!(t, Trigger::AfterTasks(n) if *n <= 40)), vec![(Action::Kill, 2)]);
+        assert_eq!(inj.due(|t| matches!(t, Trigger::AfterTasks(n) if *n <= 40)), vec![(Action::Kill, 2, Trigger::AfterTasks(40))]);
         assert!(inj.due(|t| matches!(t, Trigger::AfterTasks(_))).is_empty(), "fires once");
         assert_eq!(inj.timed(), vec![1500]);
     }

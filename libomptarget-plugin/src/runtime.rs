@@ -91,6 +91,28 @@ extern "C" fn record_exit_status(status: libc::c_int, _arg: *mut libc::c_void) {
     let _ = std::panic::catch_unwind(|| write_exit_status(status));
 }
 
+extern "C" fn note_exit_status(status: libc::c_int, _arg: *mut libc::c_void) {
+    EXIT_STATUS.store(status, Ordering::Release);
+}
+
+/// On the head, once the device is in use: learn the exit status before libomptarget
+/// unregisters its images at exit (which stops the workers and finalizes MPI, a wait that
+/// [`finalize`] bounds by leaving with this status). `exit` calls its handlers in reverse
+/// order of registration, and the one that unregisters the images was registered after
+/// [`keep_exit_status`]'s (clang's `omp_offloading.descriptor_reg` registers it once
+/// `__tgt_register_lib` has returned); this one comes later still.
+pub(crate) fn device_in_use() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    if !matches!(RUNTIME.get(), Some(Runtime::Head(_))) || STATUS_FILE.get().is_none() {
+        return;
+    }
+    ONCE.call_once(|| {
+        // SAFETY: registering a handler that only stores a number; glibc calls it once, from
+        // `exit`, with the exit status.
+        unsafe { on_exit(note_exit_status, std::ptr::null_mut()) };
+    });
+}
+
 /// Tell the launcher how the program ended (the head only).
 pub(crate) fn write_exit_status(status: i32) {
     if let Some(p) = STATUS_FILE.get() {
@@ -329,11 +351,15 @@ fn finalize() {
         // wait for ever. Leave after a bound (mpirun is in its recovery mode).
         let _ = std::thread::Builder::new().name("ompc-finalize".into()).spawn(|| {
             std::thread::sleep(FINALIZE_BOUND);
+            // The launcher learns the status here: the handler that writes it at exit does
+            // not run after `_exit`.
+            let status = EXIT_STATUS.load(Ordering::Acquire);
+            write_exit_status(status);
             // SAFETY: flushing C streams, then leaving with the status the program exited
-            // with (recorded by `record_exit_status`; 0 on a worker).
+            // with (noted by `note_exit_status`; 0 on a worker).
             unsafe {
                 libc::fflush(std::ptr::null_mut());
-                libc::_exit(EXIT_STATUS.load(Ordering::Acquire))
+                libc::_exit(status)
             }
         });
     }

@@ -233,6 +233,21 @@ fn a_crash_of_the_program_while_a_worker_is_frozen_ends_the_job() {
     assert!(stderr(&o).contains("stopping the job"), "{}", describe(&o));
 }
 
+/// A worker frozen (SIGSTOP) once it has answered the head's EXIT: nothing waits for it any
+/// more, so nothing declares it dead, and mpirun in its recovery mode would wait for it
+/// forever (a freeze from outside landing there hung a CI run). The launcher stops the job
+/// once the program has ended and the job still runs twice the detector's timeout and 5 s
+/// later, and exits with the program's status.
+#[test]
+fn a_worker_frozen_as_the_job_ends_does_not_keep_it_running() {
+    let prog = compile("exit3.c");
+    let envs = [("OMPCLUSTER_HB_PERIOD", "100"), ("OMPCLUSTER_HB_TIMEOUT", "1000"), ("OMPCLUSTER_FT_INJECT", "stop:rank=2:during=exit")];
+    let o = Job::spawn(4, &prog, &[], &envs).wait(Duration::from_secs(60));
+    assert_eq!(o.status.code(), Some(3), "{}", describe(&o));
+    assert!(stdout(&o).contains("x=2"), "{}", describe(&o));
+    assert!(stderr(&o).contains("the program exited with status 3, but ranks of the job are still running"), "{}", describe(&o));
+}
+
 /// Build `lib<name>.so` from C `code` in a fresh directory (linked with `extra` flags).
 fn shared_lib(dir: &Path, name: &str, code: &str, extra: &[&str]) -> std::path::PathBuf {
     let src = dir.join(format!("{name}.c"));

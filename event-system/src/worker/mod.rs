@@ -21,7 +21,7 @@ use crate::protocol::{self, Envelope, Event, Reply};
 use crate::HEAD;
 use device::Device;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -64,6 +64,8 @@ struct Worker {
     /// Events being handled off the poll lock.
     busy: AtomicUsize,
     ckpt: Option<Arc<dyn CheckpointSink>>,
+    /// A signal to raise once EXIT is answered (`Event::Inject` with `at_exit`; 0: none).
+    exit_signal: AtomicI32,
     /// This worker's standard output, captured to travel with EXECUTE replies.
     stdout: Option<Arc<output::Capture>>,
 }
@@ -84,6 +86,7 @@ pub fn run(
         dev: Device::default(),
         poll: Mutex::new(()),
         exit: AtomicBool::new(false),
+        exit_signal: AtomicI32::new(0),
         idle: AtomicUsize::new(1),
         threads: AtomicUsize::new(1),
         busy: AtomicUsize::new(0),
@@ -192,14 +195,8 @@ fn lead(w: &Arc<Worker>) -> Result<Turn, CommError> {
                 w.exit.store(true, Ordering::Release);
                 return Ok(Turn::Exit(env.tag));
             }
-            Event::Inject { signal } => {
-                // SAFETY: flushing C streams, then raising a signal (validated: SIGKILL or
-                // SIGSTOP) on this process, as a test asked.
-                unsafe {
-                    libc::fflush(std::ptr::null_mut());
-                    libc::raise(*signal);
-                }
-            }
+            Event::Inject { signal, at_exit: true } => w.exit_signal.store(*signal, Ordering::Release),
+            Event::Inject { signal, at_exit: false } => raise(*signal),
             // Handled right here, still holding `poll` (reasons in README.md):
             // - CHECKPOINT: saved before this worker looks at any later event, which is
             //   what keeps the saved copies as they were at the checkpoint;
@@ -239,6 +236,10 @@ fn serve(w: &Arc<Worker>) -> Result<(), CommError> {
             Turn::Exit(tag) => {
                 wait_idle(w, 0);
                 w.comm.send_msg(HEAD, tag, &Reply::Ok, w.live.as_ref())?;
+                match w.exit_signal.load(Ordering::Acquire) {
+                    0 => {}
+                    signal => raise(signal),
+                }
                 return Ok(());
             }
         };
@@ -254,6 +255,16 @@ fn serve(w: &Arc<Worker>) -> Result<(), CommError> {
             }
             Err(e) => return Err(e),
         }
+    }
+}
+
+/// Raise `signal` (validated: SIGKILL or SIGSTOP) on this process, as a test asked
+/// (`Event::Inject`).
+fn raise(signal: i32) {
+    // SAFETY: flushing C streams, then raising a signal on this process.
+    unsafe {
+        libc::fflush(std::ptr::null_mut());
+        libc::raise(signal);
     }
 }
 

@@ -43,22 +43,34 @@ struct Args {
     command: Vec<OsString>,
 }
 
-/// Wait for mpirun to end. If the status file says the head died of a signal and the job is
-/// still running `grace` later, ask mpirun to stop it (SIGTERM, then SIGKILL 10 s later).
+/// Wait for mpirun to end. Once the status file says how the program ended (an exit status,
+/// or the signal it died of) and the job is still running `grace` later, ask mpirun to stop
+/// it (SIGTERM, then SIGKILL 10 s later).
 fn wait_for_job(mut child: std::process::Child, status_file: Option<&Path>, grace: std::time::Duration) -> std::io::Result<std::process::ExitStatus> {
     use std::time::{Duration, Instant};
-    let mut crashed_at: Option<Instant> = None;
+    let mut ended: Option<(Instant, String)> = None;
     let mut termed_at: Option<Instant> = None;
     loop {
         if let Some(st) = child.try_wait()? {
             return Ok(st);
         }
-        if crashed_at.is_none() && status_file.and_then(|f| std::fs::read_to_string(f).ok()).is_some_and(|s| s.starts_with("signal ")) {
-            crashed_at = Some(Instant::now());
+        if ended.is_none() {
+            // "started" until the head writes how the program ended.
+            let how = status_file.and_then(|f| std::fs::read_to_string(f).ok()).map(|s| s.trim().to_string());
+            if let Some(how) = how.filter(|s| !s.is_empty() && s != "started") {
+                ended = Some((Instant::now(), how));
+            }
         }
-        match (crashed_at, termed_at) {
-            (Some(c), None) if c.elapsed() > grace => {
-                eprintln!("ompcluster-run: the program died, but ranks of the job are still running {:.0} s later (a frozen worker?): stopping the job", grace.as_secs_f64());
+        match (&ended, termed_at) {
+            (Some((at, how)), None) if at.elapsed() > grace => {
+                let how = match how.strip_prefix("signal ") {
+                    Some(sig) => format!("died of signal {sig}"),
+                    None => format!("exited with status {how}"),
+                };
+                eprintln!(
+                    "ompcluster-run: the program {how}, but ranks of the job are still running {:.0} s later (a frozen worker?): stopping the job",
+                    grace.as_secs_f64()
+                );
                 // SAFETY: kill has no memory-safety preconditions; the pid is our child's.
                 unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
                 termed_at = Some(Instant::now());
@@ -301,7 +313,9 @@ fn main() -> ExitCode {
     let status_dir = if matches!(kind, ProgramKind::PlainMpi) {
         None
     } else {
-        match tempfile::Builder::new().prefix("ompcluster-run-").tempdir() {
+        use std::os::unix::fs::PermissionsExt;
+        // Mode 0700 (tempfile's default would be 0777 & umask): private to the user.
+        match tempfile::Builder::new().prefix("ompcluster-run-").permissions(std::fs::Permissions::from_mode(0o700)).tempdir() {
             Ok(d) => Some(d),
             Err(e) => return fail(format!("cannot create a private directory for the exit status: {e}")),
         }
@@ -336,10 +350,11 @@ fn main() -> ExitCode {
         println!("LD_LIBRARY_PATH={} {:?}", ld.to_string_lossy(), cmd);
         return ExitCode::SUCCESS;
     }
-    // The workers notice a crashed head within the detector's timeout and exit; one that is
-    // frozen (SIGSTOP) never does, and mpirun in its recovery mode waits for it forever. So
-    // once the head has died of a signal, the job gets that long again (and 5 s more) to end
-    // by itself, then mpirun is told to stop it (which also ends stopped ranks).
+    // The workers notice a crashed head within the detector's timeout and exit, and end with
+    // a head that ends normally; one that is frozen (SIGSTOP) never does, and mpirun in its
+    // recovery mode waits for it forever. So once the head has ended, however it ended, the
+    // job gets that long again (and 5 s more) to end by itself, then mpirun is told to stop
+    // it (which also ends stopped ranks).
     let grace = 2 * ft.as_ref().map_or(std::time::Duration::from_secs(5), |c| c.timeout) + std::time::Duration::from_secs(5);
     let status = cmd.spawn().and_then(|child| wait_for_job(child, status_file.as_deref(), grace));
     if use_veloc {

@@ -8,14 +8,14 @@ impl Cluster {
         if self.inject.is_empty() {
             return;
         }
-        for (action, rank) in self.inject.due(due) {
+        for (action, rank, trigger) in self.inject.due(due) {
             if self.live.is_dead(rank) || rank >= self.comm.size() {
                 continue;
             }
             self.log(format_args!("INJECT {action:?} into rank {rank}"));
             self.inject.injected(rank);
             let tag = self.tags.next();
-            let event = Event::Inject { signal: action.signal() };
+            let event = Event::Inject { signal: action.signal(), at_exit: trigger == Trigger::DuringExit };
             if let Err(e) = self.comm.send_msg(rank, CONTROL_TAG, &Envelope { tag, event }, self.live.as_ref()) {
                 eprintln!("ompcluster: could not inject {action:?} into rank {rank}: {e}");
             }

@@ -426,6 +426,8 @@ impl Cluster {
         }
         let workers: Vec<i32> = self.workers().collect();
         let messages = self.comm.messages();
+        // Sent ahead of EXIT, on the same tag: the victim has it when EXIT comes.
+        self.inject_due(|t| *t == crate::inject::Trigger::DuringExit);
         let mut tags = Vec::new();
         for &w in &workers {
             match self.post(w, Event::Exit) {
