@@ -152,11 +152,17 @@ pub fn run_lock() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A running `ompcluster-run` job, started in its own session (and process group); killed
-/// with everything in that session when dropped.
+/// A running `ompcluster-run` job, started in its own process group, every process of it
+/// marked by [`JOB_MARKER_VAR`]; killed with everything so marked when dropped.
+///
+/// Not in a session of its own: with the kernel's autogroup scheduling (on by default), a new
+/// session is a scheduling group of its own, and a job that keeps both cores busy then starved
+/// the test's threads (in the group of the test binary, with the compiler runs of other tests)
+/// for seconds: a kill meant for 0.7 s after the start landed at 5.4 s, after the job's end.
 pub struct Job {
     child: Option<Child>,
     pid: i32,
+    marker: String,
     started: Instant,
     out: Option<JoinHandle<Vec<u8>>>,
     err: Option<JoinHandle<Vec<u8>>>,
@@ -190,10 +196,13 @@ fn all_pids() -> Vec<i32> {
         .unwrap_or_default()
 }
 
-/// Live processes of session `sid` (mpirun puts every rank in its own process group, but
-/// they stay in the session of the launcher, even when orphaned).
-pub fn session_members(sid: i32) -> Vec<i32> {
-    all_pids().into_iter().filter(|&p| stat_field(p, 3) == Some(sid)).collect()
+/// The variable that marks every process of a job ([`Job::marker`]): the launcher, mpirun and
+/// the ranks inherit it, orphaned or not (mpirun puts every rank in its own process group).
+pub const JOB_MARKER_VAR: &str = "OMPC_TESTS_JOB";
+
+/// Live processes (zombies included) whose environment has [`JOB_MARKER_VAR`] = `marker`.
+pub fn job_members(marker: &str) -> Vec<i32> {
+    all_pids().into_iter().filter(|&p| proc_env(p, JOB_MARKER_VAR).as_deref() == Some(marker)).collect()
 }
 
 /// All live descendants of `pid` (children, grandchildren, ...).
@@ -258,11 +267,14 @@ impl Job {
             }
         }
         cmd.envs(envs.iter().copied());
+        static JOBS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let marker = format!("{}-{}", std::process::id(), JOBS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        cmd.env(JOB_MARKER_VAR, &marker);
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+        // SAFETY: setpgid is async-signal-safe and touches no memory of the parent.
         unsafe {
             cmd.pre_exec(|| {
-                if libc::setsid() < 0 {
+                if libc::setpgid(0, 0) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
@@ -273,6 +285,7 @@ impl Job {
         let err = drain(child.stderr.take().unwrap());
         Job {
             pid: child.id() as i32,
+            marker,
             child: Some(child),
             started: Instant::now(),
             out: Some(out),
@@ -281,9 +294,14 @@ impl Job {
         }
     }
 
-    /// The launcher's pid (also its session and process group id).
+    /// The launcher's pid (also its process group id).
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// The value of [`JOB_MARKER_VAR`] in this job's processes.
+    pub fn marker(&self) -> &str {
+        &self.marker
     }
 
     /// Time since the job started.
@@ -318,12 +336,14 @@ impl Job {
         }
     }
 
-    /// Kill the launcher and everything it started (its descendants and its session) with
-    /// SIGKILL.
+    /// Kill the launcher and everything it started (its descendants and every process marked
+    /// as this job's) with SIGKILL.
     pub fn kill(&mut self) {
         for _ in 0..3 {
             let mut procs = descendants(self.pid);
-            procs.extend(session_members(self.pid).into_iter().filter(|&p| p != self.pid));
+            procs.extend(job_members(&self.marker).into_iter().filter(|&p| p != self.pid));
+            procs.sort_unstable();
+            procs.dedup();
             // Zombies need no killing (and in a container whose init does not reap, they stay).
             procs.retain(|&p| !is_zombie(p));
             for &p in &procs {
@@ -369,7 +389,7 @@ impl Job {
         match self.wait_timeout(timeout) {
             Some(st) => {
                 // Leftover ranks of a failed job must not outlive it.
-                if session_members(self.pid).into_iter().any(|p| !is_zombie(p)) {
+                if job_members(&self.marker).into_iter().any(|p| !is_zombie(p)) {
                     std::thread::sleep(Duration::from_millis(200));
                     self.kill();
                 }

@@ -1,6 +1,6 @@
 //! The harness itself: a hang is a failure ("timed out") and leaves no process behind.
 
-use ompcluster_tests::{compile, session_members, Job};
+use ompcluster_tests::{compile, job_members, Job};
 use std::time::{Duration, Instant};
 
 fn live(pids: Vec<i32>) -> Vec<i32> {
@@ -17,7 +17,7 @@ fn live(pids: Vec<i32>) -> Vec<i32> {
 fn a_hang_times_out_and_is_killed() {
     let prog = compile("hang.c");
     let job = Job::spawn(3, &prog, &[], &[]);
-    let sid = job.pid();
+    let marker = job.marker().to_string();
     let t = Instant::now();
     let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.wait(Duration::from_secs(4))));
     let took = t.elapsed();
@@ -27,10 +27,10 @@ fn a_hang_times_out_and_is_killed() {
     };
     assert!(msg.starts_with("timed out"), "{msg}");
     assert!(took < Duration::from_secs(15), "took {took:?}");
-    // Every process of the job's session is gone (zombies aside).
+    // Every process of the job is gone (zombies aside).
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !live(session_members(sid)).is_empty() && Instant::now() < deadline {
+    while !live(job_members(&marker)).is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(live(session_members(sid)), Vec::<i32>::new(), "processes left behind");
+    assert_eq!(live(job_members(&marker)), Vec::<i32>::new(), "processes left behind");
 }
