@@ -5,8 +5,8 @@ use super::*;
 /// task record; it is worth it for the buffers a region maps for itself (a version or two),
 /// whose ranges would otherwise stay taken until the next prune. A buffer with more versions
 /// than this is kept without a walk (until the next prune), and so is one whose walk visits
-/// more than [`WALK_BUDGET`] written versions. Unbounded, the `target exit data` of matmul 1024/32
-/// (3072 deletes after 32,768 tasks) took 2.4 s instead of 1.1: each delete re-walked the
+/// more than [`WALK_BUDGET`] written versions. Unbounded, the `target exit data` of matmul
+/// 1024/32 (3072 deletes after 32,768 tasks) took 2.4 s instead of 1.1: each delete re-walked the
 /// lineage of up to 64 kept inputs, as fewer and fewer outputs were live; bounded by the
 /// versions walked (each an input of 32 tasks), each delete still took 15-38 us (median)
 /// instead of 1.7.
