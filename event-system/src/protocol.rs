@@ -10,6 +10,9 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+/// Largest region whose contents a worker sends back with an EXECUTE's reply (`send_back`).
+pub const MAX_SEND_BACK: u64 = 64 << 10;
+
 /// Largest control message accepted (kernel argument lists and image descriptions).
 pub const MAX_CONTROL_BYTES: u64 = 16 << 20;
 
@@ -104,6 +107,10 @@ pub enum Event {
         /// A re-execution: the blocks its first run allocated (start, span), which its
         /// allocations of the same size take again, in order (see `worker/device_alloc.rs`).
         replay: Vec<Region>,
+        /// Per region: if the kernel changes it (and it has at most [`MAX_SEND_BACK`] bytes),
+        /// send its new contents right behind the reply (the head expects to retrieve them
+        /// next: one round trip instead of two).
+        send_back: Vec<bool>,
     },
     /// Save these regions as part of checkpoint `ckpt` (to scratch: fast) and reply `Ok` (or
     /// `Error`); after an `Ok`, flush them to persistent storage and reply again, on the same
@@ -228,6 +235,9 @@ pub enum Reply {
         allocated: Vec<Allocated>,
         /// Blocks allocated before the kernel (by any rank) that it freed: their start.
         freed: Vec<u64>,
+        /// Regions the EXECUTE asked back (`send_back`) that the kernel changed, in increasing
+        /// order: their bytes follow this reply, raw, on the request tag, in this order.
+        returned: Vec<u32>,
     },
     /// A checkpoint flush is durable: the store's records of it, serialised by the store.
     Flushed(Vec<u8>),
@@ -305,12 +315,12 @@ impl Event {
                 in_heap(&Region { addr: *src, size: *size })?;
                 in_heap(&Region { addr: *dst, size: *size })
             }
-            Event::Execute { args, regions, assume_written, replay, .. } => {
+            Event::Execute { args, regions, assume_written, replay, send_back, .. } => {
                 if args.len() > MAX_LIST || regions.len() > MAX_LIST || replay.len() > MAX_LIST {
                     return Err(ProtocolError::Invalid("too many kernel arguments".into()));
                 }
-                if assume_written.len() != regions.len() {
-                    return Err(ProtocolError::Invalid("assume_written does not match regions".into()));
+                if assume_written.len() != regions.len() || send_back.len() != regions.len() {
+                    return Err(ProtocolError::Invalid("assume_written or send_back does not match regions".into()));
                 }
                 regions.iter().chain(replay).try_for_each(in_heap)?;
                 if replay.iter().any(|r| r.addr % crate::heap::PAGE != 0 || r.size % crate::heap::PAGE != 0 || r.size == 0) {
@@ -432,6 +442,7 @@ mod tests {
                 assume_written: vec![false],
                 short: true,
                 replay: vec![Region { addr: 8192, size: 4096 }],
+                send_back: vec![true],
             },
         };
         let bytes = encode(&ev).unwrap();

@@ -113,6 +113,15 @@ pub(crate) struct Buffer {
     /// Per worker: runs undone so far whose changes were in its copy. A kernel that shared
     /// the copy and is not yet recorded lost its changes too, and runs again.
     pub(crate) undone: BTreeMap<i32, u64>,
+    /// A version's contents as the kernel that made it sent them back with its reply (see
+    /// `Event::Execute::send_back`): (version, bytes). A retrieve of that version copies
+    /// them instead of asking a worker. Only a transport shortcut: no holder, no source for
+    /// recovery. Set and cleared by [`Buffers`] only (it counts them against a budget).
+    pub(crate) sent_back: Option<(u64, Arc<[u8]>)>,
+    /// The version the last recorded kernel run made, that kernel's entry token and the
+    /// arguments it reached the buffer through (a `launch.rs` argument mask): a retrieve of
+    /// that version teaches the kernel to send it back next time.
+    pub(crate) made_by: Option<(u64, usize, u64)>,
 }
 
 impl Buffer {
@@ -142,6 +151,8 @@ impl Buffer {
             running: BTreeMap::new(),
             holding: BTreeMap::new(),
             undone: BTreeMap::new(),
+            sent_back: None,
+            made_by: None,
         }
     }
 
@@ -220,7 +231,12 @@ pub(crate) struct Buffers {
     retained: u64,
     /// Most bytes the head may keep for recovery (`OMPCLUSTER_FT_RETAIN`).
     budget: u64,
+    /// Bytes held in `Buffer::sent_back` (at most [`SENT_BACK_BUDGET`]).
+    sent_back_bytes: u64,
 }
+
+/// Most bytes the head holds of versions sent back with EXECUTE replies and not retrieved yet.
+const SENT_BACK_BUDGET: u64 = 32 << 20;
 
 impl Buffers {
     pub(crate) fn new(base: u64, size: u64) -> Self {
@@ -235,7 +251,32 @@ impl Buffers {
             kept: HashMap::new(),
             retained: 0,
             budget: 0,
+            sent_back_bytes: 0,
         }
+    }
+
+    /// Hold `bytes`, the contents of `version` of the buffer at `addr` that the kernel that
+    /// made it sent back (see `Buffer::sent_back`), in place of any held before. Not held if
+    /// that would exceed [`SENT_BACK_BUDGET`]; returns whether they are.
+    pub(crate) fn set_sent_back(&mut self, addr: u64, version: u64, bytes: Vec<u8>) -> bool {
+        self.take_sent_back(addr);
+        let len = bytes.len() as u64;
+        if self.sent_back_bytes + len > SENT_BACK_BUDGET {
+            return false;
+        }
+        let Some(b) = self.by_addr.get_mut(&addr) else { return false };
+        b.sent_back = Some((version, bytes.into()));
+        self.sent_back_bytes += len;
+        true
+    }
+
+    /// Stop holding the bytes sent back for the buffer at `addr`; returns them, if any.
+    pub(crate) fn take_sent_back(&mut self, addr: u64) -> Option<(u64, Arc<[u8]>)> {
+        let taken = self.by_addr.get_mut(&addr)?.sent_back.take();
+        if let Some((_, bytes)) = &taken {
+            self.sent_back_bytes -= bytes.len() as u64;
+        }
+        taken
     }
 
     /// Let the head keep up to `bytes` of copies that only recovery needs.
@@ -274,6 +315,8 @@ impl Buffers {
     /// the head has no known version any more and the caller may discard its pages).
     /// Returns the new version.
     pub(crate) fn new_version(&mut self, addr: u64, holders: BTreeSet<i32>) -> Option<u64> {
+        // Bytes sent back were of the version this one replaces.
+        self.take_sent_back(addr);
         let budget_ok = self.by_addr.get(&addr).is_some_and(|b| self.may_retain(b.span));
         self.track(addr, |b| {
             let old = b.version;
@@ -566,6 +609,7 @@ impl Buffers {
 
     /// Forget a buffer (its range stays allocated until [`Buffers::free_range`]).
     pub(crate) fn remove(&mut self, addr: u64) -> Option<Buffer> {
+        self.take_sent_back(addr);
         let b = self.by_addr.remove(&addr)?;
         self.by_id.remove(&b.id);
         if b.head_keeps_old() {
@@ -661,6 +705,28 @@ impl Buffers {
 mod tests {
     use super::*;
     use task_graph::Access;
+
+    #[test]
+    fn bytes_sent_back_belong_to_one_version_and_to_a_budget() {
+        let mut bs = Buffers::new(0x10_0000, 1 << 30);
+        let a = bs.create(100, 0).unwrap().addr;
+        let v = bs.new_version(a, [1].into()).unwrap();
+        assert!(bs.set_sent_back(a, v, vec![7; 100]));
+        assert_eq!(bs.sent_back_bytes, 100);
+        // A newer version (here a submit from the head) drops them.
+        bs.new_version(a, [HEAD].into());
+        assert!(bs.get(a).unwrap().sent_back.is_none());
+        assert_eq!(bs.sent_back_bytes, 0);
+        // Over the budget they are not held; a deleted buffer's are released.
+        let big = bs.create(SENT_BACK_BUDGET, 0).unwrap().addr;
+        assert!(bs.set_sent_back(big, 1, vec![0; SENT_BACK_BUDGET as usize]));
+        assert!(!bs.set_sent_back(a, 2, vec![1; 100]));
+        assert!(bs.remove(big).unwrap().sent_back.is_none());
+        assert_eq!(bs.sent_back_bytes, 0);
+        assert!(bs.set_sent_back(a, 2, vec![1; 100]));
+        assert_eq!(bs.take_sent_back(a).map(|(v, b)| (v, b.len())), Some((2, 100)));
+        assert_eq!(bs.sent_back_bytes, 0);
+    }
 
     #[test]
     fn versions_holders_and_stale_copies() {

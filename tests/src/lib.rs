@@ -448,6 +448,8 @@ pub struct Report {
     pub wall_seconds: f64,
     /// Changes to one buffer made at the same time on different workers and merged.
     pub merges: u64,
+    /// Messages the head received (replies and data).
+    pub head_messages_received: u64,
 }
 
 impl Report {

@@ -142,6 +142,23 @@ fn thousands_of_small_tasks() {
     }
 }
 
+/// A region that maps its own output (`tofrom`) gets it back with the EXECUTE's reply once its
+/// kernel has been seen retrieved right after a run: the retrieve then costs no round trip.
+/// The head receives 3 messages per region (the SUBMIT's answer, the reply, the bytes), 4
+/// before (and a RETRIEVE's answer). Also with a worker killed in the middle.
+#[test]
+fn a_regions_output_comes_back_with_its_reply() {
+    let prog = compile("many_tasks.c");
+    let (o, r) = run_with_report(3, &prog, &["2000"], &[]);
+    ompcluster_tests::assert_pass(&o);
+    assert_eq!((r.tasks_executed, r.bytes_retrieved), (2000, 2000 * 8), "{r:?}");
+    let per_region = r.head_messages_received as f64 / 2000.0;
+    assert!(per_region < 3.05, "{per_region} messages received per region: {r:?}");
+    let o = run(4, &prog, &["2000"], &[("OMPCLUSTER_FT_INJECT", "kill:rank=1:after_tasks=700")]);
+    ompcluster_tests::assert_pass(&o);
+    assert!(ompcluster_tests::stderr(&o).contains("recovered from the loss of rank 1"), "{}", describe(&o));
+}
+
 /// A 6 MiB buffer with 4 KiB fragments, moved head -> worker, worker -> worker (round robin)
 /// and back.
 #[test]

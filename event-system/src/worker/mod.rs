@@ -338,8 +338,23 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
             }
             (Err(e), _) | (_, Err(e)) => Reply::Error(e),
         },
-        Event::Execute { image, kernel, args, regions, assume_written, replay, .. } => {
-            execute(w, env.tag, *image, *kernel, args, regions, assume_written, replay)
+        Event::Execute { image, kernel, args, regions, assume_written, replay, send_back, .. } => {
+            let (reply, back) = execute(w, env.tag, *image, *kernel, args, regions, assume_written, replay, send_back);
+            if back.is_empty() {
+                reply
+            } else {
+                w.comm.send_msg(HEAD, env.tag, &reply, live)?;
+                for bytes in back {
+                    // SAFETY: `bytes` is a local vector, readable until the send completes;
+                    // leaked if the head died (MPI may still read it).
+                    let sent = unsafe { w.comm.send_bytes(HEAD, env.tag, bytes.as_ptr(), bytes.len(), live) };
+                    if let Err(e) = sent {
+                        std::mem::forget(bytes);
+                        return Err(e);
+                    }
+                }
+                return Ok(None);
+            }
         }
         Event::Checkpoint { ckpt, regions } => match &w.ckpt {
             None => Reply::Error("checkpoints are not enabled on this worker".into()),
@@ -430,6 +445,8 @@ unsafe fn recv_into(w: &Worker, from: i32, tag: i32, r: &protocol::Region, p: *m
     Ok(())
 }
 
+/// Run a kernel; returns the reply and the contents of the regions it lists as `returned`
+/// (to send behind it).
 #[allow(clippy::too_many_arguments)]
 fn execute(
     w: &Worker,
@@ -440,12 +457,13 @@ fn execute(
     regions: &[protocol::Region],
     assume_written: &[bool],
     replay: &[protocol::Region],
-) -> Reply {
+    send_back: &[bool],
+) -> (Reply, Vec<Vec<u8>>) {
     let ptrs = {
         let mem = w.dev.memory.read();
         match regions.iter().map(|r| mem.resolve(r.addr, r.size)).collect::<Result<Vec<_>, _>>() {
             Ok(p) => p,
-            Err(e) => return Reply::Error(e),
+            Err(e) => return (Reply::Error(e), Vec::new()),
         }
     };
     let ran = {
@@ -461,7 +479,21 @@ fn execute(
             // A kernel whose image takes nothing able to print from outside printed nothing:
             // collecting output costs a system call or two per region.
             let output = w.stdout.as_ref().filter(|_| w.dev.may_print(image)).map(|c| c.take()).unwrap_or_default();
-            Reply::Executed {
+            // Copied now, before another kernel sharing this copy may change it.
+            let returned: Vec<u32> = (0..regions.len())
+                .filter(|&i| send_back[i] && ran.changed[i] && regions[i].size <= protocol::MAX_SEND_BACK)
+                .map(|i| i as u32)
+                .collect();
+            let back = returned
+                .iter()
+                .map(|&i| {
+                    let i = i as usize;
+                    // SAFETY: `ptrs[i]` was resolved to a held range of `regions[i].size`
+                    // bytes, which the head keeps allocated until this EXECUTE is answered.
+                    unsafe { std::slice::from_raw_parts(ptrs[i], regions[i].size as usize) }.to_vec()
+                })
+                .collect();
+            let reply = Reply::Executed {
                 changed: ran.changed,
                 pointers: ran.pointers,
                 seconds: ran.seconds,
@@ -469,8 +501,10 @@ fn execute(
                 output,
                 allocated: ran.allocated,
                 freed: ran.freed,
-            }
+                returned,
+            };
+            (reply, back)
         }
-        Err(e) => Reply::Error(e),
+        Err(e) => (Reply::Error(e), Vec::new()),
     }
 }

@@ -13,6 +13,7 @@
 //! (`merge.rs`).
 use super::merge::{needs_merge, Run, Snap};
 use super::*;
+use event_system::protocol::MAX_SEND_BACK;
 
 /// What the runs of one kernel changed so far: the arguments whose buffers changed (an
 /// [`arg_mask`]), and whether it changed a buffer it reaches otherwise (its image's globals
@@ -139,8 +140,17 @@ impl Cluster {
             }
         };
         self.in_flight[w as usize].fetch_add(1, Ordering::Relaxed);
+        // The buffers it maps `from` that libomptarget retrieved after its earlier runs come
+        // back with the reply (see `Kernel::send_back`).
+        let back_args = kernel.send_back.load(Ordering::Relaxed);
+        let send_back: Vec<bool> = reach
+            .iter()
+            .zip(&reach_args)
+            .zip(&assume_written)
+            .map(|(((_, size, ..), &args), &from)| from && args & back_args != 0 && *size <= MAX_SEND_BACK)
+            .collect();
         let mut snaps = Vec::new();
-        let result = self.run_on(w, &kernel, args, &reach, assume_written.clone(), &mut snaps);
+        let result = self.run_on(w, &kernel, args, &reach, assume_written.clone(), send_back, &mut snaps);
         self.in_flight[w as usize].fetch_sub(1, Ordering::Relaxed);
         // The kernel is done with its copies (`changed`: which it changed; all, if unknown).
         // Returns the buffers the program deleted meanwhile that no region uses any more.
@@ -168,7 +178,10 @@ impl Cluster {
             self.moved.notify_all();
             self.finish_deletes(deleted)?;
         }
-        let Executed { changed, pointers, seconds: kernel_s, patches, allocated, freed, traced } = result?;
+        let Executed { changed, pointers, seconds: kernel_s, patches, allocated, freed, traced, returned } = result?;
+        let mut returned: HashMap<usize, Vec<u8>> = returned.into_iter().collect();
+        // Kernels whose bytes sent back were replaced before anyone retrieved them.
+        let mut unlearn: Vec<(usize, u64)> = Vec::new();
         // The versions it ran over.
         let reach: Vec<(u64, u64, u64, u64)> = reach.iter().zip(&snaps).map(|(&(a, s, id, _), sn)| (a, s, id, sn.version)).collect();
         {
@@ -252,7 +265,8 @@ impl Cluster {
                     // version holds that one's changes too (and its scan may be of a later
                     // state). For recovery, this one ran after it, over that version: re-run
                     // from the version it started from, it would lose the other's changes.
-                    if b.commits_from.get(&w).copied().unwrap_or(0) == snaps[i].commits_start {
+                    let alone = b.commits_from.get(&w).copied().unwrap_or(0) == snaps[i].commits_start;
+                    if alone {
                         b.points_to = PointsTo::from(f);
                     } else {
                         b.points_to.add(PointsTo::from(f));
@@ -264,7 +278,22 @@ impl Cluster {
                     }
                     *b.commits_from.entry(w).or_default() += 1;
                     let (addr, id, span, staged) = (b.addr, b.id, b.span, b.backed.contains(&HEAD));
+                    let made_by = b.made_by;
+                    // Bytes sent back for the version this one replaces, never retrieved: the
+                    // kernel that sent them guessed wrong.
+                    if bufs.take_sent_back(addr).is_some() {
+                        unlearn.extend(made_by.map(|(_, e, m)| (e, m)));
+                    }
                     let v = bufs.new_version(addr, [w].into()).expect("live buffer");
+                    // Bytes sent back are this version's only if no other kernel changed the
+                    // copy meanwhile (recorded above, or running there still).
+                    let exact = alone && bufs.get(addr).is_some_and(|b| !b.using.contains_key(&w));
+                    if let Some(bytes) = returned.remove(&i).filter(|_| exact) {
+                        bufs.set_sent_back(addr, v, bytes);
+                    }
+                    if let Some(b) = bufs.get_mut(addr) {
+                        b.made_by = Some((v, entry, reach_args[i]));
+                    }
                     if staged && bufs.get(addr).is_some_and(|b| b.version_on(HEAD).is_none()) {
                         // The head keeps no version of it (over the retention budget): give
                         // the staged copy's memory back (it stays mapped).
@@ -277,6 +306,14 @@ impl Cluster {
             allocs = self.adopt_blocks(&mut bufs, w, allocated, &mut reads, &mut writes);
         }
         self.moved.notify_all();
+        if !unlearn.is_empty() {
+            let kernels = self.kernels.read();
+            for (e, m) in unlearn {
+                if let Some(k) = kernels.get(&e) {
+                    k.send_back.fetch_and(!m, Ordering::Relaxed);
+                }
+            }
+        }
         for (addr, runs) in merges {
             for (off, bytes) in runs {
                 // SAFETY: `bytes` is a readable local vector; the gate is held (`_gate`).
@@ -329,6 +366,7 @@ impl Cluster {
         args: &[u64],
         reach: &[(u64, u64, u64, u64)],
         assume_written: Vec<bool>,
+        send_back: Vec<bool>,
         snaps: &mut Vec<Snap>,
     ) -> Result<Executed> {
         // The inputs from the head go out together, their answers are awaited together.
@@ -377,7 +415,7 @@ impl Cluster {
                 })
                 .collect();
         }
-        let ran = self.execute_on(w, kernel, args, regions, assume_written);
+        let ran = self.execute_on(w, kernel, args, regions, assume_written, send_back);
         if ran.is_err() {
             self.ended(&mut self.buffers.lock(), w, reach, snaps);
             self.moved.notify_all();
@@ -454,32 +492,60 @@ impl Cluster {
     }
 
     /// Run the kernel on `w` (whose copies of `regions` are present) and wait for its report.
-    fn execute_on(&self, w: i32, kernel: &Kernel, args: &[u64], regions: Vec<Region>, assume_written: Vec<bool>) -> Result<Executed> {
+    fn execute_on(&self, w: i32, kernel: &Kernel, args: &[u64], regions: Vec<Region>, assume_written: Vec<bool>, send_back: Vec<bool>) -> Result<Executed> {
         let sent = self.trace_now();
-        let mut ran = self.execute_untraced(w, kernel, args, regions, assume_written)?;
+        let mut ran = self.execute_untraced(w, kernel, args, regions, assume_written, send_back)?;
         ran.traced = sent.zip(self.trace_now());
         Ok(ran)
     }
 
-    fn execute_untraced(&self, w: i32, kernel: &Kernel, args: &[u64], regions: Vec<Region>, assume_written: Vec<bool>) -> Result<Executed> {
+    fn execute_untraced(
+        &self,
+        w: i32,
+        kernel: &Kernel,
+        args: &[u64],
+        regions: Vec<Region>,
+        assume_written: Vec<bool>,
+        send_back: Vec<bool>,
+    ) -> Result<Executed> {
         if w == HEAD {
             return self.run_here(kernel.image, kernel.index, args, &regions, &assume_written, false);
         }
         let n = regions.len();
         let short = kernel.last_ns.load(Ordering::Relaxed) < SHORT_KERNEL_NS;
-        let tag = self.post(
-            w,
-            Event::Execute { image: kernel.image, kernel: kernel.index, args: args.to_vec(), regions, assume_written, short, replay: Vec::new() },
-        )?;
+        let sizes: Vec<u64> = regions.iter().map(|r| r.size).collect();
+        let asked = send_back.clone();
+        let event =
+            Event::Execute { image: kernel.image, kernel: kernel.index, args: args.to_vec(), regions, assume_written, short, replay: Vec::new(), send_back };
+        let tag = self.post(w, event)?;
         match self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref())? {
-            Reply::Executed { changed, pointers, seconds, patches, output, allocated, freed } if changed.len() == n => {
+            Reply::Executed { changed, pointers, seconds, patches, output, allocated, freed, returned } if changed.len() == n => {
                 if !output.is_empty() {
                     // What the region printed, after what the program printed before it.
                     // SAFETY: flushing all C streams is always allowed.
                     unsafe { libc::fflush(std::ptr::null_mut()) };
                     event_system::write_all(1, &output);
                 }
-                Ok(Executed { changed, pointers, seconds, patches, allocated, freed, traced: None })
+                // Only regions asked back, changed, in increasing order.
+                let valid = returned.windows(2).all(|p| p[0] < p[1])
+                    && returned.iter().all(|&i| (i as usize) < n && asked[i as usize] && changed[i as usize] && sizes[i as usize] <= MAX_SEND_BACK);
+                if !valid {
+                    return Err(ClusterError::Worker { rank: w, msg: format!("EXECUTE reply sends back regions {returned:?} it was not asked for") });
+                }
+                let mut back = Vec::with_capacity(returned.len());
+                for i in returned {
+                    let i = i as usize;
+                    let mut bytes = vec![0u8; sizes[i] as usize];
+                    // SAFETY: `bytes` has `sizes[i]` writable bytes, leaked if the peer died
+                    // (MPI may still write them).
+                    let got = unsafe { self.comm.recv_bytes(w, tag, bytes.as_mut_ptr(), bytes.len(), self.live.as_ref()) };
+                    if let Err(e) = got {
+                        std::mem::forget(bytes);
+                        return Err(e.into());
+                    }
+                    back.push((i, bytes));
+                }
+                Ok(Executed { changed, pointers, seconds, patches, allocated, freed, traced: None, returned: back })
             }
             Reply::Error(msg) => Err(ClusterError::Worker { rank: w, msg }),
             Reply::PeerDead(peer) => Err(ClusterError::PeerDead(peer)),

@@ -456,15 +456,41 @@ impl Cluster {
         if len == 0 {
             return Ok(());
         }
-        let src = {
-            let bufs = self.buffers.lock();
+        let (src, made_by) = {
+            let mut bufs = self.buffers.lock();
             let b = bufs.containing_range(tgt, len).ok_or(ClusterError::UnknownAddress(tgt))?;
+            // The kernel that made this version sent it back with its reply.
+            let (addr, at) = (b.addr, (tgt - b.addr) as usize);
+            let sent_back = b.sent_back.as_ref().filter(|(v, _)| *v == b.version).and_then(|(_, bytes)| bytes.get(at..at + len as usize));
+            if let Some(bytes) = sent_back {
+                let whole = at == 0 && len >= b.size;
+                // SAFETY: the caller guarantees the host range is writable; `bytes` has `len`
+                // readable bytes.
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), host, len as usize) };
+                if whole {
+                    // Retrieved: its memory is not kept for another retrieve.
+                    bufs.take_sent_back(addr);
+                }
+                self.stats.add_retrieved(len);
+                self.log(format_args!("RETRIEVE {tgt:#x} {len} bytes, sent back with the EXECUTE reply"));
+                return Ok(());
+            }
             if b.version == 0 {
-                None
+                (None, None)
             } else {
-                Some(self.current_holder(b).ok_or(ClusterError::Lost(b.addr))?)
+                let made_by = b.made_by.filter(|(v, ..)| *v == b.version).map(|(_, e, m)| (e, m));
+                (Some(self.current_holder(b).ok_or(ClusterError::Lost(b.addr))?), made_by)
             }
         };
+        if let (Some(w), Some((entry, args))) = (src, made_by) {
+            if w != HEAD {
+                // Retrieved right after the kernel that made it: that kernel sends it back
+                // next time (see `Kernel::send_back`).
+                if let Some(k) = self.kernels.read().get(&entry) {
+                    k.send_back.fetch_or(args, Ordering::Relaxed);
+                }
+            }
+        }
         match src {
             // SAFETY: the caller guarantees the host range is writable.
             None => unsafe { std::ptr::write_bytes(host, 0, len as usize) },

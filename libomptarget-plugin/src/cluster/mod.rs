@@ -132,6 +132,10 @@ struct Kernel {
     last_ns: std::sync::atomic::AtomicU64,
     /// What its runs so far changed (None until one completed): see `launch.rs`.
     writes: Mutex<Option<launch::WriteSet>>,
+    /// Arguments (a `launch.rs` argument mask) whose buffers, mapped `from`, libomptarget
+    /// retrieved right after a run: their new contents come back with the EXECUTE's reply.
+    /// Unlearned when bytes so sent were replaced before being retrieved.
+    send_back: std::sync::atomic::AtomicU64,
 }
 
 /// A worker's report of a kernel run (see `Reply::Executed`; its output is printed already).
@@ -150,6 +154,8 @@ struct Executed {
     allocated: Vec<event_system::protocol::Allocated>,
     /// Blocks allocated before that it freed.
     freed: Vec<u64>,
+    /// Regions whose new contents came back with the reply: (region index, bytes).
+    returned: Vec<(usize, Vec<u8>)>,
 }
 
 /// Kernels whose last run took less than this run on the worker's polling thread.

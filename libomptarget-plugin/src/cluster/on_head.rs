@@ -79,6 +79,7 @@ impl Cluster {
             allocated: ran.allocated,
             freed: ran.freed,
             traced: None,
+            returned: Vec::new(),
         })
     }
 

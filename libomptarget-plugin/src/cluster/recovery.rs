@@ -723,7 +723,8 @@ impl Cluster {
         // Its allocations take the addresses of its first run's (see `worker/device_alloc.rs`).
         let replay: Vec<Region> = t.allocs.iter().map(|&(addr, size)| Region { addr, size }).collect();
         self.log(format_args!("RERUN task #{} ({}) on {w}, {} device allocation(s) given again", t.id, t.kernel, replay.len()));
-        let event = Event::Execute { image: t.image, kernel: t.index, args: t.args.clone(), regions, assume_written: written.to_vec(), short: false, replay };
+        let send_back = vec![false; regions.len()];
+        let event = Event::Execute { image: t.image, kernel: t.index, args: t.args.clone(), regions, assume_written: written.to_vec(), short: false, replay, send_back };
         let sent = self.trace_now();
         let tag = self.post(w, event).map_err(new_failure)?;
         match self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref()) {
