@@ -114,7 +114,10 @@ int main(int argc, char **argv) {
         double t0 = omp_get_wtime();
         #pragma omp target update to(buf[0:n])
         double t1 = omp_get_wtime();
-        #pragma omp target map(tofrom: buf[0:n])
+        // `to`, not `tofrom`: under our plugin a region whose `from` buffer is retrieved right
+        // after it sends that buffer back with its reply, so the (untimed) region would carry
+        // the transfer and the update from below would time a copy on the head.
+        #pragma omp target map(to: buf[0:n])
         { buf[0] += 1; }
         double t2 = omp_get_wtime();
         #pragma omp target update from(buf[0:n])
