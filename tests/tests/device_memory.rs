@@ -59,13 +59,27 @@ fn device_allocations_survive_a_killed_worker() {
 /// pid) cannot allocate the same blocks when re-run elsewhere: recovery stops with a message
 /// naming the task, and the job ends with an error, instead of rebuilding the data at other
 /// addresses. Without the failure the same program is right.
+///
+/// The regions all write one buffer, so where they run depends on timing: now and then every
+/// allocation had reached rank 2 (moved with the buffer) when rank 1 died, nothing was lost,
+/// and the run was right without a re-run (seen about once in 20 runs). Such a run is right
+/// but tests nothing here: it is run again (up to 8 times).
 #[test]
 fn a_region_that_allocates_differently_when_run_again_stops_the_job() {
     let prog = compile("device_alloc_varies.c");
     let o = run(3, &prog, &["8"], &[RR]);
     assert!(o.status.success() && stdout(&o).contains("sum 28 (expected 28)"), "{}", describe(&o));
-    let o = run(3, &prog, &["8"], &[RR, ("OMPCLUSTER_FT_INJECT", "kill:rank=1:after_tasks=4")]);
-    assert!(!o.status.success(), "{}", describe(&o));
+    let mut attempts = 0;
+    let o = loop {
+        attempts += 1;
+        let o = run(3, &prog, &["8"], &[RR, ("OMPCLUSTER_FT_INJECT", "kill:rank=1:after_tasks=4")]);
+        let nothing_lost = stderr(&o).contains(": 0 buffer version(s) lost; 0 task(s) re-run");
+        if !nothing_lost || attempts == 8 {
+            break o;
+        }
+        assert!(o.status.success() && stdout(&o).contains("sum 28 (expected 28)"), "nothing lost, yet wrong\n{}", describe(&o));
+    };
+    assert!(!o.status.success(), "{attempts} attempt(s)\n{}", describe(&o));
     assert!(
         stderr(&o).contains("allocated device memory (malloc or new in the region) and must run again, but this run allocated"),
         "{}",
