@@ -103,7 +103,7 @@ extern "C" fn note_exit_status(status: libc::c_int, _arg: *mut libc::c_void) {
 /// `__tgt_register_lib` has returned); this one comes later still.
 pub(crate) fn device_in_use() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    if !matches!(RUNTIME.get(), Some(Runtime::Head(_))) || STATUS_FILE.get().is_none() {
+    if !matches!(RUNTIME.get(), Some(Runtime::Head(_))) {
         return;
     }
     ONCE.call_once(|| {
