@@ -7,7 +7,8 @@
 //! retention budget (bytes the head keeps only for recovery) stays exact.
 
 use event_system::heap::{ExtentAllocator, HeapError};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// Rank of the head.
@@ -205,7 +206,11 @@ impl Buffer {
 #[derive(Debug)]
 pub(crate) struct Buffers {
     alloc: ExtentAllocator,
-    by_addr: BTreeMap<u64, Buffer>,
+    /// Live buffers by address (looked up several times per region: a hash map).
+    by_addr: HashMap<u64, Buffer>,
+    /// Their addresses in order, for lookups by range ([`Buffers::containing`]) and for
+    /// iterating in address order.
+    order: BTreeSet<u64>,
     /// Device address minus host address -> buffers. libomptarget translates a host pointer
     /// `h` of a mapping to `device + (h - host)`, also for pointers outside the mapped section
     /// (a section's base, a zero-length section matched through its base), so an argument
@@ -242,13 +247,14 @@ impl Buffers {
     pub(crate) fn new(base: u64, size: u64) -> Self {
         Buffers {
             alloc: ExtentAllocator::new(base, size),
-            by_addr: BTreeMap::new(),
-            by_delta: HashMap::new(),
-            image_data: HashMap::new(),
-            by_id: HashMap::new(),
-            retired: HashMap::new(),
+            by_addr: HashMap::default(),
+            order: BTreeSet::new(),
+            by_delta: HashMap::default(),
+            image_data: HashMap::default(),
+            by_id: HashMap::default(),
+            retired: HashMap::default(),
             next_id: 1,
-            kept: HashMap::new(),
+            kept: HashMap::default(),
             retained: 0,
             budget: 0,
             sent_back_bytes: 0,
@@ -439,8 +445,7 @@ impl Buffers {
 
     /// The current versions of live buffers that no rank holds (after a failure).
     pub(crate) fn unheld(&self) -> impl Iterator<Item = task_graph::Access> + '_ {
-        self.by_addr
-            .values()
+        self.iter()
             .filter(|b| !b.deleted && b.version > 0 && b.holders.is_empty())
             .map(|b| task_graph::Access { buffer: b.id, version: b.version })
     }
@@ -550,6 +555,7 @@ impl Buffers {
         let id = self.next_id;
         self.next_id += 1;
         self.by_id.insert(id, addr);
+        self.order.insert(addr);
         self.by_addr.entry(addr).or_insert(Buffer::new(id, addr, host, size, span, global_of))
     }
 
@@ -572,7 +578,7 @@ impl Buffers {
     /// addr+size)` holds data, `span` bytes are reserved. Refused if it overlaps a buffer.
     pub(crate) fn adopt(&mut self, addr: u64, size: u64, span: u64, owner: i32) -> Option<&mut Buffer> {
         let end = addr.checked_add(span)?;
-        if size > span || addr % event_system::heap::PAGE != 0 || self.by_addr.range(..end).next_back().is_some_and(|(_, b)| b.addr + b.span > addr) {
+        if size > span || addr % event_system::heap::PAGE != 0 || self.order.range(..end).next_back().is_some_and(|a| a + self.by_addr[a].span > addr) {
             return None;
         }
         let b = self.insert(addr, 0, size, span, None);
@@ -611,6 +617,7 @@ impl Buffers {
     pub(crate) fn remove(&mut self, addr: u64) -> Option<Buffer> {
         self.take_sent_back(addr);
         let b = self.by_addr.remove(&addr)?;
+        self.order.remove(&addr);
         self.by_id.remove(&b.id);
         if b.head_keeps_old() {
             self.retained -= b.span;
@@ -646,7 +653,7 @@ impl Buffers {
 
     /// The buffer whose extent contains `addr`.
     pub(crate) fn containing(&self, addr: u64) -> Option<&Buffer> {
-        self.by_addr.range(..=addr).next_back().map(|(_, b)| b).filter(|b| addr < b.addr + b.span)
+        self.order.range(..=addr).next_back().map(|a| &self.by_addr[a]).filter(|b| addr < b.addr + b.span)
     }
 
     /// The buffers a pointer value may belong to: the one containing it, or, for a value in a
@@ -657,8 +664,8 @@ impl Buffers {
         let (after, before) = if inside.is_some() {
             (None, None)
         } else {
-            let after = self.by_addr.range(addr..).next().map(|(_, b)| b).filter(|b| b.addr - addr <= GUARD_GAP);
-            let before = self.by_addr.range(..addr).next_back().map(|(_, b)| b).filter(|b| addr - (b.addr + b.span) <= GUARD_GAP);
+            let after = self.order.range(addr..).next().map(|a| &self.by_addr[a]).filter(|b| b.addr - addr <= GUARD_GAP);
+            let before = self.order.range(..addr).next_back().map(|a| &self.by_addr[a]).filter(|b| addr - (b.addr + b.span) <= GUARD_GAP);
             (after.map(|b| b.addr), before.map(|b| b.addr))
         };
         inside.into_iter().chain(after).chain(before).filter(|a| !self.by_addr[a].deleted)
@@ -669,8 +676,9 @@ impl Buffers {
         self.containing(addr).filter(|b| addr + len <= b.addr + b.span)
     }
 
+    /// The live buffers in address order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Buffer> {
-        self.by_addr.values()
+        self.order.iter().map(|a| &self.by_addr[a])
     }
 
     /// The buffers libomptarget translated host pointer `host` from, to device value `device`.
@@ -693,7 +701,7 @@ impl Buffers {
                 continue;
             }
             match &self.by_addr[&a].points_to {
-                PointsTo::All => todo.extend(self.by_addr.keys().copied()),
+                PointsTo::All => todo.extend(self.order.iter().copied()),
                 PointsTo::Some(ptrs) => todo.extend(ptrs.iter().flat_map(|&p| self.near(p))),
             }
         }

@@ -230,8 +230,8 @@ impl TaskGraph {
     /// found the same way. Only that minimal set is returned, in record order.
     pub fn lost_work(&self, lost: &BTreeSet<Access>, available: &dyn Fn(Access) -> bool) -> LostWork {
         let mut todo: Vec<Access> = lost.iter().copied().collect();
-        let mut seen: BTreeSet<Access> = BTreeSet::new();
-        let mut tasks: BTreeSet<u64> = BTreeSet::new();
+        let mut seen: HashSet<Access> = HashSet::default();
+        let mut tasks: HashSet<u64> = HashSet::default();
         let mut out = LostWork::default();
         while let Some(a) = todo.pop() {
             if !seen.insert(a) {
@@ -252,6 +252,7 @@ impl TaskGraph {
             }
         }
         out.tasks = tasks.into_iter().collect();
+        out.tasks.sort_unstable();
         out.unrecoverable.sort_unstable();
         out
     }
@@ -261,7 +262,7 @@ impl TaskGraph {
     /// where lineage stops at `safe` versions (version 0, or held by a published checkpoint).
     /// Returns how many tasks were removed. Graph edges of kept tasks to removed ones go too.
     pub fn prune(&mut self, roots: &BTreeSet<Access>, safe: &dyn Fn(Access) -> bool) -> u64 {
-        let keep: BTreeSet<u64> = self.lost_work(roots, safe).tasks.into_iter().collect();
+        let keep: HashSet<u64> = self.lost_work(roots, safe).tasks.into_iter().collect();
         let drop: Vec<(u64, NodeIndex)> =
             self.by_id.iter().filter(|(id, _)| !keep.contains(id)).map(|(&id, &n)| (id, n)).collect();
         // The reader lists are cleaned once per version read, after all removals: one version

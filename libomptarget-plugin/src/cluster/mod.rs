@@ -29,7 +29,8 @@ use ft_handler::{Handler, State};
 use parking_lot::{Condvar, Mutex, RwLock};
 use scheduler::{Candidate, Scheduler};
 use serde_json::json;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -252,10 +253,10 @@ impl Cluster {
             recovery,
             ckpt,
             device_bytes: AtomicU64::new(0),
-            host_allocs: Mutex::new(HashMap::new()),
+            host_allocs: Mutex::new(HashMap::default()),
             buffers: Mutex::new(buffers),
             moved: Condvar::new(),
-            kernels: RwLock::new(HashMap::new()),
+            kernels: RwLock::new(HashMap::default()),
             images: Mutex::new(Vec::new()),
             sched: Scheduler::new(cfg.policy),
             in_flight: (0..n).map(|_| AtomicU32::new(0)).collect(),

@@ -227,7 +227,7 @@ impl Cluster {
         let mut replans = 0;
         // Copies rescued from workers: kept for the whole recovery (an attempt that stops to
         // plan again may already have overwritten where they came from).
-        let side: Side = Mutex::new(HashMap::new());
+        let side: Side = Mutex::new(HashMap::default());
         loop {
             // What is lost now: the first loss, and anything an interrupted attempt left with
             // no holder (it is then in `side`, or a checkpoint, or rebuilt again).
@@ -816,7 +816,7 @@ impl Cluster {
 /// needs.
 fn dependences(tasks: &[TaskRecord]) -> Vec<Vec<usize>> {
     // Buffer -> tasks touching it since its last writer: (task, version read, writes it).
-    let mut since: HashMap<u64, Vec<(usize, u64, bool)>> = HashMap::new();
+    let mut since: HashMap<u64, Vec<(usize, u64, bool)>> = HashMap::default();
     let mut deps: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); tasks.len()];
     for (i, t) in tasks.iter().enumerate() {
         for a in &t.reads {
