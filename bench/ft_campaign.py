@@ -7,6 +7,7 @@ when it has not ended after the bound. Prints one line per trial and a summary w
 recovery times the run reports give.
 
     python3 bench/ft_campaign.py [--trials 100] [--seed 1] [--stop-share 0.2] [--bound 120]
+                                 [--programs NAME,...] [--verbose] [--plugin PATH.so]
 
 Needs `cargo build --release` (the launcher and the plugin) and clang-16.
 """
@@ -31,6 +32,7 @@ PROGRAMS = [  # (source, args): a few seconds each on 3 workers
     ("ft_devptr.c", ["8", "4096", "20", "25000"]),
     ("ft_cxx.cpp", ["8", "4096", "20", "120000"]),
     ("ft_print.c", ["120", "25000"]),
+    ("device_new.cpp", ["12", "16", "40000"]),  # objects made by device code
 ]
 FT_ENV = {"OMPCLUSTER_HB_PERIOD": "100", "OMPCLUSTER_HB_TIMEOUT": "1000"}
 
@@ -132,7 +134,19 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--stop-share", type=float, default=0.2, help="share of trials that freeze instead of kill")
     ap.add_argument("--bound", type=float, default=120.0, help="seconds after which a trial is a hang")
+    ap.add_argument("--programs", default="", help="comma-separated sources to run (default: all)")
+    ap.add_argument("--verbose", action="store_true", help="run with OMPCLUSTER_VERBOSE=1 (its log is shown for a trial that fails)")
+    ap.add_argument("--plugin", default="", help="a build of the plugin to run (OMPCLUSTER_PLUGIN; default: target/release's)")
     a = ap.parse_args()
+    if a.plugin:
+        FT_ENV["OMPCLUSTER_PLUGIN"] = os.path.realpath(a.plugin)
+    global PROGRAMS
+    if a.programs:
+        wanted = a.programs.split(",")
+        unknown = [w for w in wanted if w not in [os.path.basename(s) for s, _ in PROGRAMS]]
+        if unknown:
+            sys.exit(f"unknown programs {unknown}; known: {[os.path.basename(s) for s, _ in PROGRAMS]}")
+        PROGRAMS = [(s, args) for s, args in PROGRAMS if os.path.basename(s) in wanted]
     rng = random.Random(a.seed)
     work = tempfile.mkdtemp(prefix="ft-campaign-")
     exes = compile_all(work)
@@ -154,7 +168,10 @@ def main():
         rep = os.path.join(work, "report.json")
         if os.path.exists(rep):
             os.remove(rep)
-        st, out, err, secs = run(exes[src], args, {"OMPCLUSTER_REPORT": rep}, a.bound, (rank, sig, after))
+        extra = {"OMPCLUSTER_REPORT": rep}
+        if a.verbose:
+            extra["OMPCLUSTER_VERBOSE"] = "1"
+        st, out, err, secs = run(exes[src], args, extra, a.bound, (rank, sig, after))
         if st is None:
             verdict = "HANG"
             hangs += 1
@@ -180,7 +197,10 @@ def main():
         name = "SIGSTOP" if sig == signal.SIGSTOP else "SIGKILL"
         print(f"trial {i + 1:3d}: {os.path.basename(src):13s} {name} rank {rank} at {after:5.2f} s: {verdict}, {secs:5.1f} s ({secs / ref_secs:.2f}x); {info}", flush=True)
         if verdict != "right":
-            print("--- stdout ---\n" + out[-2000:] + "\n--- stderr ---\n" + err[-3000:], flush=True)
+            log = os.path.join(work, f"trial-{i + 1}.stderr")
+            with open(log, "w") as f:
+                f.write(err)
+            print(f"--- stdout ---\n{out[-2000:]}\n--- stderr (all of it in {log}) ---\n{err[-3000:]}", flush=True)
 
     def stats(v):
         return f"median {statistics.median(v):.3f}, max {max(v):.3f}" if v else "none"
