@@ -203,7 +203,7 @@ impl Cluster {
         // Changes to merge into a version another worker made meanwhile; again if one more
         // appeared before the lock was taken to record them.
         let mut merged = BTreeSet::new();
-        let (allocs, deleted);
+        let (done, deleted, mut unrecorded);
         {
             let mut first = true;
             let mut bufs = loop {
@@ -303,7 +303,33 @@ impl Cluster {
                     writes.push(Access { buffer: id, version: v });
                 }
             }
-            allocs = self.adopt_blocks(&mut bufs, w, allocated, &mut reads, &mut writes);
+            let allocs = self.adopt_blocks(&mut bufs, w, allocated, &mut reads, &mut writes);
+            let record = TaskRecord {
+                id: 0,
+                kernel: kernel.name.clone(),
+                image: kernel.image,
+                index: kernel.index,
+                args: args.to_vec(),
+                worker: w,
+                reads,
+                writes,
+                start_s: t0,
+                end_s: self.start.elapsed().as_secs_f64(),
+                kernel_s,
+                op: task_graph::Op::Kernel,
+                allocs,
+            };
+            // Recorded before the versions it made can be seen by anyone: regions that change
+            // one buffer are recorded in the order of the versions they made (recovery re-runs
+            // them in record order). Not with image data to merge: the versions that makes
+            // come later, and it is recorded after them (below).
+            if merges.is_empty() {
+                done = self.graph.lock().record(record);
+                unrecorded = None;
+            } else {
+                done = 0;
+                unrecorded = Some(record);
+            }
         }
         self.moved.notify_all();
         if !unlearn.is_empty() {
@@ -319,30 +345,18 @@ impl Cluster {
                 // SAFETY: `bytes` is a readable local vector; the gate is held (`_gate`).
                 unsafe { self.submit_inner(addr + off, bytes.as_ptr(), bytes.len() as u64)? };
             }
-            if let Some(b) = self.buffers.lock().get(addr) {
-                writes.push(Access { buffer: b.id, version: b.version });
+            if let (Some(b), Some(r)) = (self.buffers.lock().get(addr), unrecorded.as_mut()) {
+                r.writes.push(Access { buffer: b.id, version: b.version });
             }
             self.log(format_args!("MERGE image data {addr:#x}: changes of {} on {w} applied to the current copies", kernel.name));
         }
         self.sched.task_finished(kernel_s);
         kernel.last_ns.store((kernel_s * 1e9) as u64, Ordering::Relaxed);
         self.stats.add_task(w);
-        let t1 = self.start.elapsed().as_secs_f64();
-        let done = self.graph.lock().record(TaskRecord {
-            id: 0,
-            kernel: kernel.name.clone(),
-            image: kernel.image,
-            index: kernel.index,
-            args: args.to_vec(),
-            worker: w,
-            reads,
-            writes,
-            start_s: t0,
-            end_s: t1,
-            kernel_s,
-            op: task_graph::Op::Kernel,
-            allocs,
-        });
+        let done = match unrecorded {
+            Some(r) => self.graph.lock().record(r),
+            None => done,
+        };
         if let (Some(t), Some((sent, replied))) = (&self.trace, traced) {
             let args = vec![("task", json!(done)), ("kernel_us", json!(kernel_s * 1e6)), ("buffers", json!(reach.len()))];
             t.span_at(Cat::Kernel, w, kernel.name.clone(), sent, replied - sent, args);
@@ -355,6 +369,7 @@ impl Cluster {
         self.finish_deletes(deleted)?;
         self.maybe_prune();
         self.inject_due(|t| matches!(t, crate::inject::Trigger::AfterTasks(n) if *n <= done + 1));
+        let t1 = self.start.elapsed().as_secs_f64();
         self.log(format_args!("EXECUTE {} on {w}: {:.3} ms in kernel, {:.3} ms total", kernel.name, kernel_s * 1e3, (t1 - t0) * 1e3));
         Ok(())
     }

@@ -250,7 +250,11 @@ impl Cluster {
                             a.version, a.buffer
                         )));
                     }
-                    self.log(format_args!("RECOVERY replans: buffer {} version {} is no longer where the plan found it", a.buffer, a.version));
+                    let now = match self.buffers.lock().by_id(a.buffer) {
+                        Some(b) => format!("holders {:?} of version {}, stale {:?}", b.holders, b.version, b.stale),
+                        None => "freed".to_string(),
+                    };
+                    self.log(format_args!("RECOVERY replans: buffer {} version {} is no longer where the plan found it (now: {now})", a.buffer, a.version));
                 }
                 Err(Stop::Recover(e)) => {
                     if let RecoverError::NewFailure(r) = e {
@@ -368,6 +372,17 @@ impl Cluster {
                 dead,
                 work.unrecoverable.len()
             )));
+        }
+        if self.cfg.verbose {
+            let copies = |a: &Access| match bufs.by_id(a.buffer) {
+                Some(b) => format!("holders {:?} of version {}, stale {:?}", b.holders, b.version, b.stale),
+                None => "freed".to_string(),
+            };
+            self.log(format_args!("RECOVERY plan: re-run tasks {:?}", work.tasks));
+            for a in &work.restore {
+                let at = if rescued.contains(a) { "rescued".to_string() } else if bufs.kept(*a).is_some() { "kept apart".to_string() } else { copies(a) };
+                self.log(format_args!("RECOVERY plan: buffer {} version {} from {at}", a.buffer, a.version));
+            }
         }
         for &id in &work.tasks {
             let t = graph.task(id).expect("lost_work returns recorded tasks");
@@ -587,6 +602,14 @@ impl Cluster {
                 (region, source)
             };
             regions.push(region);
+            let from = match &source {
+                Source::Present => "present".to_string(),
+                Source::Copy(r) => format!("rank {r}'s copy"),
+                Source::Side(_) => "a rescued or kept copy".to_string(),
+                Source::Zeros => "zeros".to_string(),
+                Source::Checkpoint => "a checkpoint".to_string(),
+            };
+            self.log(format_args!("RERUN task #{} on {w}: buffer {} version {} from {from}", t.id, a.buffer, a.version));
             match source {
                 Source::Present => continue,
                 Source::Side(bytes) => {
