@@ -374,6 +374,7 @@ impl Cluster {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn run_on(
         &self,
         w: i32,

@@ -602,14 +602,16 @@ impl Cluster {
                 (region, source)
             };
             regions.push(region);
-            let from = match &source {
-                Source::Present => "present".to_string(),
-                Source::Copy(r) => format!("rank {r}'s copy"),
-                Source::Side(_) => "a rescued or kept copy".to_string(),
-                Source::Zeros => "zeros".to_string(),
-                Source::Checkpoint => "a checkpoint".to_string(),
-            };
-            self.log(format_args!("RERUN task #{} on {w}: buffer {} version {} from {from}", t.id, a.buffer, a.version));
+            if self.cfg.verbose {
+                let from = match &source {
+                    Source::Present => "present".to_string(),
+                    Source::Copy(r) => format!("rank {r}'s copy"),
+                    Source::Side(_) => "a rescued or kept copy".to_string(),
+                    Source::Zeros => "zeros".to_string(),
+                    Source::Checkpoint => "a checkpoint".to_string(),
+                };
+                self.log(format_args!("RERUN task #{} on {w}: buffer {} version {} from {from}", t.id, a.buffer, a.version));
+            }
             match source {
                 Source::Present => continue,
                 Source::Side(bytes) => {
