@@ -71,13 +71,14 @@ fn matmul_checkpoints_verify_and_hold_what_the_program_computed() {
     // checkpoints even on a faster machine; the assertion asks for 3. (With 512 tasks a
     // clean-clone CI run took 0.27 s, of which the first checkpoint's background save took
     // 0.09 s, and made 2.)
-    // VeloC's flushes sometimes take 0.2-2.5 s where the others take milliseconds (seen in
-    // both modes; docs/checkpoints.md), leaving room for only 2 checkpoints in a run: up to 3
-    // runs are made, each checked in full, until one takes 3.
     const N: usize = 1152;
     const BS: usize = 96;
+    let expected = expected_blocks(N, BS);
+    let zero_c = vec![0u64; BS * BS];
+    let nb = N / BS;
+    // (checkpoints, buffers saved, copies saved, copies of C mid-computation) of each run.
     let mut taken = Vec::new();
-    let (dir, ck, r, json) = loop {
+    loop {
         let dir = tempfile::tempdir().unwrap();
         let ck = dir.path().join("ckpt");
         let report = dir.path().join("report.json");
@@ -100,51 +101,51 @@ fn matmul_checkpoints_verify_and_hold_what_the_program_computed() {
         let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
         assert!(json["checkpoint_errors"].as_array().unwrap().is_empty(), "{json}");
         let checkpoints = json["checkpoints"].as_u64().unwrap();
-        taken.push(checkpoints);
-        if checkpoints >= 3 {
-            break (dir, ck, r, json);
-        }
-        assert!(taken.len() < 3, "expected several checkpoints, got {taken:?} in {} runs; last report: {json}", taken.len());
-    };
-    let _keep = dir;
-    let checkpoints = json["checkpoints"].as_u64().unwrap();
-    assert!(json["checkpoint_bytes"].as_u64().unwrap() > 0);
-    assert!(json["checkpoint_pauses_seconds"].as_array().unwrap().len() as u64 >= checkpoints);
-    assert!(json["checkpoint_errors"].as_array().unwrap().is_empty(), "{json}");
-    let nb = N / BS;
-    assert_eq!(r.tasks_executed as usize, nb * nb * nb);
+        assert!(json["checkpoint_bytes"].as_u64().unwrap() > 0);
+        assert!(json["checkpoint_pauses_seconds"].as_array().unwrap().len() as u64 >= checkpoints);
+        assert_eq!(r.tasks_executed as usize, nb * nb * nb);
 
-    let v = Command::new(ckpt_cli()).arg("verify").arg(&ck).output().unwrap();
-    assert!(v.status.success(), "verify failed: {}", describe(&v));
+        let v = Command::new(ckpt_cli()).arg("verify").arg(&ck).output().unwrap();
+        assert!(v.status.success(), "verify failed: {}", describe(&v));
 
-    // Every region of every kept version is a block the program really had at some point,
-    // and some version holds C blocks in the middle of the computation. Incremental versions
-    // list regions saved by older ones: each saved copy is loaded (through a manifest that
-    // lists it) once.
-    let expected = expected_blocks(N, BS);
-    let zero_c = vec![0u64; BS * BS];
-    let mut copies = BTreeSet::new();
-    let mut buffers = BTreeSet::new();
-    let mut partial_c = 0;
-    for version in list_versions(&ck).unwrap() {
-        let m = Manifest::read(&ck, version).unwrap();
-        for rec in &m.regions {
-            buffers.insert(rec.region);
-            if !copies.insert((rec.ckpt, rec.region)) {
-                continue;
-            }
-            let bytes = load_region(&ck, version, rec.region).unwrap();
-            let words = as_words(&bytes);
-            assert!(expected.contains(&words), "version {version}, region {} (saved by rank {}) is no block the program ever had", rec.region, rec.rank);
-            if words != zero_c {
-                partial_c += 1;
+        // Every region of every kept version is a block the program really had at some
+        // point. Incremental versions list regions saved by older ones: each saved copy is
+        // loaded (through a manifest that lists it) once.
+        let mut copies = BTreeSet::new();
+        let mut buffers = BTreeSet::new();
+        let mut partial_c = 0;
+        for version in list_versions(&ck).unwrap() {
+            let m = Manifest::read(&ck, version).unwrap();
+            for rec in &m.regions {
+                buffers.insert(rec.region);
+                if !copies.insert((rec.ckpt, rec.region)) {
+                    continue;
+                }
+                let bytes = load_region(&ck, version, rec.region).unwrap();
+                let words = as_words(&bytes);
+                assert!(expected.contains(&words), "version {version}, region {} (saved by rank {}) is no block the program ever had", rec.region, rec.rank);
+                if words != zero_c {
+                    partial_c += 1;
+                }
             }
         }
+        // A, B and C: 3 * nb * nb buffers, all changed from their pristine state at least once.
+        assert!(buffers.len() >= 3 * nb * nb, "only {} buffers saved", buffers.len());
+        taken.push((checkpoints, buffers.len(), copies.len(), partial_c));
+        // What the run must also show: several checkpoints, a buffer saved by two of them,
+        // and C blocks in the middle of the computation. Where they fall depends on the
+        // machine: VeloC's flushes sometimes take 0.2-2.5 s where the others take
+        // milliseconds (seen in both modes; docs/checkpoints.md), leaving room for only 2
+        // checkpoints, and a clean-clone CI run of 2026-11-25 (VeloC async) saved every
+        // buffer once in its 3. Up to 3 runs are made, each checked in full as above.
+        if checkpoints >= 3 && copies.len() > buffers.len() && partial_c > 0 {
+            break;
+        }
+        assert!(
+            taken.len() < 3,
+            "no run took 3 checkpoints, saved a buffer twice and held C mid-computation: (checkpoints, buffers, copies, C mid-computation) per run {taken:?}; last report: {json}"
+        );
     }
-    // A, B and C: 3 * nb * nb buffers, all changed from their pristine state at least once.
-    assert!(buffers.len() >= 3 * nb * nb, "only {} buffers saved", buffers.len());
-    assert!(copies.len() > buffers.len(), "no buffer was saved twice: {} copies", copies.len());
-    assert!(partial_c > 0);
 }
 
 /// Buffers change all at once, many times, on the head (host updates of a staged buffer) and
