@@ -250,10 +250,7 @@ impl Cluster {
                             a.version, a.buffer
                         )));
                     }
-                    let now = match self.buffers.lock().by_id(a.buffer) {
-                        Some(b) => format!("holders {:?} of version {}, stale {:?}", b.holders, b.version, b.stale),
-                        None => "freed".to_string(),
-                    };
+                    let now = copies_of(&self.buffers.lock(), a.buffer);
                     self.log(format_args!("RECOVERY replans: buffer {} version {} is no longer where the plan found it (now: {now})", a.buffer, a.version));
                 }
                 Err(Stop::Recover(e)) => {
@@ -374,13 +371,15 @@ impl Cluster {
             )));
         }
         if self.cfg.verbose {
-            let copies = |a: &Access| match bufs.by_id(a.buffer) {
-                Some(b) => format!("holders {:?} of version {}, stale {:?}", b.holders, b.version, b.stale),
-                None => "freed".to_string(),
-            };
             self.log(format_args!("RECOVERY plan: re-run tasks {:?}", work.tasks));
             for a in &work.restore {
-                let at = if rescued.contains(a) { "rescued".to_string() } else if bufs.kept(*a).is_some() { "kept apart".to_string() } else { copies(a) };
+                let at = if rescued.contains(a) {
+                    "rescued".to_string()
+                } else if bufs.kept(*a).is_some() {
+                    "kept apart".to_string()
+                } else {
+                    copies_of(&bufs, a.buffer)
+                };
                 self.log(format_args!("RECOVERY plan: buffer {} version {} from {at}", a.buffer, a.version));
             }
         }
@@ -829,6 +828,14 @@ impl Cluster {
     /// Failures and recoveries so far, for the report.
     pub(super) fn ft_report(&self) -> (Vec<FailureRecord>, Vec<RecoveryRecord>) {
         (self.failures.lock().clone(), self.recoveries.lock().clone())
+    }
+}
+
+/// Where the copies of buffer `id` are, for the verbose log.
+fn copies_of(bufs: &Buffers, id: u64) -> String {
+    match bufs.by_id(id) {
+        Some(b) => format!("holders {:?} of version {}, stale {:?}", b.holders, b.version, b.stale),
+        None => "freed".to_string(),
     }
 }
 
