@@ -16,7 +16,9 @@ const PURE_SPIN: Duration = Duration::from_micros(30);
 /// Back-off state of one polling loop. Create one per wait.
 #[derive(Debug)]
 pub struct Backoff {
-    start: Instant,
+    /// When the wait began: read at its first snooze, not at creation, since most waits for
+    /// a short request end at their first poll (a clock read costs as much as a poll here).
+    start: Option<Instant>,
     spin_for: Duration,
     sleep: Duration,
     max_sleep: Duration,
@@ -44,7 +46,7 @@ impl Backoff {
     /// A back-off that spins (with yields) for `spin_for`, then sleeps from 10 us up to `max_sleep`.
     pub fn new(spin_for: Duration, max_sleep: Duration) -> Self {
         Backoff {
-            start: Instant::now(),
+            start: None,
             spin_for,
             sleep: Duration::from_micros(10),
             max_sleep,
@@ -68,9 +70,10 @@ impl Backoff {
 
     /// Wait a little before the next poll.
     pub fn snooze(&mut self) {
+        let start = *self.start.get_or_insert_with(Instant::now);
         if self.spinning {
             self.spins += 1;
-            if self.spins % CLOCK_EVERY != 0 || self.start.elapsed() < PURE_SPIN.min(self.spin_for) {
+            if self.spins % CLOCK_EVERY != 0 || start.elapsed() < PURE_SPIN.min(self.spin_for) {
                 // The answer to a short request is usually microseconds away: poll again
                 // without a system call (a yield costs more than the probe itself). A few
                 // PAUSEs only: one costs up to ~140 cycles on recent Xeons, and 64 of them
@@ -83,7 +86,7 @@ impl Backoff {
             }
             self.spinning = false;
         }
-        let waited = self.start.elapsed();
+        let waited = start.elapsed();
         if waited < self.spin_for {
             std::thread::yield_now();
         } else {

@@ -275,7 +275,10 @@ impl Comm {
         }
     }
 
-    /// Send a serialised message and wait until its buffer is free.
+    /// Send a serialised message on a request tag (not [`CONTROL_TAG`]: see
+    /// [`Comm::send_event`]) and wait until its buffer is free. It travels as one framed
+    /// message of at most [`INLINE_BYTES`] (what every receive is posted with), or as a header
+    /// frame and then its body on the same tag (see [`Comm::test_recv`]).
     pub fn send_msg<T: serde::Serialize>(
         &self,
         dst: i32,
@@ -283,44 +286,146 @@ impl Comm {
         msg: &T,
         live: &dyn Liveness,
     ) -> Result<(), CommError> {
-        let bytes = protocol::encode(msg).map_err(|source| CommError::Protocol { rank: self.rank, source })?;
-        // SAFETY: `bytes` lives until `send_bytes` returns; on PeerDead it is leaked so that
-        // MPI can never write or read freed memory.
-        let res = unsafe { self.send_bytes(dst, tag, bytes.as_ptr(), bytes.len(), live) };
-        if let Err(CommError::PeerDead(_)) = res {
-            std::mem::forget(bytes);
+        debug_assert_ne!(tag, CONTROL_TAG, "control messages go through send_event");
+        self.send_framed(dst, tag, tag, msg, live)
+    }
+
+    /// Send an event on [`CONTROL_TAG`]. A body too large for one message travels on the
+    /// event's own request tag: other threads' events to the same rank may come between the
+    /// two messages on the control tag, never on that one.
+    pub fn send_event(&self, dst: i32, env: &protocol::Envelope, live: &dyn Liveness) -> Result<(), CommError> {
+        self.send_framed(dst, CONTROL_TAG, env.tag, env, live)
+    }
+
+    fn send_framed<T: serde::Serialize>(
+        &self,
+        dst: i32,
+        tag: i32,
+        body_tag: i32,
+        msg: &T,
+        live: &dyn Liveness,
+    ) -> Result<(), CommError> {
+        // (A fresh vector while the thread's storage is being torn down, as in exit handlers.)
+        let mut bytes = SEND_BUF.try_with(|b| std::mem::take(&mut *b.borrow_mut())).unwrap_or_default();
+        bytes.clear();
+        bytes.push(FRAME_WHOLE);
+        protocol::encode_into(msg, &mut bytes).map_err(|source| CommError::Protocol { rank: self.rank, source })?;
+        let res = if bytes.len() <= INLINE_BYTES {
+            // SAFETY: `bytes` lives until the send completed; on PeerDead it is leaked below.
+            unsafe { self.send_one(dst, tag, bytes.as_ptr(), bytes.len(), live) }
+        } else {
+            let mut header = [0u8; LARGE_HEADER];
+            header[0] = FRAME_LARGE;
+            header[1..9].copy_from_slice(&(bytes.len() as u64 - 1).to_le_bytes());
+            header[9..].copy_from_slice(&body_tag.to_le_bytes());
+            // SAFETY: both buffers live until the sends completed; on PeerDead `bytes` is
+            // leaked below, and the header's send had completed before the body's started.
+            unsafe {
+                self.send_one(dst, tag, header.as_ptr(), header.len(), live)
+                    .and_then(|()| self.send_bytes(dst, body_tag, bytes.as_ptr().add(1), bytes.len() - 1, live))
+            }
+        };
+        match res {
+            // MPI may still read a buffer whose send was abandoned: never reuse or free it.
+            Err(CommError::PeerDead(_)) => std::mem::forget(bytes),
+            _ => {
+                let _ = SEND_BUF.try_with(|b| *b.borrow_mut() = bytes);
+            }
         }
         res
     }
 
-    /// Probe once for a message from `src` (or any source if `None`) on `tag`; if one is
-    /// there, receive it whole.
-    pub fn try_recv_raw(&self, src: Option<i32>, tag: i32) -> Result<Option<(i32, Vec<u8>)>, CommError> {
+    /// Send one message of `len` bytes at `ptr` and wait until it left.
+    ///
+    /// # Safety
+    /// As for [`Comm::send_bytes`].
+    unsafe fn send_one(&self, dst: i32, tag: i32, ptr: *const u8, len: usize, live: &dyn Liveness) -> Result<(), CommError> {
+        let mut req = null_request();
+        // SAFETY: the caller guarantees `ptr..ptr+len` is readable until the request completes.
+        check("MPI_Isend", unsafe {
+            ffi::MPI_Isend(ptr.cast_mut().cast(), len as c_int, ffi::RSMPI_UINT8_T, dst, tag, self.raw, &mut req)
+        })?;
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        self.wait_all(std::slice::from_mut(&mut req), dst, live, Backoff::for_wait())
+    }
+
+    /// Post a receive of one message from `src` on `tag`, into a buffer of [`INLINE_BYTES`]
+    /// (see [`Comm::send_msg`]). A receive posted before its message arrives takes it straight
+    /// from the transport; one that arrives first is held by MPI and copied once more.
+    pub fn post_recv(&self, src: i32, tag: i32) -> Result<PostedRecv, CommError> {
+        let mut buf = take_buffer();
+        let mut req = null_request();
+        // SAFETY: `buf` has INLINE_BYTES writable bytes; it is owned by the returned value,
+        // which never frees it while the request may still write it (see its Drop).
+        check("MPI_Irecv", unsafe {
+            ffi::MPI_Irecv(buf.as_mut_ptr().cast(), INLINE_BYTES as c_int, ffi::RSMPI_UINT8_T, src, tag, self.raw, &mut req)
+        })?;
+        Ok(PostedRecv { req, buf: Some(buf), src })
+    }
+
+    /// Test a posted receive once. When its message is there, return it (receiving the body
+    /// first if it was a header frame: that wait gives up if the sender dies); the receive is
+    /// then spent, and a new one must be posted for the next message.
+    pub fn test_recv(&self, p: &mut PostedRecv, live: &dyn Liveness) -> Result<Option<Message>, CommError> {
+        let Some(buf) = p.buf.as_ref() else {
+            return Err(CommError::Protocol { rank: p.src, source: ProtocolError::Invalid("receive tested after it completed".into()) });
+        };
         let mut flag: c_int = 0;
-        let mut msg = ffi::MPI_Message(std::ptr::null_mut());
         // SAFETY: MPI_Status is plain old data; zeroed is a valid initial value.
         let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
-        let source = src.unwrap_or(
-            // SAFETY: reading an immutable constant exported by the MPI shim.
-            unsafe { ffi::RSMPI_ANY_SOURCE },
-        );
-        // SAFETY: out-pointers point to live locals.
-        check("MPI_Improbe", unsafe {
-            ffi::MPI_Improbe(source, tag, self.raw, &mut flag, &mut msg, &mut status)
-        })?;
+        // SAFETY: the request was posted by `post_recv` into `buf`, which `p` still owns.
+        check("MPI_Test", unsafe { ffi::MPI_Test(&mut p.req, &mut flag, &mut status) })?;
         if flag == 0 {
             return Ok(None);
         }
-        let mut count: c_int = 0;
-        // SAFETY: `status` was filled by the matched probe.
-        check("MPI_Get_count", unsafe { ffi::MPI_Get_count(&status, ffi::RSMPI_UINT8_T, &mut count) })?;
-        let mut buf = vec![0u8; count.max(0) as usize];
-        // SAFETY: `buf` has exactly `count` bytes; the matched message is received once.
-        check("MPI_Mrecv", unsafe {
-            ffi::MPI_Mrecv(buf.as_mut_ptr().cast(), count, ffi::RSMPI_UINT8_T, &mut msg, ffi::RSMPI_STATUS_IGNORE)
-        })?;
         self.received.fetch_add(1, Ordering::Relaxed);
-        Ok(Some((status.MPI_SOURCE, buf)))
+        let mut count: c_int = 0;
+        // SAFETY: `status` was filled by the completed receive.
+        check("MPI_Get_count", unsafe { ffi::MPI_Get_count(&status, ffi::RSMPI_UINT8_T, &mut count) })?;
+        let count = (count.max(0) as usize).min(buf.len());
+        let bad = |what: &str| CommError::Protocol { rank: p.src, source: ProtocolError::Malformed(what.into()) };
+        let buf = p.buf.take().expect("checked above");
+        match buf.first().filter(|_| count > 0) {
+            Some(&FRAME_WHOLE) => Ok(Some(Message { bytes: Payload::Pooled(buf), start: 1, end: count })),
+            Some(&FRAME_LARGE) if count == LARGE_HEADER => {
+                let len = u64::from_le_bytes(buf[1..9].try_into().expect("8 bytes"));
+                let body_tag = i32::from_le_bytes(buf[9..LARGE_HEADER].try_into().expect("4 bytes"));
+                give_buffer(buf);
+                if len > protocol::MAX_CONTROL_BYTES {
+                    return Err(bad("message longer than the control limit"));
+                }
+                if body_tag < FIRST_REQUEST_TAG || body_tag > self.tag_ub {
+                    return Err(bad("message body on a tag that is no request's"));
+                }
+                let mut body = vec![0u8; len as usize];
+                // SAFETY: `body` has `len` writable bytes; leaked if the sender died (MPI may
+                // still write them).
+                if let Err(e) = unsafe { self.recv_bytes(p.src, body_tag, body.as_mut_ptr(), body.len(), live) } {
+                    std::mem::forget(body);
+                    return Err(e);
+                }
+                let end = body.len();
+                Ok(Some(Message { bytes: Payload::Owned(body), start: 0, end }))
+            }
+            _ => {
+                give_buffer(buf);
+                Err(bad("unknown message frame"))
+            }
+        }
+    }
+
+    /// Wait for a posted receive's message, giving up if its sender is declared dead.
+    pub fn wait_recv(&self, mut p: PostedRecv, live: &dyn Liveness) -> Result<Message, CommError> {
+        let mut backoff = Backoff::for_wait();
+        loop {
+            if let Some(m) = self.test_recv(&mut p, live)? {
+                return Ok(m);
+            }
+            if !backoff.spinning() && live.is_dead(p.src) {
+                return Err(CommError::PeerDead(p.src));
+            }
+            backoff.snooze();
+        }
     }
 
     /// Wait for one message from `src` on `tag` and decode it.
@@ -330,16 +435,8 @@ impl Comm {
         tag: i32,
         live: &dyn Liveness,
     ) -> Result<T, CommError> {
-        let mut backoff = Backoff::for_wait();
-        loop {
-            if let Some((_, bytes)) = self.try_recv_raw(Some(src), tag)? {
-                return protocol::decode(&bytes).map_err(|source| CommError::Protocol { rank: src, source });
-            }
-            if !backoff.spinning() && live.is_dead(src) {
-                return Err(CommError::PeerDead(src));
-            }
-            backoff.snooze();
-        }
+        let m = self.wait_recv(self.post_recv(src, tag)?, live)?;
+        protocol::decode(&m).map_err(|source| CommError::Protocol { rank: src, source })
     }
 
     fn pieces(&self, len: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
@@ -440,6 +537,104 @@ impl Comm {
         let r = during();
         self.wait_all(&mut reqs, peer, live, Backoff::for_transfer())?;
         Ok(r)
+    }
+}
+
+/// Largest message a receive takes in one piece (see [`Comm::send_msg`]): nearly every event
+/// and reply fits; a larger one costs a second message.
+pub const INLINE_BYTES: usize = 4096;
+/// First byte of a message that holds all of it (the encoded message follows).
+const FRAME_WHOLE: u8 = 1;
+/// First byte of a header frame: the length of the body that follows, as a u64, then the tag
+/// it follows on, as an i32 (little-endian both).
+const FRAME_LARGE: u8 = 2;
+/// Size of a header frame.
+const LARGE_HEADER: usize = 13;
+
+thread_local! {
+    /// The encoding buffer of this thread's sends (a send completes before it returns).
+    static SEND_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Receive buffers of INLINE_BYTES, kept for reuse.
+    static POOL: std::cell::RefCell<Vec<Box<[u8]>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Buffers kept per thread for reuse.
+const POOL_SIZE: usize = 8;
+
+fn take_buffer() -> Box<[u8]> {
+    POOL.try_with(|p| p.borrow_mut().pop()).ok().flatten().unwrap_or_else(|| vec![0u8; INLINE_BYTES].into_boxed_slice())
+}
+
+fn give_buffer(b: Box<[u8]>) {
+    // Ignored while the thread is being torn down (the buffer is then simply freed).
+    let _ = POOL.try_with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < POOL_SIZE {
+            p.push(b);
+        }
+    });
+}
+
+/// A receive posted by [`Comm::post_recv`]. Dropped before its message came, it is
+/// cancelled, and its buffer is never freed (MPI may still write into it).
+#[derive(Debug)]
+pub struct PostedRecv {
+    req: ffi::MPI_Request,
+    /// None once the message was taken.
+    buf: Option<Box<[u8]>>,
+    src: i32,
+}
+
+// SAFETY: an MPI request handle is an opaque pointer into the MPI library, which was
+// initialised with MPI_THREAD_MULTIPLE: a request may be tested or cancelled from any thread.
+// The buffer is owned by this value and only read once the request completed.
+unsafe impl Send for PostedRecv {}
+
+impl Drop for PostedRecv {
+    fn drop(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            // SAFETY: cancelling and freeing a request this value owns; its buffer is leaked,
+            // since a receive that matched before the cancel may still be writing into it.
+            unsafe {
+                if self.req.0 != null_request().0 {
+                    ffi::MPI_Cancel(&mut self.req);
+                    ffi::MPI_Request_free(&mut self.req);
+                }
+            }
+            std::mem::forget(buf);
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Payload {
+    Pooled(Box<[u8]>),
+    Owned(Vec<u8>),
+}
+
+/// A received message (its encoded bytes; see [`protocol::decode`]).
+#[derive(Debug)]
+pub struct Message {
+    bytes: Payload,
+    start: usize,
+    end: usize,
+}
+
+impl std::ops::Deref for Message {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.bytes {
+            Payload::Pooled(b) => &b[self.start..self.end],
+            Payload::Owned(v) => &v[self.start..self.end],
+        }
+    }
+}
+
+impl Drop for Message {
+    fn drop(&mut self) {
+        if let Payload::Pooled(b) = std::mem::replace(&mut self.bytes, Payload::Owned(Vec::new())) {
+            give_buffer(b);
+        }
     }
 }
 

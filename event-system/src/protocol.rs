@@ -270,6 +270,12 @@ pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, ProtocolError> {
     options().serialize(msg).map_err(|e| ProtocolError::Malformed(e.to_string()))
 }
 
+/// Serialise a message at the end of `out`.
+pub fn encode_into<T: Serialize>(msg: &T, out: &mut Vec<u8>) -> Result<(), ProtocolError> {
+    use bincode::Options;
+    options().serialize_into(out, msg).map_err(|e| ProtocolError::Malformed(e.to_string()))
+}
+
 /// Deserialise a message, bounded by [`MAX_CONTROL_BYTES`]; trailing bytes are an error.
 pub fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, ProtocolError> {
     use bincode::Options;

@@ -159,6 +159,23 @@ fn a_regions_output_comes_back_with_its_reply() {
     assert!(ompcluster_tests::stderr(&o).contains("recovered from the loss of rank 1"), "{}", describe(&o));
 }
 
+/// Events and replies larger than one message of the transport (a header, then the body on
+/// the request's tag): an EXECUTE reaching 401 buffers, its reply listing the pointers found
+/// in 400 of them, and 12 KiB of output per region, with 1, 2 and 3 workers.
+#[test]
+fn events_and_replies_larger_than_one_message() {
+    let prog = compile("large_messages.c");
+    let want: Vec<String> =
+        (0..3).flat_map(|r| (0..300).map(move |i| format!("region {r} line {i:03} ......................."))).collect();
+    for np in NPS {
+        let o = run(np, &prog, &[], &[]);
+        ompcluster_tests::assert_pass(&o);
+        let out = stdout(&o);
+        let printed: Vec<&str> = out.lines().filter(|l| l.starts_with("region ")).collect();
+        assert!(printed == want, "-np {np}: the regions' output is not whole and in order\n{}", describe(&o));
+    }
+}
+
 /// A 6 MiB buffer with 4 KiB fragments, moved head -> worker, worker -> worker (round robin)
 /// and back.
 #[test]

@@ -15,7 +15,7 @@ pub use device::{LocalDevice, Ran};
 pub use output::write_all;
 
 use crate::backoff::Backoff;
-use crate::comm::{Comm, CommError, Fenced, Liveness, CONTROL_TAG};
+use crate::comm::{Comm, CommError, Fenced, Liveness, PostedRecv, CONTROL_TAG};
 use crate::heap::SymmetricHeap;
 use crate::protocol::{self, Envelope, Event, Reply};
 use crate::HEAD;
@@ -55,8 +55,9 @@ struct Worker {
     live: Arc<Fenced<Arc<dyn Liveness>>>,
     /// Device memory held and images loaded.
     dev: Device,
-    /// Held by the one thread that polls for control messages.
-    poll: Mutex<()>,
+    /// Held by the one thread that polls for control messages: the receive of the next one,
+    /// posted ahead so that it lands straight in its buffer.
+    poll: Mutex<Option<PostedRecv>>,
     exit: AtomicBool,
     /// Threads not busy with an event (polling or waiting to poll).
     idle: AtomicUsize,
@@ -84,7 +85,7 @@ pub fn run(
         heap,
         live,
         dev: Device::default(),
-        poll: Mutex::new(()),
+        poll: Mutex::new(None),
         exit: AtomicBool::new(false),
         exit_signal: AtomicI32::new(0),
         idle: AtomicUsize::new(1),
@@ -105,6 +106,9 @@ pub fn run(
         eprintln!("ompcluster worker {rank}: cannot watch for crashes in device code ({e}); a crashing region ends this worker");
     }
     let result = serve(&w);
+    // Cancelled while MPI is still up (its request would otherwise outlive the caller's
+    // MPI_Finalize).
+    drop(w.poll.lock().take());
     if let Some(c) = &w.stdout {
         c.finish();
     }
@@ -155,22 +159,29 @@ enum Turn {
 /// threads then took turns polling, each turn costing futex calls and a cold cache (on
 /// 2 cores, several microseconds per short event).
 fn lead(w: &Arc<Worker>) -> Result<Turn, CommError> {
-    let _guard = w.poll.lock();
+    let mut inbox = w.poll.lock();
     loop {
         let mut backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(1));
-        let bytes = loop {
+        let msg = loop {
             if w.exit.load(Ordering::Acquire) {
                 return Ok(Turn::Stop);
             }
-            if let Some((_, bytes)) = w.comm.try_recv_raw(Some(HEAD), CONTROL_TAG)? {
-                break bytes;
+            let posted = match inbox.as_mut() {
+                Some(p) => p,
+                None => inbox.insert(w.comm.post_recv(HEAD, CONTROL_TAG)?),
+            };
+            if let Some(msg) = w.comm.test_recv(posted, w.live.as_ref())? {
+                // The next event's receive, posted before this one is handled.
+                *inbox = Some(w.comm.post_recv(HEAD, CONTROL_TAG)?);
+                break msg;
             }
             if !backoff.spinning() && w.live.is_dead(HEAD) {
                 return Err(CommError::PeerDead(HEAD));
             }
             backoff.snooze();
         };
-        let env: Envelope = protocol::decode(&bytes).map_err(|source| CommError::Protocol { rank: HEAD, source })?;
+        let env: Envelope = protocol::decode(&msg).map_err(|source| CommError::Protocol { rank: HEAD, source })?;
+        drop(msg);
         if let Err(e) = env.event.validate(w.heap.base(), w.heap.end()) {
             eprintln!("ompcluster worker {}: rejected event: {e}", w.comm.rank());
             w.comm.send_msg(HEAD, env.tag, &Reply::Error(e.to_string()), w.live.as_ref())?;

@@ -14,9 +14,8 @@ impl Cluster {
             }
             self.log(format_args!("INJECT {action:?} into rank {rank}"));
             self.inject.injected(rank);
-            let tag = self.tags.next();
             let event = Event::Inject { signal: action.signal(), at_exit: trigger == Trigger::DuringExit };
-            if let Err(e) = self.comm.send_msg(rank, CONTROL_TAG, &Envelope { tag, event }, self.live.as_ref()) {
+            if let Err(e) = self.post(rank, event) {
                 eprintln!("ompcluster: could not inject {action:?} into rank {rank}: {e}");
             }
         }

@@ -21,7 +21,7 @@ use crate::checkpoint::{Checkpointer, SaveItem};
 use crate::config::Config;
 use crate::data::{Buffer, Buffers, PointsTo, HEAD};
 use crate::report::{Report, Stats};
-use event_system::comm::{CommError, CONTROL_TAG};
+use event_system::comm::CommError;
 use event_system::protocol::{Envelope, Event, FoundPointers, Patch, Region, Reply};
 use event_system::process::Victim;
 use event_system::{Comm, Fenced, Liveness, SymmetricHeap, TagAllocator};
@@ -305,10 +305,11 @@ impl Cluster {
         }
     }
 
-    /// Send `event` to `rank` under a fresh tag; returns the tag.
+    /// Send `event` to `rank` under a fresh tag (its reply, if it has one, and its data travel
+    /// on that tag); returns the tag.
     fn post(&self, rank: i32, event: Event) -> Result<i32> {
         let tag = self.tags.next();
-        self.comm.send_msg(rank, CONTROL_TAG, &Envelope { tag, event }, self.live.as_ref())?;
+        self.comm.send_event(rank, &Envelope { tag, event }, self.live.as_ref())?;
         Ok(tag)
     }
 

@@ -22,7 +22,7 @@ impl Cluster {
                 b.backed.insert(HEAD);
             }
         } else if !b.backed.contains(&w) {
-            self.comm.send_msg(w, CONTROL_TAG, &Envelope { tag: 0, event: Event::Alloc(Region { addr: b.addr, size: b.span }) }, self.live.as_ref())?;
+            self.post(w, Event::Alloc(Region { addr: b.addr, size: b.span }))?;
             b.backed.insert(w);
         }
         Ok(())
@@ -157,7 +157,7 @@ impl Cluster {
         }
         let t = self.trace_now();
         let tag = self.tags.next();
-        let send = |rank: i32, event: Event| self.comm.send_msg(rank, CONTROL_TAG, &Envelope { tag, event }, self.live.as_ref());
+        let send = |rank: i32, event: Event| self.comm.send_event(rank, &Envelope { tag, event }, self.live.as_ref());
         let exchanged = send(src, Event::ExchangeSend { region, peer: dst })
             .and_then(|()| send(dst, Event::ExchangeRecv { region, peer: src }))
             .map_err(ClusterError::from)

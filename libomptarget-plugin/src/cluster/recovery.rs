@@ -189,9 +189,8 @@ impl Cluster {
         let mut f = self.failures.lock();
         if !f.iter().any(|x| x.rank == rank) {
             for w in self.workers() {
-                let failed = Envelope { tag: 0, event: Event::Failed { ranks: vec![rank] } };
                 // A worker that cannot be told is dead too, or notices by itself.
-                let _ = self.comm.send_msg(w, CONTROL_TAG, &failed, self.live.as_ref());
+                let _ = self.post(w, Event::Failed { ranks: vec![rank] });
             }
             let at = self.start.elapsed().as_secs_f64();
             eprintln!("ompcluster: worker rank {rank} failed ({how}) at {at:.3} s; recovering");
@@ -321,9 +320,7 @@ impl Cluster {
             } else if let Some(&w) = survivors.iter().find(|&&w| self.procs.get(w as usize).is_some_and(|p| p.0 == host)) {
                 kills.entry(w).or_default().push(victim);
             }
-            let tag = self.tags.next();
-            let notice = Event::Fence { ranks: list.clone(), kill: Vec::new() };
-            let _ = self.comm.send_msg(r, CONTROL_TAG, &Envelope { tag, event: notice }, self.live.as_ref());
+            let _ = self.post(r, Event::Fence { ranks: list.clone(), kill: Vec::new() });
         }
         let mut tags = Vec::new();
         for &w in survivors.iter().filter(|&&w| w != HEAD) {
