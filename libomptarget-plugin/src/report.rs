@@ -95,7 +95,7 @@ pub struct Report {
     /// Bytes the head kept only for recovery at the end (`OMPCLUSTER_FT_RETAIN` bounds it).
     pub retained_bytes: u64,
     /// Tasks the record still held at the end (the rest were pruned: recovery could no longer
-    /// need them).
+    /// need them; tasks that made no version are never kept).
     pub tasks_recorded: u64,
     /// The head process's peak resident memory (getrusage).
     pub head_max_rss_bytes: u64,
