@@ -33,6 +33,16 @@ pub struct Ran {
     pub freed: Vec<u64>,
 }
 
+/// What [`Device::execute`] notes of one region before the call.
+struct Before {
+    /// The pieces (offsets) whose changes count; `None`: all of it.
+    pieces: Option<Vec<(usize, usize)>>,
+    /// Their hash (0 for a region surely written).
+    hash: u64,
+    /// A copy of an image's data, to report what the kernel changed in it.
+    snapshot: Option<Vec<u8>>,
+}
+
 /// Memory and images of one process.
 #[derive(Debug, Default)]
 pub(crate) struct Device {
@@ -92,25 +102,24 @@ impl Device {
                 None => return Err(format!("no kernel {kernel} in image {image}")),
             }
         };
-        // The pieces of each region whose changes count (an image's data without the OpenMP
-        // runtime's lock words, which libomp sets on first use).
-        let pieces: Vec<Vec<(usize, usize)>> = {
-            let mem = self.memory.read();
-            regions.iter().map(|r| mem.pieces_to_hash(r.addr, r.size)).collect()
-        };
-        // SAFETY (all blocks below): the caller guarantees every pointer is to the held bytes
-        // of its region (the pieces lie inside it) for the whole call.
-        let hash = |i: usize, written: bool| if written { 0 } else { unsafe { exec::hash(ptrs[i], &pieces[i]) } };
-        let before: Vec<u64> = (0..regions.len()).map(|i| hash(i, assume_written[i])).collect();
-        // A copy of each (small enough) image data region, to tell what changed.
-        let snapshots: Vec<Option<Vec<u8>>> = {
+        // Per region, before the call: the pieces whose changes count (all of it, but in an
+        // image's data, which holds the OpenMP runtime's lock words: libomp sets them on
+        // first use), their hash (unless surely written), and a copy of a (small enough)
+        // image data region, to tell what changed.
+        let before: Vec<Before> = {
             let mem = self.memory.read();
             regions
                 .iter()
                 .zip(ptrs)
                 .zip(assume_written)
                 .map(|((r, &p), &aw)| {
-                    (!aw && r.size <= MAX_PATCHED && mem.is_image_data(r.addr)).then(|| unsafe { std::slice::from_raw_parts(p, r.size as usize) }.to_vec())
+                    let pieces = mem.pieces_to_hash(r.addr, r.size);
+                    // SAFETY (here and below): the caller guarantees every pointer is to the
+                    // held bytes of its region (the pieces lie inside it) for the whole call.
+                    let hash = if aw { 0 } else { unsafe { exec::hash(p, r.size as usize, pieces.as_deref()) } };
+                    let snapshot = (!aw && r.size <= MAX_PATCHED && mem.is_image_data(r.addr))
+                        .then(|| unsafe { std::slice::from_raw_parts(p, r.size as usize) }.to_vec());
+                    Before { pieces, hash, snapshot }
                 })
                 .collect()
         };
@@ -133,19 +142,18 @@ impl Device {
             .collect();
         let mut changed = Vec::with_capacity(regions.len());
         let mut pointers = Vec::new();
-        for (i, ((r, &p), &aw)) in regions.iter().zip(ptrs).zip(assume_written).enumerate() {
-            let c = aw || hash(i, false) != before[i];
+        let mut patches = Vec::new();
+        for (i, ((r, &p), (&aw, b))) in regions.iter().zip(ptrs).zip(assume_written.iter().zip(before)).enumerate() {
+            let c = aw || unsafe { exec::hash(p, r.size as usize, b.pieces.as_deref()) } != b.hash;
             if c {
                 pointers.push(unsafe { protocol::scan_pointers(p, r.size as usize, lo, hi) });
+                if let Some(old) = b.snapshot {
+                    let now = unsafe { std::slice::from_raw_parts(p, old.len()) };
+                    let whole = [(0, old.len())];
+                    patches.push((i as u32, protocol::diff(&old, now, b.pieces.as_deref().unwrap_or(&whole))));
+                }
             }
             changed.push(c);
-        }
-        let mut patches = Vec::new();
-        for (i, snap) in snapshots.into_iter().enumerate() {
-            if let Some(old) = snap.filter(|_| changed[i]) {
-                let now = unsafe { std::slice::from_raw_parts(ptrs[i], old.len()) };
-                patches.push((i as u32, protocol::diff(&old, now, &pieces[i])));
-            }
         }
         Ok(Ran { changed, pointers, seconds, patches, allocated, freed })
     }

@@ -9,14 +9,16 @@
 use crate::protocol::{scan_pointers, FoundPointers};
 use libffi::middle::{Arg, Cif, CodePtr, Type};
 use std::cell::RefCell;
-use std::collections::HashMap;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 thread_local! {
     /// Call interfaces by argument count, built once per thread: every kernel takes
     /// pointer-sized arguments and returns nothing, so the count is all that differs.
-    static CIFS: RefCell<HashMap<usize, Cif>> = RefCell::new(HashMap::new());
+    static CIFS: RefCell<Vec<Option<Cif>>> = const { RefCell::new(Vec::new()) };
 }
+
+/// Kernels with at most this many arguments are called without allocating.
+const INLINE_ARGS: usize = 16;
 
 /// Call `entry` with `args`.
 ///
@@ -24,27 +26,61 @@ thread_local! {
 /// `entry` must be a kernel of a loaded device image taking `args.len()` pointer-sized
 /// arguments, and every device address among `args` must be backed on this worker.
 pub(crate) unsafe fn call_kernel(entry: usize, args: &[u64]) {
-    let values: Vec<usize> = args.iter().map(|&a| a as usize).collect();
-    let ffi_args: Vec<Arg> = values.iter().map(Arg::new).collect();
+    let mut inline = [0usize; INLINE_ARGS];
+    let heap: Vec<usize>;
+    let values: &[usize] = if args.len() <= INLINE_ARGS {
+        for (v, &a) in inline.iter_mut().zip(args) {
+            *v = a as usize;
+        }
+        &inline[..args.len()]
+    } else {
+        heap = args.iter().map(|&a| a as usize).collect();
+        &heap
+    };
     CIFS.with(|cifs| {
-        cifs.borrow_mut()
-            .entry(args.len())
-            .or_insert_with(|| Cif::new(std::iter::repeat_n(Type::pointer(), args.len()), Type::void()));
+        let n = args.len();
+        if cifs.borrow().get(n).is_none_or(|c| c.is_none()) {
+            let mut cifs = cifs.borrow_mut();
+            if cifs.len() <= n {
+                cifs.resize_with(n + 1, || None);
+            }
+            cifs[n] = Some(Cif::new(std::iter::repeat_n(Type::pointer(), n), Type::void()));
+        }
         // A shared borrow during the call: a kernel never calls back into this worker, and
         // if it did, another shared borrow would still be fine.
         let cifs = cifs.borrow();
-        // SAFETY: the caller guarantees the signature; `values` outlives the call.
-        unsafe { cifs[&args.len()].call::<()>(CodePtr(entry as *mut libc::c_void), &ffi_args) };
+        let cif = cifs[n].as_ref().expect("built above");
+        let ffi_args = |vals: &[usize]| -> Vec<Arg> { vals.iter().map(Arg::new).collect() };
+        if n <= INLINE_ARGS {
+            let mut buf: [std::mem::MaybeUninit<Arg>; INLINE_ARGS] = [const { std::mem::MaybeUninit::uninit() }; INLINE_ARGS];
+            for (slot, v) in buf.iter_mut().zip(values) {
+                slot.write(Arg::new(v));
+            }
+            // SAFETY: the first `n` slots were written just above; `Arg` is a plain pointer
+            // wrapper (no drop), so viewing them as initialised `Arg`s is sound.
+            let args: &[Arg] = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<Arg>(), n) };
+            // SAFETY: the caller guarantees the signature; `values` outlives the call.
+            unsafe { cif.call::<()>(CodePtr(entry as *mut libc::c_void), args) };
+        } else {
+            let args = ffi_args(values);
+            // SAFETY: as above.
+            unsafe { cif.call::<()>(CodePtr(entry as *mut libc::c_void), &args) };
+        }
     });
 }
 
-/// Hash of the bytes of a region at `ptr` in `pieces` (offset ranges, in order).
+/// Hash of the `len` bytes of a region at `ptr`, or of its `pieces` (offset ranges, in order)
+/// only.
 ///
 /// # Safety
-/// Every piece `ptr+start..ptr+end` must be readable.
-pub(crate) unsafe fn hash(ptr: *const u8, pieces: &[(usize, usize)]) -> u64 {
+/// `ptr..ptr+len` must be readable.
+pub(crate) unsafe fn hash(ptr: *const u8, len: usize, pieces: Option<&[(usize, usize)]>) -> u64 {
+    let Some(pieces) = pieces else {
+        // SAFETY: the caller guarantees readability.
+        return xxh3_64(unsafe { std::slice::from_raw_parts(ptr, len) });
+    };
     pieces.iter().fold(0, |h, &(s, e)| {
-        // SAFETY: the caller guarantees readability of each piece.
+        // SAFETY: the caller guarantees readability of the region, which holds the pieces.
         let bytes = unsafe { std::slice::from_raw_parts(ptr.add(s), e - s) };
         if h == 0 && s == 0 {
             xxh3_64(bytes)

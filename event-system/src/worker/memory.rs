@@ -133,9 +133,11 @@ impl Memory {
 
     /// The pieces (offsets) of `[addr, addr+size)` whose changes are changes of the program's
     /// data: all but the OpenMP runtime's per-process objects.
-    pub(crate) fn pieces_to_hash(&self, addr: u64, size: u64) -> Vec<(usize, usize)> {
+    /// `None` when that is all of it (most buffers: only image data has such objects).
+    pub(crate) fn pieces_to_hash(&self, addr: u64, size: u64) -> Option<Vec<(usize, usize)>> {
         let end = addr + size;
-        complement(addr, end, self.private_in(addr, end).collect())
+        let private: Vec<(u64, u64)> = self.private_in(addr, end).collect();
+        (!private.is_empty()).then(|| complement(addr, end, private))
     }
 
     /// Is `addr` the start of an image's writable data?
@@ -183,8 +185,8 @@ mod tests {
         bytes[16..24].copy_from_slice(&(img + 8).to_ne_bytes());
         assert_eq!(m.pieces_to_write(d, &bytes, heap.base(), heap.end()), vec![(0, 64), (96, 128)]);
         assert_eq!(m.pieces_to_write(d + 80, &bytes[..32], heap.base(), heap.end()), vec![(16, 32)]);
-        assert_eq!(m.pieces_to_hash(d, 4096), vec![(0, 64), (96, 4096)]);
-        assert_eq!(m.pieces_to_hash(d, 8), vec![(0, 8)]);
+        assert_eq!(m.pieces_to_hash(d, 4096), Some(vec![(0, 64), (96, 4096)]));
+        assert_eq!(m.pieces_to_hash(d, 8), None);
         assert_eq!(m.resolve(img + 2 * 4096 + 8, 8).unwrap() as u64, img + 2 * 4096 + 8);
         assert!(m.resolve(img + 8, 8).is_err(), "code and RELRO are not data");
         assert!(m.resolve(img + 4 * 4096 - 8, 9).is_err());
