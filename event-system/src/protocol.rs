@@ -13,6 +13,12 @@ use thiserror::Error;
 /// Largest region whose contents a worker sends back with an EXECUTE's reply (`send_back`).
 pub const MAX_SEND_BACK: u64 = 64 << 10;
 
+/// Largest buffer whose bytes travel inside its SUBMIT event, or inside the answer to its
+/// RETRIEVE: one message instead of two (larger ones follow raw on the request tag). Well
+/// under one message of the transport (`comm::INLINE_BYTES`), and under Open MPI's eager
+/// limit over shared memory (4 KiB).
+pub const MAX_INLINE_DATA: u64 = 3 << 10;
+
 /// Largest control message accepted (kernel argument lists and image descriptions).
 pub const MAX_CONTROL_BYTES: u64 = 16 << 20;
 
@@ -61,9 +67,17 @@ pub enum Event {
     Reclaim(Region),
     /// Release a buffer's pages. No reply.
     Delete(Region),
-    /// Receive bytes from the head into a region.
-    Submit(Region),
-    /// Send a region's bytes to the head.
+    /// Write bytes from the head into a region: `bytes` are its contents if it has at most
+    /// [`MAX_INLINE_DATA`] bytes (and empty otherwise: they follow raw on the request tag).
+    Submit {
+        /// Where.
+        region: Region,
+        /// The bytes, for a small region.
+        #[serde(with = "serde_bytes")]
+        bytes: Vec<u8>,
+    },
+    /// Send a region's bytes to the head: inside a `Data` answer if it has at most
+    /// [`MAX_INLINE_DATA`] bytes, else raw on the request tag after an `Ok`.
     Retrieve(Region),
     /// Send a region's bytes to another worker (which gets a matching `ExchangeRecv`).
     ExchangeSend {
@@ -213,6 +227,8 @@ pub struct Allocated {
 pub enum Reply {
     /// Done.
     Ok,
+    /// The bytes of a small region (answer to a RETRIEVE).
+    Data(#[serde(with = "serde_bytes")] Vec<u8>),
     /// A kernel ran.
     Executed {
         /// For each region of the EXECUTE, in order: did its contents change?
@@ -310,10 +326,16 @@ impl Event {
                 }
                 in_heap(&Region { addr: *base, size: *extent })
             }
+            Event::Submit { region, bytes } => {
+                let inline = region.size <= MAX_INLINE_DATA;
+                if (inline && bytes.len() as u64 != region.size) || (!inline && !bytes.is_empty()) {
+                    return Err(ProtocolError::Invalid(format!("submit of {} bytes carries {}", region.size, bytes.len())));
+                }
+                in_heap(region)
+            }
             Event::Alloc(r)
             | Event::Reclaim(r)
             | Event::Delete(r)
-            | Event::Submit(r)
             | Event::Retrieve(r)
             | Event::ExchangeSend { region: r, .. }
             | Event::ExchangeRecv { region: r, .. } => in_heap(r),
@@ -454,6 +476,10 @@ mod tests {
         let bytes = encode(&ev).unwrap();
         let back: Envelope = decode(&bytes).unwrap();
         assert_eq!(back, ev);
+        let sub = Envelope { tag: 5, event: Event::Submit { region: Region { addr: 4096, size: 1024 }, bytes: vec![3; 1024] } };
+        assert_eq!(decode::<Envelope>(&encode(&sub).unwrap()).unwrap(), sub);
+        let data = Reply::Data((0..=255).collect());
+        assert_eq!(decode::<Reply>(&encode(&data).unwrap()).unwrap(), data);
         // Truncated and padded messages are rejected.
         assert!(decode::<Envelope>(&bytes[..bytes.len() - 1]).is_err());
         let mut padded = bytes.clone();
@@ -470,10 +496,14 @@ mod tests {
 
     #[test]
     fn validation_checks_the_heap_bounds() {
-        let ok = Event::Submit(Region { addr: 0x1000, size: 0x1000 });
-        assert!(ok.validate(0x1000, 0x3000).is_ok());
-        let outside = Event::Submit(Region { addr: 0x2800, size: 0x1000 });
-        assert!(outside.validate(0x1000, 0x3000).is_err());
+        let submit = |addr, size, bytes: usize| Event::Submit { region: Region { addr, size }, bytes: vec![7; bytes] };
+        assert!(submit(0x1000, 0x1000, 0).validate(0x1000, 0x3000).is_ok());
+        assert!(submit(0x2800, 0x1000, 0).validate(0x1000, 0x3000).is_err());
+        // Small regions carry their bytes, all of them; large ones none.
+        assert!(submit(0x1000, 16, 16).validate(0x1000, 0x3000).is_ok());
+        assert!(submit(0x1000, 16, 15).validate(0x1000, 0x3000).is_err());
+        assert!(submit(0x1000, 16, 0).validate(0x1000, 0x3000).is_err());
+        assert!(submit(0x1000, 0x1000, 8).validate(0x1000, 0x3000).is_err());
         let overflow = Event::Retrieve(Region { addr: u64::MAX - 1, size: 16 });
         assert!(overflow.validate(0, u64::MAX).is_err());
         let copy = Event::Copy { src: 0x1000, dst: 0x5000, size: 8 };

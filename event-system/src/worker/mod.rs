@@ -217,7 +217,7 @@ fn lead(w: &Arc<Worker>) -> Result<Turn, CommError> {
             // - FENCE: its reply tells the head that this worker will not wait for the fenced
             //   ranks any more.
             Event::Checkpoint { .. }
-            | Event::Submit(_)
+            | Event::Submit { .. }
             | Event::Retrieve(_)
             | Event::Fence { .. }
             | Event::Execute { short: true, .. } => {
@@ -301,22 +301,33 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
                 Err(e) => Reply::Error(e),
             }
         }
-        Event::Submit(r) => match resolve(r.addr, r.size) {
-            // SAFETY: `p` points to `r.size` bytes this worker holds; the head does not run a
-            // kernel on a buffer while it is being submitted.
+        Event::Submit { region: r, bytes } => match resolve(r.addr, r.size) {
+            // SAFETY (both arms): `p` points to `r.size` bytes this worker holds (validated:
+            // `bytes` has that many, if any); the head does not run a kernel on a buffer while
+            // it is being submitted.
+            Ok(p) if !bytes.is_empty() => {
+                unsafe { w.dev.write((w.heap.base(), w.heap.end()), r.addr, p, bytes) };
+                Reply::Ok
+            }
             Ok(p) => {
                 unsafe { recv_into(w, HEAD, env.tag, r, p)? };
                 Reply::Ok
             }
             Err(e) => {
-                // Drain the data so the tag is clean, then report.
-                let mut sink = vec![0u8; r.size as usize];
-                // SAFETY: private buffer of the right size.
-                unsafe { w.comm.recv_bytes(HEAD, env.tag, sink.as_mut_ptr(), sink.len(), live)? };
+                if bytes.is_empty() {
+                    // Drain the data so the tag is clean, then report.
+                    let mut sink = vec![0u8; r.size as usize];
+                    // SAFETY: private buffer of the right size.
+                    unsafe { w.comm.recv_bytes(HEAD, env.tag, sink.as_mut_ptr(), sink.len(), live)? };
+                }
                 Reply::Error(e)
             }
         },
         Event::Retrieve(r) => match resolve(r.addr, r.size) {
+            Ok(p) if r.size <= protocol::MAX_INLINE_DATA => {
+                // SAFETY: `p` points to `r.size` held bytes.
+                Reply::Data(unsafe { std::slice::from_raw_parts(p, r.size as usize) }.to_vec())
+            }
             Ok(p) => {
                 w.comm.send_msg(HEAD, env.tag, &Reply::Ok, live)?;
                 // SAFETY: `p` points to `r.size` held bytes, valid for the life of the buffer.

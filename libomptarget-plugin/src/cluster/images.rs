@@ -117,13 +117,9 @@ impl Cluster {
     /// copy, which then holds version 1 too.
     fn keep_initial_data(&self, addr: u64, size: u64, loaded: &[i32]) -> Result<()> {
         for &w in loaded {
-            let got = self.post(w, Event::Retrieve(Region { addr, size })).and_then(|tag| {
-                self.expect_ok(w, tag)?;
-                // SAFETY: the head backed this range (`stage_on_head`) and nothing else uses
-                // it: the image is not visible to the program before this call returns.
-                unsafe { self.comm.recv_bytes(w, tag, addr as *mut u8, size as usize, self.live.as_ref())? };
-                Ok(())
-            });
+            // SAFETY: the head backed this range (`stage_on_head`) and nothing else uses it:
+            // the image is not visible to the program before this call returns.
+            let got = unsafe { self.retrieve_into(Region { addr, size }, w, addr as *mut u8) };
             match got {
                 Ok(()) => {
                     self.buffers.lock().add_holder(addr, HEAD);

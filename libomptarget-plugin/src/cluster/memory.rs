@@ -414,7 +414,6 @@ impl Cluster {
                 }
             } else {
                 let t = self.trace_now();
-                let tag = self.post(r, Event::Submit(Region { addr: tgt, size: len }))?;
                 let during = || {
                     let f = scan.take().map(|s| s());
                     if let Some(copy) = head_copy.take() {
@@ -424,7 +423,7 @@ impl Cluster {
                 };
                 // SAFETY: host range readable (caller) and unchanged until we return; the
                 // scan only reads it.
-                let f = unsafe { self.comm.send_bytes_during(r, tag, host, len as usize, self.live.as_ref(), during)? };
+                let (tag, f) = unsafe { self.post_submit(Region { addr: tgt, size: len }, host, r, during)? };
                 if found.is_none() {
                     *found = f;
                 }
@@ -497,13 +496,10 @@ impl Cluster {
             // SAFETY: the head holds the current version in its staged copy at `tgt`.
             Some(HEAD) => unsafe { std::ptr::copy_nonoverlapping(tgt as *const u8, host, len as usize) },
             Some(w) => {
-                let t = self.trace_now();
-                let tag = self.post(w, Event::Retrieve(Region { addr: tgt, size: len }))?;
-                self.expect_ok(w, tag)?;
+                let (t, region) = (self.trace_now(), Region { addr: tgt, size: len });
                 // SAFETY: the caller guarantees the host range is writable and exclusive.
-                unsafe { self.comm.recv_bytes(w, tag, host, len as usize, self.live.as_ref())? };
-                self.stats.add_retrieved(len);
-                self.trace(t, Cat::Retrieve, w, "retrieve", || vec![("bytes", json!(len)), ("addr", json!(tgt))]);
+                unsafe { self.retrieve_into(region, w, host)? };
+                self.note_retrieved(region, w, t);
             }
         }
         self.log(format_args!("RETRIEVE {tgt:#x} {len} bytes from {src:?}"));

@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::data::{Buffer, Buffers, PointsTo, HEAD};
 use crate::report::{Report, Stats};
 use event_system::comm::CommError;
-use event_system::protocol::{Envelope, Event, FoundPointers, Patch, Region, Reply};
+use event_system::protocol::{Envelope, Event, FoundPointers, Patch, Region, Reply, MAX_INLINE_DATA};
 use event_system::process::Victim;
 use event_system::{Comm, Fenced, Liveness, SymmetricHeap, TagAllocator};
 use ft_handler::{Handler, State};
@@ -329,9 +329,16 @@ impl Cluster {
     fn expect_ok(&self, rank: i32, tag: i32) -> Result<()> {
         match self.comm.recv_msg::<Reply>(rank, tag, self.live.as_ref())? {
             Reply::Ok => Ok(()),
-            Reply::PeerDead(peer) => Err(ClusterError::PeerDead(peer)),
-            Reply::Error(msg) => Err(ClusterError::Worker { rank, msg }),
-            other => Err(ClusterError::Worker { rank, msg: format!("unexpected reply {other:?}") }),
+            other => Err(self.unexpected(rank, other)),
+        }
+    }
+
+    /// The error a reply other than the one expected from `rank` stands for.
+    fn unexpected(&self, rank: i32, reply: Reply) -> ClusterError {
+        match reply {
+            Reply::PeerDead(peer) => ClusterError::PeerDead(peer),
+            Reply::Error(msg) => ClusterError::Worker { rank, msg },
+            other => ClusterError::Worker { rank, msg: format!("unexpected reply {other:?}") },
         }
     }
 

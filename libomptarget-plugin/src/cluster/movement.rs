@@ -85,8 +85,8 @@ impl Cluster {
             let trace = self.trace_now();
             // SAFETY: as for `copy_between` from the head: its staged copy is backed and does
             // not change while the bytes are sent (the send is complete when this returns).
-            match unsafe { self.post_submit(region, addr as *const u8, w) } {
-                Ok(tag) => MoveState::Answer { tag, trace, t0 },
+            match unsafe { self.post_submit(region, addr as *const u8, w, || ()) } {
+                Ok((tag, ())) => MoveState::Answer { tag, trace, t0 },
                 Err(e) => MoveState::Done(Err(e), t0.elapsed()),
             }
         } else {
@@ -187,20 +187,29 @@ impl Cluster {
         }
         let t = self.trace_now();
         // SAFETY: forwarded contract.
-        let tag = unsafe { self.post_submit(region, bytes, dst)? };
+        let (tag, ()) = unsafe { self.post_submit(region, bytes, dst, || ())? };
         self.finish_submit(region, dst, tag, t)
     }
 
-    /// Send worker `dst` a SUBMIT of `region` and its bytes; returns the tag its answer will
-    /// come on (see [`Cluster::finish_submit`]).
+    /// Send worker `dst` a SUBMIT of `region` with its bytes (inside the event if they are
+    /// few, else raw behind it), running `during` meanwhile (work that only reads the same
+    /// bytes costs no extra time); returns the tag its answer will come on (see
+    /// [`Cluster::finish_submit`]) and what `during` returned.
     ///
     /// # Safety
-    /// As for [`Cluster::submit_from`] (the bytes are sent when this returns).
-    unsafe fn post_submit(&self, region: Region, bytes: *const u8, dst: i32) -> Result<i32> {
-        let tag = self.post(dst, Event::Submit(region))?;
+    /// As for [`Cluster::submit_from`] (the bytes are sent when this returns); `during` must
+    /// not write them.
+    pub(super) unsafe fn post_submit<R>(&self, region: Region, bytes: *const u8, dst: i32, during: impl FnOnce() -> R) -> Result<(i32, R)> {
+        if region.size <= MAX_INLINE_DATA {
+            // SAFETY: forwarded contract (readable bytes).
+            let inline = unsafe { std::slice::from_raw_parts(bytes, region.size as usize) }.to_vec();
+            let tag = self.post(dst, Event::Submit { region, bytes: inline })?;
+            return Ok((tag, during()));
+        }
+        let tag = self.post(dst, Event::Submit { region, bytes: Vec::new() })?;
         // SAFETY: forwarded contract.
-        unsafe { self.comm.send_bytes(dst, tag, bytes, region.size as usize, self.live.as_ref())? };
-        Ok(tag)
+        let r = unsafe { self.comm.send_bytes_during(dst, tag, bytes, region.size as usize, self.live.as_ref(), during)? };
+        Ok((tag, r))
     }
 
     /// Wait for the answer to a SUBMIT [`Cluster::post_submit`] sent (`since`: the start of
@@ -221,18 +230,45 @@ impl Cluster {
         }
         let t = self.trace_now();
         let mut bytes = vec![0u8; region.size as usize];
-        let tag = self.post(from, Event::Retrieve(region))?;
-        self.expect_ok(from, tag)?;
         // SAFETY: `bytes` has `region.size` writable bytes, leaked if the peer died (MPI may
         // still write them).
-        let res = unsafe { self.comm.recv_bytes(from, tag, bytes.as_mut_ptr(), bytes.len(), self.live.as_ref()) };
+        let res = unsafe { self.retrieve_into(region, from, bytes.as_mut_ptr()) };
         if let Err(e) = res {
             std::mem::forget(bytes);
-            return Err(e.into());
+            return Err(e);
         }
-        self.stats.add_retrieved(region.size);
-        self.trace(t, Cat::Retrieve, from, "retrieve", || vec![("bytes", json!(region.size)), ("addr", json!(region.addr))]);
+        self.note_retrieved(region, from, t);
         Ok(bytes)
+    }
+
+    /// Count a retrieve of `region` from `from` that started at `since` (a trace time).
+    pub(super) fn note_retrieved(&self, region: Region, from: i32, since: Option<f64>) {
+        self.stats.add_retrieved(region.size);
+        self.trace(since, Cat::Retrieve, from, "retrieve", || vec![("bytes", json!(region.size)), ("addr", json!(region.addr))]);
+    }
+
+    /// Copy worker `from`'s copy of `region` into `dst`: the bytes come inside the answer if
+    /// they are few, else raw behind it.
+    ///
+    /// # Safety
+    /// `dst..dst+region.size` must be writable and not otherwise used until this returns; if
+    /// it fails with a dead peer, MPI may still write there later (keep it valid: leak a
+    /// private buffer).
+    pub(super) unsafe fn retrieve_into(&self, region: Region, from: i32, dst: *mut u8) -> Result<()> {
+        let tag = self.post(from, Event::Retrieve(region))?;
+        let size = region.size as usize;
+        match self.comm.recv_msg::<Reply>(from, tag, self.live.as_ref())? {
+            // SAFETY: the caller guarantees `size` writable bytes at `dst`.
+            Reply::Data(bytes) if bytes.len() == size && region.size <= MAX_INLINE_DATA => unsafe {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, size)
+            },
+            Reply::Ok if region.size > MAX_INLINE_DATA => {
+                // SAFETY: forwarded contract.
+                unsafe { self.comm.recv_bytes(from, tag, dst, size, self.live.as_ref())? }
+            }
+            other => return Err(self.unexpected(from, other)),
+        }
+        Ok(())
     }
 }
 
