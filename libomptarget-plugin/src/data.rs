@@ -651,9 +651,14 @@ impl Buffers {
         self.by_addr.get_mut(&addr)
     }
 
-    /// The buffer whose extent contains `addr`.
+    /// The buffer whose extent contains `addr`. Most addresses asked about are a buffer's
+    /// start (a mapped section from element 0), found by hash; the others by range.
     pub(crate) fn containing(&self, addr: u64) -> Option<&Buffer> {
-        self.order.range(..=addr).next_back().map(|a| &self.by_addr[a]).filter(|b| addr < b.addr + b.span)
+        let b = match self.by_addr.get(&addr) {
+            Some(b) => b,
+            None => self.order.range(..=addr).next_back().map(|a| &self.by_addr[a])?,
+        };
+        Some(b).filter(|b| addr < b.addr + b.span)
     }
 
     /// The buffers a pointer value may belong to: the one containing it, or, for a value in a
