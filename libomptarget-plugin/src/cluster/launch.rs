@@ -369,8 +369,10 @@ impl Cluster {
         self.finish_deletes(deleted)?;
         self.maybe_prune();
         self.inject_due(|t| matches!(t, crate::inject::Trigger::AfterTasks(n) if *n <= done + 1));
-        let t1 = self.start.elapsed().as_secs_f64();
-        self.log(format_args!("EXECUTE {} on {w}: {:.3} ms in kernel, {:.3} ms total", kernel.name, kernel_s * 1e3, (t1 - t0) * 1e3));
+        if self.cfg.verbose {
+            let took = self.start.elapsed().as_secs_f64() - t0;
+            self.log(format_args!("EXECUTE {} on {w}: {:.3} ms in kernel, {:.3} ms total", kernel.name, kernel_s * 1e3, took * 1e3));
+        }
         Ok(())
     }
 
