@@ -389,7 +389,7 @@ impl Cluster {
     ) -> Result<Executed> {
         // The inputs from the head go out together, their answers are awaited together.
         let mut pending = Vec::new();
-        let started = reach.iter().try_for_each(|(addr, ..)| self.start_move(*addr, w, &mut pending));
+        let started = self.start_moves(reach.iter().map(|r| r.0), w, &mut pending);
         let finished = self.finish_moves(&mut pending);
         started?;
         finished?;

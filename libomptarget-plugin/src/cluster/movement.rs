@@ -96,6 +96,24 @@ impl Cluster {
         Ok(())
     }
 
+    /// [`Cluster::start_move`] for each of `addrs`, under one lock for all those `w` holds
+    /// already (a region whose inputs are where it runs: the common case), and the full path
+    /// only for the others. Each lock taken costs much more than its work when many threads
+    /// launch regions on few cores: a thread holding it is preempted, and the others queue.
+    pub(super) fn start_moves(&self, addrs: impl Iterator<Item = u64>, w: i32, pending: &mut Vec<Move>) -> Result<()> {
+        let mut elsewhere = Vec::new();
+        {
+            let mut bufs = self.buffers.lock();
+            for addr in addrs {
+                match bufs.get_mut(addr) {
+                    Some(b) if b.held_by(w) => self.back_on(b, w)?,
+                    _ => elsewhere.push(addr),
+                }
+            }
+        }
+        elsewhere.into_iter().try_for_each(|addr| self.start_move(addr, w, pending))
+    }
+
     /// Finish the moves `pending` started (all of them, whatever fails): wait for the answers
     /// still due and record each worker that now holds the version. Returns the bytes moved,
     /// or the first failure.
