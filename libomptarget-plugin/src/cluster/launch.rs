@@ -60,73 +60,77 @@ impl Cluster {
         // the buffers it writes happen under one lock, so two concurrent writers of a buffer
         // always see each other.
         let history = *kernel.writes.lock();
+        let translated: Vec<(u64, u64)> = begins.iter().zip(hosts).filter(|(_, &h)| h != 0).map(|(&d, &h)| (d, h)).collect();
+        let roots: Vec<u64> = args.iter().chain(begins).copied().collect();
         let (w, reach, assume_written, marked, reach_args) = {
             let mut bufs = self.buffers.lock();
             loop {
-                let translated: Vec<(u64, u64)> =
-                    begins.iter().zip(hosts).filter(|(_, &h)| h != 0).map(|(&d, &h)| (d, h)).collect();
-                let arg_buffers = |i: usize| -> Vec<u64> {
-                    let mut v: Vec<u64> = bufs.near(begins[i]).collect();
-                    if hosts[i] != 0 {
-                        v.extend_from_slice(bufs.by_translation(begins[i], hosts[i]));
-                    }
-                    v
-                };
-                // The buffers each argument reaches directly: (buffer, argument).
-                let by_arg: Vec<(u64, usize)> = (0..begins.len()).flat_map(|i| arg_buffers(i).into_iter().map(move |a| (a, i))).collect();
-                let written: BTreeSet<u64> = by_arg.iter().filter(|(_, i)| mapped_from[*i]).map(|(a, _)| *a).collect();
-                let reach: Vec<(u64, u64, u64, u64)> = bufs
-                    .reachable(&args.iter().chain(begins).copied().collect::<Vec<u64>>(), &translated, kernel.image)
-                    .into_iter()
-                    .map(|a| {
-                        let b = bufs.get(a).expect("reachable buffers exist");
-                        (b.addr, b.size, b.id, b.version)
-                    })
-                    .collect();
-                // The arguments through which each reached buffer is reached (none: through
-                // a stored pointer, or an image's data).
-                let reach_args: Vec<u64> =
-                    reach.iter().map(|(a, ..)| by_arg.iter().filter(|(b, _)| b == a).fold(0, |m, (_, i)| m | arg_mask(*i))).collect();
-                // The buffers it may write (see `WriteSet`).
-                let may_write: Vec<bool> = reach
-                    .iter()
-                    .zip(&reach_args)
-                    .map(|((a, ..), &args)| match history {
-                        None => true,
-                        Some(h) => written.contains(a) || args & h.args != 0 || (h.other && args == 0),
-                    })
-                    .collect();
-                let pins: BTreeSet<i32> =
-                    reach.iter().filter_map(|(a, ..)| bufs.get(*a).and_then(|b| b.writing).map(|(w, _)| w)).collect();
-                if pins.len() > 1 {
-                    // It reaches buffers being written on two workers: wait for one to finish.
-                    self.moved.wait(&mut bufs);
-                    continue;
-                }
-                // A worker whose copy of a buffer is in use by a running kernel and is not the
-                // current version cannot take the current version now.
-                let busy_copy = |w: i32| {
-                    reach.iter().any(|(a, ..)| bufs.get(*a).is_some_and(|b| !b.held_by(w) && b.using.get(&w).is_some_and(|&n| n > 0)))
-                };
-                let candidates: Vec<Candidate> = self
-                    .targets()
-                    .filter(|&w| (pins.is_empty() || pins.contains(&w)) && !busy_copy(w))
-                    .map(|w| {
-                        let missing = reach.iter().filter(|(a, ..)| !bufs.get(*a).is_some_and(|b| b.held_by(w)));
-                        Candidate {
-                            rank: w,
-                            missing_bytes: missing.clone().map(|(_, s, ..)| *s).sum(),
-                            missing_buffers: missing.count() as u32,
-                            in_flight: self.in_flight[w as usize].load(Ordering::Relaxed),
+                // Decided with the buffers borrowed (looked up once each); None: wait for
+                // another region first.
+                let placed = {
+                    // The buffers each argument reaches directly: (buffer, argument).
+                    let mut by_arg: Vec<(u64, usize)> = Vec::new();
+                    for i in 0..begins.len() {
+                        by_arg.extend(bufs.near(begins[i]).map(|a| (a, i)));
+                        if hosts[i] != 0 {
+                            by_arg.extend(bufs.by_translation(begins[i], hosts[i]).iter().map(|&a| (a, i)));
                         }
-                    })
-                    .collect();
-                if candidates.is_empty() && self.targets().any(|w| (pins.is_empty() || pins.contains(&w)) && busy_copy(w)) {
-                    // Wait until a running kernel is done with its copy.
+                    }
+                    // Each reached buffer, the arguments through which it is reached (none:
+                    // through a stored pointer, or an image's data), and whether one of those is
+                    // mapped `from` (so it is surely written).
+                    let reached: Vec<(&Buffer, u64, bool)> = bufs
+                        .reachable(&roots, &translated, kernel.image)
+                        .into_iter()
+                        .map(|a| {
+                            let b = bufs.get(a).expect("reachable buffers exist");
+                            by_arg.iter().filter(|(x, _)| *x == a).fold((b, 0, false), |(b, m, f), (_, i)| (b, m | arg_mask(*i), f || mapped_from[*i]))
+                        })
+                        .collect();
+                    let pins: BTreeSet<i32> = reached.iter().filter_map(|(b, ..)| b.writing.map(|(w, _)| w)).collect();
+                    // A worker whose copy of a buffer is in use by a running kernel and is not
+                    // the current version cannot take the current version now.
+                    let busy_copy = |w: i32| reached.iter().any(|(b, ..)| !b.held_by(w) && b.using.get(&w).is_some_and(|&n| n > 0));
+                    let allowed = |w: i32| pins.is_empty() || pins.contains(&w);
+                    let candidates: Vec<Candidate> = self
+                        .targets()
+                        .filter(|&w| allowed(w) && !busy_copy(w))
+                        .map(|w| {
+                            let missing = reached.iter().filter(|(b, ..)| !b.held_by(w));
+                            Candidate {
+                                rank: w,
+                                missing_bytes: missing.clone().map(|(b, ..)| b.size).sum(),
+                                missing_buffers: missing.count() as u32,
+                                in_flight: self.in_flight[w as usize].load(Ordering::Relaxed),
+                            }
+                        })
+                        .collect();
+                    // It reaches buffers being written on two workers, or every worker it may run
+                    // on has a copy in use by a running kernel: wait for one to finish.
+                    let wait = pins.len() > 1 || (candidates.is_empty() && self.targets().any(|w| allowed(w) && busy_copy(w)));
+                    match wait {
+                        true => None,
+                        false => {
+                            let w = self.sched.choose(&candidates).ok_or(ClusterError::NoWorker)?;
+                            let reach: Vec<(u64, u64, u64, u64)> = reached.iter().map(|(b, ..)| (b.addr, b.size, b.id, b.version)).collect();
+                            let reach_args: Vec<u64> = reached.iter().map(|&(_, m, _)| m).collect();
+                            // The buffers it may write (see `WriteSet`).
+                            let may_write: Vec<bool> = reached
+                                .iter()
+                                .map(|&(_, args, from)| match history {
+                                    None => true,
+                                    Some(h) => from || args & h.args != 0 || (h.other && args == 0),
+                                })
+                                .collect();
+                            let assume_written: Vec<bool> = reached.iter().map(|&(.., from)| from).collect();
+                            Some((w, reach, assume_written, may_write, reach_args))
+                        }
+                    }
+                };
+                let Some((w, reach, assume_written, may_write, reach_args)) = placed else {
                     self.moved.wait(&mut bufs);
                     continue;
-                }
-                let w = self.sched.choose(&candidates).ok_or(ClusterError::NoWorker)?;
+                };
                 for ((a, ..), m) in reach.iter().zip(&may_write) {
                     if let Some(b) = bufs.get_mut(*a) {
                         *b.using.entry(w).or_default() += 1;
@@ -135,7 +139,6 @@ impl Cluster {
                         }
                     }
                 }
-                let assume_written: Vec<bool> = reach.iter().map(|(a, ..)| written.contains(a)).collect();
                 break (w, reach, assume_written, may_write, reach_args);
             }
         };
