@@ -301,11 +301,11 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
                 Err(e) => Reply::Error(e),
             }
         }
+        // Small regions' bytes came with the event (validated: all of them), larger ones follow.
         Event::Submit { region: r, bytes } => match resolve(r.addr, r.size) {
-            // SAFETY (both arms): `p` points to `r.size` bytes this worker holds (validated:
-            // `bytes` has that many, if any); the head does not run a kernel on a buffer while
-            // it is being submitted.
-            Ok(p) if !bytes.is_empty() => {
+            // SAFETY (both arms): `p` points to `r.size` bytes this worker holds; the head does
+            // not run a kernel on a buffer while it is being submitted.
+            Ok(p) if r.size <= protocol::MAX_INLINE_DATA => {
                 unsafe { w.dev.write((w.heap.base(), w.heap.end()), r.addr, p, bytes) };
                 Reply::Ok
             }
@@ -314,7 +314,7 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
                 Reply::Ok
             }
             Err(e) => {
-                if bytes.is_empty() {
+                if r.size > protocol::MAX_INLINE_DATA {
                     // Drain the data so the tag is clean, then report.
                     let mut sink = vec![0u8; r.size as usize];
                     // SAFETY: private buffer of the right size.
