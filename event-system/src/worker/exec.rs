@@ -26,19 +26,11 @@ const INLINE_ARGS: usize = 16;
 /// `entry` must be a kernel of a loaded device image taking `args.len()` pointer-sized
 /// arguments, and every device address among `args` must be backed on this worker.
 pub(crate) unsafe fn call_kernel(entry: usize, args: &[u64]) {
-    let mut inline = [0usize; INLINE_ARGS];
-    let heap: Vec<usize>;
-    let values: &[usize] = if args.len() <= INLINE_ARGS {
-        for (v, &a) in inline.iter_mut().zip(args) {
-            *v = a as usize;
-        }
-        &inline[..args.len()]
-    } else {
-        heap = args.iter().map(|&a| a as usize).collect();
-        &heap
-    };
+    // libffi reads each argument through a pointer to it, as the pointer-sized value the call
+    // interface declares: the u64 itself, on the 64-bit targets the runtime is built for.
+    const _: () = assert!(std::mem::size_of::<u64>() == std::mem::size_of::<usize>());
+    let n = args.len();
     CIFS.with(|cifs| {
-        let n = args.len();
         if cifs.borrow().get(n).is_none_or(|c| c.is_none()) {
             let mut cifs = cifs.borrow_mut();
             if cifs.len() <= n {
@@ -50,21 +42,21 @@ pub(crate) unsafe fn call_kernel(entry: usize, args: &[u64]) {
         // if it did, another shared borrow would still be fine.
         let cifs = cifs.borrow();
         let cif = cifs[n].as_ref().expect("built above");
-        let ffi_args = |vals: &[usize]| -> Vec<Arg> { vals.iter().map(Arg::new).collect() };
+        let code = CodePtr(entry as *mut libc::c_void);
         if n <= INLINE_ARGS {
-            let mut buf: [std::mem::MaybeUninit<Arg>; INLINE_ARGS] = [const { std::mem::MaybeUninit::uninit() }; INLINE_ARGS];
-            for (slot, v) in buf.iter_mut().zip(values) {
-                slot.write(Arg::new(v));
+            let mut buf = [const { std::mem::MaybeUninit::<Arg>::uninit() }; INLINE_ARGS];
+            for (slot, a) in buf.iter_mut().zip(args) {
+                slot.write(Arg::new(a));
             }
             // SAFETY: the first `n` slots were written just above; `Arg` is a plain pointer
             // wrapper (no drop), so viewing them as initialised `Arg`s is sound.
-            let args: &[Arg] = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<Arg>(), n) };
-            // SAFETY: the caller guarantees the signature; `values` outlives the call.
-            unsafe { cif.call::<()>(CodePtr(entry as *mut libc::c_void), args) };
+            let ffi_args: &[Arg] = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<Arg>(), n) };
+            // SAFETY: the caller guarantees the signature; `args` outlives the call.
+            unsafe { cif.call::<()>(code, ffi_args) };
         } else {
-            let args = ffi_args(values);
+            let ffi_args: Vec<Arg> = args.iter().map(Arg::new).collect();
             // SAFETY: as above.
-            unsafe { cif.call::<()>(CodePtr(entry as *mut libc::c_void), &args) };
+            unsafe { cif.call::<()>(code, &ffi_args) };
         }
     });
 }
