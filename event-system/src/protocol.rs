@@ -280,12 +280,6 @@ fn options() -> impl bincode::Options {
     bincode::DefaultOptions::new().with_limit(MAX_CONTROL_BYTES).with_fixint_encoding()
 }
 
-/// Serialise a message.
-pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, ProtocolError> {
-    use bincode::Options;
-    options().serialize(msg).map_err(|e| ProtocolError::Malformed(e.to_string()))
-}
-
 /// Serialise a message at the end of `out`.
 pub fn encode_into<T: Serialize>(msg: &T, out: &mut Vec<u8>) -> Result<(), ProtocolError> {
     use bincode::Options;
@@ -443,6 +437,12 @@ fn count_in_range_generic(bytes: &[u8], lo: u64, span: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, ProtocolError> {
+        let mut bytes = Vec::new();
+        encode_into(msg, &mut bytes)?;
+        Ok(bytes)
+    }
 
     #[test]
     fn diff_finds_changed_runs_inside_pieces() {
