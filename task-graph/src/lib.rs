@@ -147,6 +147,8 @@ pub struct TaskGraph {
     /// The recorded tasks that read each version.
     readers: HashMap<Access, Vec<NodeIndex>>,
     next_id: u64,
+    /// Tasks with an id that are not in the record: pruned, or never kept (they made no
+    /// version).
     pruned: u64,
 }
 

@@ -108,23 +108,22 @@ impl Cluster {
                     // It reaches buffers being written on two workers, or every worker it may run
                     // on has a copy in use by a running kernel: wait for one to finish.
                     let wait = pins.len() > 1 || (candidates.is_empty() && self.targets().any(|w| allowed(w) && busy_copy(w)));
-                    match wait {
-                        true => None,
-                        false => {
-                            let w = self.sched.choose(&candidates).ok_or(ClusterError::NoWorker)?;
-                            let reach: Vec<(u64, u64, u64, u64)> = reached.iter().map(|(b, ..)| (b.addr, b.size, b.id, b.version)).collect();
-                            let reach_args: Vec<u64> = reached.iter().map(|&(_, m, _)| m).collect();
-                            // The buffers it may write (see `WriteSet`).
-                            let may_write: Vec<bool> = reached
-                                .iter()
-                                .map(|&(_, args, from)| match history {
-                                    None => true,
-                                    Some(h) => from || args & h.args != 0 || (h.other && args == 0),
-                                })
-                                .collect();
-                            let assume_written: Vec<bool> = reached.iter().map(|&(.., from)| from).collect();
-                            Some((w, reach, assume_written, may_write, reach_args))
-                        }
+                    if wait {
+                        None
+                    } else {
+                        let w = self.sched.choose(&candidates).ok_or(ClusterError::NoWorker)?;
+                        let reach: Vec<(u64, u64, u64, u64)> = reached.iter().map(|(b, ..)| (b.addr, b.size, b.id, b.version)).collect();
+                        let reach_args: Vec<u64> = reached.iter().map(|&(_, m, _)| m).collect();
+                        // The buffers it may write (see `WriteSet`).
+                        let may_write: Vec<bool> = reached
+                            .iter()
+                            .map(|&(_, args, from)| match history {
+                                None => true,
+                                Some(h) => from || args & h.args != 0 || (h.other && args == 0),
+                            })
+                            .collect();
+                        let assume_written: Vec<bool> = reached.iter().map(|&(.., from)| from).collect();
+                        Some((w, reach, assume_written, may_write, reach_args))
                     }
                 };
                 let Some((w, reach, assume_written, may_write, reach_args)) = placed else {
