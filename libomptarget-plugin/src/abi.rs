@@ -2,10 +2,18 @@
 //! structures they exchange are in [`crate::ctypes`]).
 //!
 //! Every function here is a thin shim: it checks its arguments, calls the safe core, and runs
-//! behind [`guard`], so a panic becomes an error code and a message, never an unwind into C.
+//! behind [`guard`], the one panic boundary: a panic never unwinds into C. It is a bug of
+//! ours, so it is not turned into an error code (libomptarget would abort this process alone,
+//! and ranks waiting for it could hang): on the head it ends the job with one line naming the
+//! function and the panic (`ompcluster: internal error in __tgt_rtl_data_submit: ...; ending
+//! the job`) and exit status 4; on a worker (inside `__tgt_rtl_register_lib`, which serves
+//! events) it ends that worker, which the head recovers from as from any failure
+//! ([`runtime::internal_error`]).
 
 use crate::ctypes::{DeviceImage, KernelArgs, OffloadEntry, TargetTable};
 use crate::runtime::{self, Runtime};
+use ft_handler::panic_message;
+use std::cell::{Cell, RefCell};
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -47,15 +55,72 @@ unsafe fn arg_maps(kargs: &KernelArgs, n: usize) -> (Vec<bool>, Vec<u64>) {
     (from, host)
 }
 
-/// Run `f`, turning a panic into `fail` and a message.
-fn guard<R>(name: &'static str, fail: R, f: impl FnOnce() -> R) -> R {
-    guard_sized(name, None, fail, f)
+thread_local! {
+    /// How many [`guard`]s the calling thread is inside (more than one if a call nests).
+    static INSIDE: Cell<u32> = const { Cell::new(0) };
+    /// Where the panic being caught by the innermost [`guard`] was raised.
+    static PANIC_AT: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Counts the calling thread inside a [`guard`] while it lives (also while unwinding).
+struct Inside;
+
+impl Inside {
+    fn enter() -> Inside {
+        INSIDE.with(|n| n.set(n.get() + 1));
+        Inside
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        let _ = INSIDE.try_with(|n| n.set(n.get().saturating_sub(1)));
+    }
+}
+
+/// Panics that a boundary reports ([`guard`] here, or the recovery handler's, which makes the
+/// panic the reason the job ends) are not also printed by the default hook: the report is one
+/// line, with the panic's location. With `RUST_BACKTRACE` set (and not `0`), the default
+/// hook's message and backtrace come first. Every other panic (a thread with no boundary) is
+/// printed as usual.
+fn install_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let in_guard = INSIDE.try_with(|n| n.get() > 0).unwrap_or(false);
+            if in_guard {
+                let _ = PANIC_AT.try_with(|p| *p.borrow_mut() = info.location().map(|l| l.to_string()));
+            }
+            let backtrace = std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0");
+            if (in_guard || ft_handler::on_handler_thread()) && !backtrace {
+                return;
+            }
+            default(info);
+        }));
+    });
+}
+
+/// The panic boundary of every exported function (`name`: the function without its
+/// `__tgt_rtl_` prefix): runs `f`; a panic in it ends the whole job with one line naming the
+/// function, the panic's message and where it was raised ([`runtime::internal_error`]).
+fn guard<R>(name: &'static str, f: impl FnOnce() -> R) -> R {
+    install_panic_hook();
+    let _inside = Inside::enter();
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = panic_message(&*p);
+            let at = PANIC_AT.with(|a| a.borrow_mut().take()).map(|l| format!(" (at {l})")).unwrap_or_default();
+            runtime::internal_error(format_args!("internal error in __tgt_rtl_{name}: {msg}{at}"))
+        }
+    }
 }
 
 /// [`guard`], and with a trace recorded (`OMPCLUSTER_TRACE`), a span for the call on the
 /// calling thread's track of the head, with the bytes it moves or allocates.
-fn guard_sized<R>(name: &'static str, bytes: Option<i64>, fail: R, f: impl FnOnce() -> R) -> R {
-    match catch_unwind(AssertUnwindSafe(|| {
+fn guard_traced<R>(name: &'static str, bytes: Option<i64>, f: impl FnOnce() -> R) -> R {
+    guard(name, || {
         let traced = match runtime::get() {
             Some(Runtime::Head(c)) => c.trace_now().map(|t| (c, t)),
             _ => None,
@@ -65,18 +130,7 @@ fn guard_sized<R>(name: &'static str, bytes: Option<i64>, fail: R, f: impl FnOnc
             c.trace(Some(t), timeline::Cat::Call, 0, name, || bytes.map(|b| vec![("bytes", serde_json::json!(b))]).unwrap_or_default());
         }
         r
-    })) {
-        Ok(r) => r,
-        Err(p) => {
-            let msg = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            eprintln!("ompcluster: internal error in {name}: {msg}");
-            fail
-        }
-    }
+    })
 }
 
 fn code<E: std::fmt::Display>(what: &str, r: Result<(), E>) -> i32 {
@@ -108,7 +162,7 @@ fn image_bytes(image: *mut c_void) -> Option<&'static [u8]> {
 /// Called once when libomptarget loads the plugin: start MPI and agree on the device heap.
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_init_plugin() -> i32 {
-    guard("init_plugin", OFFLOAD_FAIL, || match runtime::init() {
+    guard_traced("init_plugin", None, || match runtime::init() {
         Ok(()) => OFFLOAD_SUCCESS,
         Err(e) => {
             eprintln!("ompcluster: {e}");
@@ -120,7 +174,7 @@ pub extern "C" fn __tgt_rtl_init_plugin() -> i32 {
 /// Nothing to do: the shutdown happens when the last library is unregistered.
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_deinit_plugin() -> i32 {
-    OFFLOAD_SUCCESS
+    guard("deinit_plugin", || OFFLOAD_SUCCESS)
 }
 
 /// On workers this never returns: they serve events until EXIT, then exit.
@@ -129,7 +183,7 @@ pub extern "C" fn __tgt_rtl_deinit_plugin() -> i32 {
 /// `desc` is libomptarget's `__tgt_bin_desc` (unused).
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_register_lib(_desc: *mut c_void) -> i32 {
-    guard("register_lib", OFFLOAD_FAIL, || {
+    guard_traced("register_lib", None, || {
         runtime::register_lib();
         OFFLOAD_SUCCESS
     })
@@ -141,7 +195,7 @@ pub unsafe extern "C" fn __tgt_rtl_register_lib(_desc: *mut c_void) -> i32 {
 /// `desc` is libomptarget's `__tgt_bin_desc` (unused).
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_unregister_lib(_desc: *mut c_void) -> i32 {
-    guard("unregister_lib", OFFLOAD_FAIL, || {
+    guard_traced("unregister_lib", None, || {
         runtime::unregister_lib();
         OFFLOAD_SUCCESS
     })
@@ -153,7 +207,7 @@ pub unsafe extern "C" fn __tgt_rtl_unregister_lib(_desc: *mut c_void) -> i32 {
 /// `image` is a `__tgt_device_image` from libomptarget.
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_is_valid_binary(image: *mut c_void) -> i32 {
-    guard("is_valid_binary", 0, || {
+    guard_traced("is_valid_binary", None, || {
         let ok = runtime::get().is_some() && image_bytes(image).is_some_and(runtime::is_x86_64_shared_object);
         i32::from(ok)
     })
@@ -162,24 +216,26 @@ pub unsafe extern "C" fn __tgt_rtl_is_valid_binary(image: *mut c_void) -> i32 {
 /// One device: the cluster.
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_number_of_devices() -> i32 {
-    i32::from(runtime::get().is_some())
+    guard("number_of_devices", || i32::from(runtime::get().is_some()))
 }
 
 /// Device 0 is ready once the plugin is initialised.
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_init_device(dev: i32) -> i32 {
-    if dev == 0 && runtime::get().is_some() {
-        runtime::device_in_use();
-        OFFLOAD_SUCCESS
-    } else {
-        OFFLOAD_FAIL
-    }
+    guard("init_device", || {
+        if dev == 0 && runtime::get().is_some() {
+            runtime::device_in_use();
+            OFFLOAD_SUCCESS
+        } else {
+            OFFLOAD_FAIL
+        }
+    })
 }
 
 /// Nothing to release per device.
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_deinit_device(_dev: i32) -> i32 {
-    OFFLOAD_SUCCESS
+    guard("deinit_device", || OFFLOAD_SUCCESS)
 }
 
 /// `requires` clauses. Unified shared memory cannot span processes: refuse it loudly rather
@@ -187,11 +243,13 @@ pub extern "C" fn __tgt_rtl_deinit_device(_dev: i32) -> i32 {
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_init_requires(flags: i64) -> i64 {
     const UNIFIED_SHARED_MEMORY: i64 = 0x008;
-    if flags & UNIFIED_SHARED_MEMORY != 0 {
-        eprintln!("ompcluster: `#pragma omp requires unified_shared_memory` cannot work across processes; this program needs a shared-memory device");
-        std::process::exit(2);
-    }
-    flags
+    guard("init_requires", || {
+        if flags & UNIFIED_SHARED_MEMORY != 0 {
+            eprintln!("ompcluster: `#pragma omp requires unified_shared_memory` cannot work across processes; this program needs a shared-memory device");
+            std::process::exit(2);
+        }
+        flags
+    })
 }
 
 /// Send an image to the workers and return the table of device entries.
@@ -200,7 +258,7 @@ pub extern "C" fn __tgt_rtl_init_requires(flags: i64) -> i64 {
 /// `image` is a `__tgt_device_image` from libomptarget.
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_load_binary(dev: i32, image: *mut c_void) -> *mut TargetTable {
-    guard("load_binary", std::ptr::null_mut(), || {
+    guard_traced("load_binary", None, || {
         let (Some(Runtime::Head(c)), Some(bytes)) = (runtime::get(), image_bytes(image)) else {
             return std::ptr::null_mut();
         };
@@ -230,7 +288,7 @@ pub unsafe extern "C" fn __tgt_rtl_load_binary(dev: i32, image: *mut c_void) -> 
 pub extern "C" fn __tgt_rtl_data_alloc(dev: i32, size: i64, host: *mut c_void, kind: i32) -> *mut c_void {
     const TARGET_ALLOC_HOST: i32 = 1;
     const TARGET_ALLOC_SHARED: i32 = 2;
-    guard_sized("data_alloc", Some(size), std::ptr::null_mut(), || {
+    guard_traced("data_alloc", Some(size), || {
         let Some(Runtime::Head(c)) = runtime::get() else { return std::ptr::null_mut() };
         if dev != 0 || size < 0 {
             return std::ptr::null_mut();
@@ -261,7 +319,7 @@ pub extern "C" fn __tgt_rtl_data_alloc(dev: i32, size: i64, host: *mut c_void, k
 /// Free device memory.
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_data_delete(dev: i32, tgt: *mut c_void, _kind: i32) -> i32 {
-    guard("data_delete", OFFLOAD_FAIL, || {
+    guard_traced("data_delete", None, || {
         let Some(Runtime::Head(c)) = runtime::get() else { return OFFLOAD_FAIL };
         if dev != 0 {
             return OFFLOAD_FAIL;
@@ -276,7 +334,7 @@ pub extern "C" fn __tgt_rtl_data_delete(dev: i32, tgt: *mut c_void, _kind: i32) 
 /// `host` must point to `size` readable bytes (libomptarget's contract).
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_data_submit(dev: i32, tgt: *mut c_void, host: *mut c_void, size: i64) -> i32 {
-    guard_sized("data_submit", Some(size), OFFLOAD_FAIL, || {
+    guard_traced("data_submit", Some(size), || {
         let Some(Runtime::Head(c)) = runtime::get() else { return OFFLOAD_FAIL };
         if dev != 0 || size < 0 || (host.is_null() && size > 0) {
             return OFFLOAD_FAIL;
@@ -292,7 +350,7 @@ pub unsafe extern "C" fn __tgt_rtl_data_submit(dev: i32, tgt: *mut c_void, host:
 /// `host` must point to `size` writable bytes (libomptarget's contract).
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_data_retrieve(dev: i32, host: *mut c_void, tgt: *mut c_void, size: i64) -> i32 {
-    guard_sized("data_retrieve", Some(size), OFFLOAD_FAIL, || {
+    guard_traced("data_retrieve", Some(size), || {
         let Some(Runtime::Head(c)) = runtime::get() else { return OFFLOAD_FAIL };
         if dev != 0 || size < 0 || (host.is_null() && size > 0) {
             return OFFLOAD_FAIL;
@@ -305,13 +363,13 @@ pub unsafe extern "C" fn __tgt_rtl_data_retrieve(dev: i32, host: *mut c_void, tg
 /// Device-to-device copies stay inside the cluster device.
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_is_data_exchangable(src: i32, dst: i32) -> i32 {
-    i32::from(src == 0 && dst == 0)
+    guard("is_data_exchangable", || i32::from(src == 0 && dst == 0))
 }
 
 /// Device to device (`omp_target_memcpy` between device pointers).
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_data_exchange(src_dev: i32, src: *mut c_void, dst_dev: i32, dst: *mut c_void, size: i64) -> i32 {
-    guard_sized("data_exchange", Some(size), OFFLOAD_FAIL, || {
+    guard_traced("data_exchange", Some(size), || {
         let Some(Runtime::Head(c)) = runtime::get() else { return OFFLOAD_FAIL };
         if src_dev != 0 || dst_dev != 0 || size < 0 {
             return OFFLOAD_FAIL;
@@ -333,7 +391,7 @@ pub unsafe extern "C" fn __tgt_rtl_launch_kernel(
     kargs: *mut KernelArgs,
     _async_info: *mut c_void,
 ) -> i32 {
-    guard("launch_kernel", OFFLOAD_FAIL, || {
+    guard_traced("launch_kernel", None, || {
         let Some(Runtime::Head(c)) = runtime::get() else { return OFFLOAD_FAIL };
         if dev != 0 || kargs.is_null() {
             return OFFLOAD_FAIL;
@@ -358,5 +416,38 @@ pub unsafe extern "C" fn __tgt_rtl_launch_kernel(
 /// Images must contain code.
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_supports_empty_images() -> i32 {
-    0
+    guard("supports_empty_images", || 0)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every exported function's body is one call of the boundary, under its own name (the
+    /// name the message of an internal error gives).
+    #[test]
+    fn every_export_runs_behind_the_guard() {
+        let src = include_str!("abi.rs");
+        let mut n = 0;
+        for (at, _) in src.match_indices("extern \"C\" fn __tgt_rtl_") {
+            let name = &src[at + "extern \"C\" fn __tgt_rtl_".len()..];
+            let name = &name[..name.find('(').unwrap()];
+            let body = &src[at..];
+            let body = &body[body.find(") -> ").unwrap()..];
+            let body = &body[body.find("{\n").unwrap() + 2..body.find("\n}\n").unwrap()];
+            let first = body.lines().map(str::trim).find(|l| !l.starts_with("const ")).unwrap();
+            let guarded = first.starts_with(&format!("guard(\"{name}\", ")) || first.starts_with(&format!("guard_traced(\"{name}\", "));
+            assert!(guarded, "__tgt_rtl_{name} does not start with its guard: {first}");
+            n += 1;
+        }
+        assert_eq!(n, 18, "exported functions");
+    }
+
+    #[test]
+    fn a_panic_message_is_its_text() {
+        let p = std::panic::catch_unwind(|| panic!("bad {}", 7)).unwrap_err();
+        assert_eq!(super::panic_message(&*p), "bad 7");
+        let p = std::panic::catch_unwind(|| panic!("plain")).unwrap_err();
+        assert_eq!(super::panic_message(&*p), "plain");
+        let p = std::panic::catch_unwind(|| std::panic::panic_any(3u8)).unwrap_err();
+        assert_eq!(super::panic_message(&*p), "a panic without a message");
+    }
 }

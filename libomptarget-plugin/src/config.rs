@@ -41,6 +41,20 @@ pub struct Config {
     pub ft_retain: u64,
     /// Faults to inject (`OMPCLUSTER_FT_INJECT`, grammar in `inject.rs`), checked for syntax.
     pub ft_inject: Option<String>,
+    /// Buddy copies: how often the head looks for versions only one worker holds and copies
+    /// them to itself (`OMPCLUSTER_FT_BUDDY_INTERVAL`, milliseconds, default 100; 0 turns
+    /// buddy copies off). See `cluster/buddy.rs`.
+    pub buddy_interval_ms: u64,
+    /// Most bytes of device buffers the head backs with pages for buddy copies of buffers it
+    /// had no copy of (`OMPCLUSTER_FT_BUDDY_MEMORY`, default a quarter of the physical memory).
+    pub buddy_memory: u64,
+    /// Most share of the time the buddy thread spends copying, in percent
+    /// (`OMPCLUSTER_FT_BUDDY_SHARE`, 1-100, default 10): after a copy that took `t` it waits
+    /// `t * (100 - share) / share` before the next.
+    pub buddy_share_percent: u64,
+    /// Spare workers (`OMPCLUSTER_FT_SPARES`, default 0): the last this many ranks run no
+    /// region until a worker dies; then one takes its place.
+    pub spares: u32,
 }
 
 /// How recovery re-runs lost tasks.
@@ -117,7 +131,27 @@ impl Config {
         if let Some(v) = &ft_inject {
             crate::inject::parse(v, None).map_err(|e| bad("OMPCLUSTER_FT_INJECT", v, e))?;
         }
+        let number = |name: &'static str, default: u64, range: std::ops::RangeInclusive<u64>, unit: &str| -> Result<u64, ConfigError> {
+            match var(name) {
+                None => Ok(default),
+                Some(v) => match v.trim().parse::<u64>() {
+                    Ok(n) if range.contains(&n) => Ok(n),
+                    _ => Err(bad(name, &v, format!("expected {unit} from {} to {}", range.start(), range.end()))),
+                },
+            }
+        };
+        let buddy_interval_ms = number("OMPCLUSTER_FT_BUDDY_INTERVAL", 100, 0..=3_600_000, "a number of milliseconds")?;
+        let buddy_memory = match var("OMPCLUSTER_FT_BUDDY_MEMORY") {
+            None => half_the_memory() / 2,
+            Some(v) => parse_bytes(&v).ok_or_else(|| bad("OMPCLUSTER_FT_BUDDY_MEMORY", &v, "expected a byte count such as 0, 512M or 8G"))?,
+        };
+        let buddy_share_percent = number("OMPCLUSTER_FT_BUDDY_SHARE", 10, 1..=100, "a percentage")?;
+        let spares = number("OMPCLUSTER_FT_SPARES", 0, 0..=65_535, "a number of ranks")? as u32;
         Ok(Config {
+            buddy_interval_ms,
+            buddy_memory,
+            buddy_share_percent,
+            spares,
             ft_inject,
             fragment: fragment as usize,
             heap_size,
@@ -153,6 +187,34 @@ pub fn validate_env() -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn buddy_and_spare_settings_are_validated() {
+        // Each case sets one variable in this process only (tests of this module run the
+        // cases one after another in this one test).
+        let with = |name: &str, value: &str| {
+            std::env::set_var(name, value);
+            let c = Config::from_env();
+            std::env::remove_var(name);
+            c
+        };
+        let c = Config::from_env().unwrap();
+        assert_eq!((c.buddy_interval_ms, c.buddy_share_percent, c.spares), (100, 10, 0));
+        assert_eq!(with("OMPCLUSTER_FT_BUDDY_INTERVAL", "0").unwrap().buddy_interval_ms, 0);
+        assert_eq!(with("OMPCLUSTER_FT_BUDDY_MEMORY", "64M").unwrap().buddy_memory, 64 << 20);
+        assert_eq!(with("OMPCLUSTER_FT_SPARES", "2").unwrap().spares, 2);
+        for (name, value) in [
+            ("OMPCLUSTER_FT_BUDDY_INTERVAL", "-5"),
+            ("OMPCLUSTER_FT_BUDDY_INTERVAL", "1s"),
+            ("OMPCLUSTER_FT_BUDDY_SHARE", "0"),
+            ("OMPCLUSTER_FT_BUDDY_SHARE", "101"),
+            ("OMPCLUSTER_FT_BUDDY_MEMORY", "lots"),
+            ("OMPCLUSTER_FT_SPARES", "x"),
+        ] {
+            let e = with(name, value).unwrap_err().to_string();
+            assert!(e.starts_with(name), "{e}");
+        }
+    }
 
     #[test]
     fn byte_counts() {

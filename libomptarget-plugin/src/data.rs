@@ -123,6 +123,15 @@ pub(crate) struct Buffer {
     /// arguments it reached the buffer through (a `launch.rs` argument mask): a retrieve of
     /// that version teaches the kernel to send it back next time.
     pub(crate) made_by: Option<(u64, usize, u64)>,
+    /// The version the head's copy got from a buddy copy (`cluster/buddy.rs`), while the
+    /// head's copy still holds it: for the recovery report.
+    pub(crate) buddy: Option<u64>,
+    /// Submits and device copies writing a worker's copy of it right now: a buddy copy
+    /// takes no copy meanwhile (see `cluster/buddy.rs`).
+    pub(crate) host_writes: u32,
+    /// The worker whose copy a buddy copy is reading right now (`cluster/buddy.rs`): no
+    /// kernel starts on that copy, and no submit, device copy or delete changes it meanwhile.
+    pub(crate) buddy_reading: Option<i32>,
 }
 
 impl Buffer {
@@ -154,6 +163,9 @@ impl Buffer {
             undone: BTreeMap::new(),
             sent_back: None,
             made_by: None,
+            buddy: None,
+            host_writes: 0,
+            buddy_reading: None,
         }
     }
 

@@ -11,6 +11,12 @@
 //! Example: `kill:rank=2:after_tasks=40;stop:rank=3:after_ms=1500`. The head sends the
 //! victim an INJECT event and the victim raises the signal on itself; the head notes when, so
 //! the report can give each injected failure's detection latency.
+//!
+//! Test only: `panic:during=recovery` (no `rank=`, no other trigger) injects a bug, not a
+//! failure: the head's recovery handler panics when its next recovery starts (once), so that
+//! tests can check that a panic of ours ends the job with a message rather than hanging it
+//! (`Injector::panic_due_in_recovery`). It makes sense together with a fault that causes a
+//! recovery, e.g. `kill:rank=2:after_tasks=20;panic:during=recovery`.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,14 +29,18 @@ pub enum Action {
     Kill,
     /// SIGSTOP.
     Stop,
+    /// Test only: the head's recovery handler panics (`panic:during=recovery`; the fault's
+    /// rank is 0, the head). Never sent to a rank: [`Injector::due`] leaves it out.
+    Panic,
 }
 
 impl Action {
-    /// The signal.
+    /// The signal (0, no signal, for [`Action::Panic`], which is no signal to a rank).
     pub fn signal(self) -> i32 {
         match self {
             Action::Kill => libc::SIGKILL,
             Action::Stop => libc::SIGSTOP,
+            Action::Panic => 0,
         }
     }
 }
@@ -68,6 +78,7 @@ impl fmt::Display for Fault {
         let a = match self.action {
             Action::Kill => "kill",
             Action::Stop => "stop",
+            Action::Panic => return write!(f, "{PANIC_DURING_RECOVERY}"),
         };
         let t = match self.trigger {
             Trigger::AfterTasks(n) => format!("after_tasks={n}"),
@@ -80,19 +91,31 @@ impl fmt::Display for Fault {
     }
 }
 
+/// The test-only fault that makes the recovery handler panic.
+const PANIC_DURING_RECOVERY: &str = "panic:during=recovery";
+
 /// Parse the value of `OMPCLUSTER_FT_INJECT`. `ranks`, if known, is the job's size: ranks
 /// must then be workers of it.
 pub fn parse(spec: &str, ranks: Option<i32>) -> Result<Vec<Fault>, String> {
     let mut out = Vec::new();
     for item in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
         let parts: Vec<&str> = item.split(':').map(str::trim).collect();
+        if parts[0] == "panic" {
+            if parts[1..] != ["during=recovery"] {
+                return Err(format!(
+                    "{item:?}: the panic action takes no rank and only one trigger: {PANIC_DURING_RECOVERY:?} (test only: the recovery handler panics when its next recovery starts)"
+                ));
+            }
+            out.push(Fault { action: Action::Panic, rank: 0, trigger: Trigger::DuringRecovery, fired: AtomicBool::new(false) });
+            continue;
+        }
         let [action, rank, trigger] = parts[..] else {
             return Err(format!("{item:?} is not ACTION:rank=R:TRIGGER"));
         };
         let action = match action {
             "kill" => Action::Kill,
             "stop" => Action::Stop,
-            a => return Err(format!("{item:?}: unknown action {a:?} (kill or stop)")),
+            a => return Err(format!("{item:?}: unknown action {a:?} (kill or stop; panic:during=recovery for tests)")),
         };
         let rank: i32 = rank
             .strip_prefix("rank=")
@@ -139,12 +162,19 @@ impl Injector {
     }
 
     /// The faults whose trigger `due` accepts and that did not fire yet; each is marked fired.
+    /// Signals to ranks only: an [`Action::Panic`] fault is never among them.
     pub fn due(&self, due: impl Fn(&Trigger) -> bool) -> Vec<(Action, i32, Trigger)> {
         self.faults
             .iter()
-            .filter(|f| due(&f.trigger) && !f.fired.swap(true, Ordering::AcqRel))
+            .filter(|f| f.action != Action::Panic && due(&f.trigger) && !f.fired.swap(true, Ordering::AcqRel))
             .map(|f| (f.action, f.rank, f.trigger))
             .collect()
+    }
+
+    /// Test only (`panic:during=recovery`): should the recovery that starts now panic? True
+    /// once, the first time asked, if that fault was given.
+    pub fn panic_due_in_recovery(&self) -> bool {
+        self.faults.iter().any(|f| f.action == Action::Panic && !f.fired.swap(true, Ordering::AcqRel))
     }
 
     /// Un-fire a fault that could not be injected now (e.g. recovery of its own rank).
@@ -195,9 +225,43 @@ mod tests {
         }
         // Without the job's size, any positive rank is accepted.
         assert!(parse("kill:rank=9:after_ms=1", None).is_ok());
+        // `panic` (test only) is never due as a signal.
+        assert!(Injector::new(parse("panic:during=recovery", Some(4)).unwrap()).due(|_| true).is_empty());
         let inj = Injector::new(f);
         assert_eq!(inj.due(|t| matches!(t, Trigger::AfterTasks(n) if *n <= 40)), vec![(Action::Kill, 2, Trigger::AfterTasks(40))]);
         assert!(inj.due(|t| matches!(t, Trigger::AfterTasks(_))).is_empty(), "fires once");
         assert_eq!(inj.timed(), vec![1500]);
+    }
+
+    #[test]
+    fn panic_during_recovery() {
+        let f = parse("kill:rank=2:after_tasks=20; panic:during=recovery", Some(4)).unwrap();
+        assert_eq!(f.len(), 2);
+        assert_eq!((f[1].action, f[1].rank, f[1].trigger), (Action::Panic, 0, Trigger::DuringRecovery));
+        assert_eq!(f[1].to_string(), "panic:during=recovery");
+        assert!(parse(" panic : during=recovery ", None).is_ok());
+        for bad in [
+            "panic",
+            "panic:",
+            "panic:rank=1:during=recovery",
+            "panic:during=recovery:rank=1",
+            "panic:during=checkpoint",
+            "panic:during=exit",
+            "panic:after_tasks=3",
+            "panic:during=recovery:during=recovery",
+            "panic:rank=0",
+        ] {
+            let e = parse(bad, Some(4)).expect_err(bad);
+            assert!(e.contains("panic:during=recovery") && e.contains("test only"), "{bad}: {e}");
+        }
+        let inj = Injector::new(f);
+        // Never sent to a rank, whatever the trigger asked for.
+        assert!(inj.due(|t| *t == Trigger::DuringRecovery).is_empty());
+        assert!(inj.panic_due_in_recovery(), "due at the first recovery");
+        assert!(!inj.panic_due_in_recovery(), "once only");
+        // The kill is unaffected.
+        assert_eq!(inj.due(|t| matches!(t, Trigger::AfterTasks(_))), vec![(Action::Kill, 2, Trigger::AfterTasks(20))]);
+        assert!(!Injector::new(parse("kill:rank=1:during=recovery", None).unwrap()).panic_due_in_recovery());
+        assert!(!Injector::default().panic_due_in_recovery());
     }
 }

@@ -90,6 +90,8 @@ pub struct Report {
     pub recoveries: Vec<crate::cluster::RecoveryRecord>,
     /// Tasks run again by all recoveries.
     pub tasks_reexecuted: u64,
+    /// Buddy copies the head made of versions only workers held (`OMPCLUSTER_FT_BUDDY_*`).
+    pub buddy_copies: crate::cluster::BuddyStats,
     /// Workers still alive at the end.
     pub workers_alive_at_end: usize,
     /// Bytes the head kept only for recovery at the end (`OMPCLUSTER_FT_RETAIN` bounds it).
@@ -147,6 +149,7 @@ impl Report {
             failures: Vec::new(),
             recoveries: Vec::new(),
             tasks_reexecuted: 0,
+            buddy_copies: Default::default(),
             workers_alive_at_end: workers,
             retained_bytes: 0,
             tasks_recorded: 0,

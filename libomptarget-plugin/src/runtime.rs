@@ -113,6 +113,57 @@ pub(crate) fn device_in_use() {
     });
 }
 
+/// End the job after an internal error of this plugin (a panic of ours, caught at a
+/// boundary), as when recovery is impossible (`HeadDevice::fatal`): C streams flushed, one
+/// line on stderr, status 4 written for the launcher (on the head), then `MPI_Abort`.
+///
+/// On the head the line is `ompcluster: {what}; ending the job`: the head's end ends the job
+/// (the workers leave when they see it gone). On a worker it is `ompcluster worker R: {what};
+/// this worker stops`: with fault tolerance on, mpirun runs in its recovery mode, where
+/// `MPI_Abort` ends the calling rank only, and the head takes that for the worker's failure
+/// and recovers without it (with fault tolerance off, `MPI_Abort` ends the whole job).
+/// Without MPI (not initialised yet, or finalised already) this process alone leaves, with
+/// status 4. Never returns; a second caller (another thread meeting an error meanwhile) waits
+/// for the end without a second message.
+pub(crate) fn internal_error(what: std::fmt::Arguments<'_>) -> ! {
+    use std::io::Write as _;
+    static ENDING: AtomicBool = AtomicBool::new(false);
+    if ENDING.swap(true, Ordering::AcqRel) {
+        loop {
+            std::thread::park();
+        }
+    }
+    let rank = std::env::var("OMPI_COMM_WORLD_RANK").unwrap_or_default();
+    let (who, outcome) = match RUNTIME.get() {
+        Some(Runtime::Worker(_)) => (format!("ompcluster worker {rank}"), "this worker stops"),
+        Some(Runtime::Head(_)) => ("ompcluster".to_string(), "ending the job"),
+        // Before the role is known (a panic before or during start-up): every rank may say it.
+        None if rank.is_empty() || rank == "0" => ("ompcluster".to_string(), "ending the job"),
+        None => (format!("ompcluster rank {rank}"), "ending the job"),
+    };
+    // SAFETY: flushing all C streams is always allowed.
+    unsafe { libc::fflush(std::ptr::null_mut()) };
+    // One write, so that ranks failing at once do not interleave their lines; and not
+    // `eprintln!`, which would panic if stderr were gone.
+    let _ = std::io::stderr().write_all(format!("{who}: {what}; {outcome}\n").as_bytes());
+    write_exit_status(4);
+    let (mut initialized, mut finalized) = (0, 0);
+    // SAFETY: both may be called at any time, from any thread, before MPI_Init and after
+    // MPI_Finalize too; they only write the flag.
+    unsafe {
+        mpi::ffi::MPI_Initialized(&mut initialized);
+        mpi::ffi::MPI_Finalized(&mut finalized);
+    }
+    if initialized != 0 && finalized == 0 {
+        // SAFETY: MPI is initialised and not finalised; MPI_Abort ends this process (and,
+        // outside mpirun's recovery mode, every process of the job).
+        unsafe { mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, 4) };
+    }
+    // SAFETY: leaving at once, without the program's exit handlers (libomptarget's would call
+    // into this plugin again); C streams were flushed above.
+    unsafe { libc::_exit(4) }
+}
+
 /// Tell the launcher how the program ended (the head only).
 pub(crate) fn write_exit_status(status: i32) {
     if let Some(p) = STATUS_FILE.get() {

@@ -55,6 +55,12 @@ fn refuses_bad_settings() {
         ("OMPCLUSTER_FRAGMENT_SIZE", "lots"),
         ("OMPCLUSTER_SCHEDULER", "bogus"),
         ("OMPCLUSTER_VERBOSE", "maybe"),
+        ("OMPCLUSTER_FT_BUDDY_INTERVAL", "1s"),
+        ("OMPCLUSTER_FT_BUDDY_INTERVAL", "-1"),
+        ("OMPCLUSTER_FT_BUDDY_MEMORY", "lots"),
+        ("OMPCLUSTER_FT_BUDDY_SHARE", "0"),
+        ("OMPCLUSTER_FT_BUDDY_SHARE", "150"),
+        ("OMPCLUSTER_FT_SPARES", "two"),
     ] {
         let (o, took) = timed_env(3, &prog, &[(var, value)]);
         assert_ne!(o.status.code(), Some(3), "{var}={value}: main ran\n{}", describe(&o));
@@ -63,6 +69,18 @@ fn refuses_bad_settings() {
     }
     // The smallest fragment size is accepted.
     let o = run(2, &prog, &[], &[("OMPCLUSTER_FRAGMENT_SIZE", "1024")]);
+    assert_eq!(o.status.code(), Some(3), "{}", describe(&o));
+}
+
+/// Spares must leave at least one worker to run regions.
+#[test]
+fn refuses_spares_that_leave_no_worker() {
+    let prog = compile("exit3.c");
+    for (np, spares) in [(2, "1"), (4, "3"), (4, "9")] {
+        let (o, took) = timed_env(np, &prog, &[("OMPCLUSTER_FT_SPARES", spares)]);
+        assert_refused(&o, took, "OMPCLUSTER_FT_SPARES");
+    }
+    let o = run(4, &prog, &[], &[("OMPCLUSTER_FT_SPARES", "2")]);
     assert_eq!(o.status.code(), Some(3), "{}", describe(&o));
 }
 

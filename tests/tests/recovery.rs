@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 /// Heartbeat settings of these tests: a frozen worker is declared dead after 1 s.
 const FT: &[(&str, &str)] = &[("OMPCLUSTER_HB_PERIOD", "100"), ("OMPCLUSTER_HB_TIMEOUT", "1000")];
 
+/// Buddy copies off, for tests whose subject is re-running lost tasks by lineage.
+const NO_BUDDY: (&str, &str) = ("OMPCLUSTER_FT_BUDDY_INTERVAL", "0");
+
 /// A run that takes longer than this has hung.
 const BOUND: Duration = Duration::from_secs(150);
 
@@ -192,7 +195,8 @@ fn device_objects_survive_kills_and_freezes_from_outside() {
         let mut rng = Rng(seed * 0x9E37_79B9);
         let sig = if seed == 23 { libc::SIGSTOP } else { libc::SIGKILL };
         let hit = Hit { rank: rng.between(1, 4) as u32, sig, after: Duration::from_millis(rng.between(300, 1800)) };
-        let (o, _) = run_hit(src, &[("OMPCLUSTER_VERBOSE", "1")], &[hit], None);
+        // Buddy copies off: the subject is re-running the regions that allocated.
+        let (o, _) = run_hit(src, &[("OMPCLUSTER_VERBOSE", "1"), NO_BUDDY], &[hit], None);
         assert_same(src, &o, &expected, &format!("seed {seed}: {hit:?}"));
         assert!(recovered(&o), "seed {seed}: no recovery reported\n{}", describe(&o));
         // Regions that allocated device memory ran again (their objects were lost).
@@ -310,7 +314,8 @@ fn a_rewrite_rerun_in_place_keeps_the_version_a_later_reader_needs() {
     for (a, b) in [(1, 2), (1, 3), (2, 3)] {
         let (_d, rep) = tmp_report();
         let inject = format!("kill:rank={a}:after_tasks={regions};kill:rank={b}:after_tasks={regions}");
-        let (o, _) = run_hit(src, &[("OMPCLUSTER_FT_INJECT", &inject)], &[], Some(&rep));
+        // Buddy copies off: the subject is re-running the rounds.
+        let (o, _) = run_hit(src, &[("OMPCLUSTER_FT_INJECT", &inject), NO_BUDDY], &[], Some(&rep));
         assert_same(src, &o, &expected, &format!("ranks {a} and {b} killed after every region ran"));
         let r = read_report(&rep);
         seen.push(format!("ranks {a}, {b}: tasks per worker {}, failures {}, recoveries {}", r["tasks_per_worker"], r["failures"], r["recoveries"]));
@@ -350,7 +355,9 @@ fn report_and_graph_show_what_was_rerun() {
     let (_d, rep) = tmp_report();
     let dot = rep.with_file_name("graph.dot");
     let dot_s = dot.to_string_lossy().into_owned();
-    let envs = [("OMPCLUSTER_GRAPH", dot_s.as_str()), ("OMPCLUSTER_FT_INJECT", "kill:rank=1:after_tasks=60")];
+    // Buddy copies off: with them, the head holds a recent version of the chain (see
+    // `a_late_failure_costs_only_the_work_since_the_last_buddy_copy`).
+    let envs = [("OMPCLUSTER_GRAPH", dot_s.as_str()), ("OMPCLUSTER_FT_INJECT", "kill:rank=1:after_tasks=60"), NO_BUDDY];
     let (o, _) = run_hit(src, &envs, &[], Some(&rep));
     assert_same(src, &o, &expected, "rank 2 killed after 60 regions");
     let r = read_report(&rep);
@@ -493,4 +500,131 @@ fn survivors_stop_waiting_for_the_dead_when_the_head_learns_of_it() {
     let failed = r["failures"][0]["at_seconds"].as_f64().unwrap();
     let recovered = r["recoveries"][0]["at_seconds"].as_f64().unwrap();
     assert!(recovered - failed < 20.0, "recovery started {:.1} s after the failure was known: {r}", recovered - failed);
+}
+
+/// A bug of ours does not hang the job (issue 23): the recovery handler panics when the
+/// recovery of a killed worker starts (`panic:during=recovery`, test only). The job must end
+/// by itself, soon, with a non-zero status, one message naming the recovery handler and the
+/// panic, and no process of it left running.
+#[test]
+fn a_panic_in_the_recovery_handler_ends_the_job_with_a_message() {
+    /// Far below the harness's bounds: the launcher alone stops what is left of a job 2 x 1 s
+    /// (the heartbeat timeout here) + 5 s after the head ends.
+    const LIMIT: Duration = Duration::from_secs(45);
+    let src = "ft_matmul.c";
+    let prog = compile(src);
+    // (RUST_BACKTRACE=1 would add Rust's own report of the panic, with a backtrace.)
+    let envs = with_ft(&[("OMPCLUSTER_FT_INJECT", "kill:rank=2:after_tasks=20;panic:during=recovery"), ("RUST_BACKTRACE", "0")]);
+    let mut job = Job::spawn(4, &prog, args_of(src), &envs);
+    let marker = job.marker().to_string();
+    let ended = job.wait_timeout(LIMIT).is_some();
+    let took = job.elapsed();
+    // What the job left running, once it ended (before `wait` would kill leftovers itself).
+    let left = if ended {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !running(&marker).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        running(&marker)
+    } else {
+        Vec::new()
+    };
+    // (Panics "timed out", with the output, if the job did not end within LIMIT.)
+    let o = job.wait(Duration::ZERO);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "the job must fail\n{}", describe(&o));
+    assert_eq!(o.status.code(), Some(4), "exit status 4, as any unrecoverable failure\n{}", describe(&o));
+    assert!(took < LIMIT, "took {took:?}");
+    let line = "ompcluster: cannot recover: the recovery handler panicked: injected panic (OMPCLUSTER_FT_INJECT=panic:during=recovery); ending the job";
+    assert_eq!(err.matches(line).count(), 1, "one message naming the handler and the panic\n{}", describe(&o));
+    // One clear message: not also Rust's own panic report.
+    assert!(!err.contains("panicked at"), "{}", describe(&o));
+    assert!(!stdout(&o).contains("PASS"), "the program cannot have finished\n{}", describe(&o));
+    assert_eq!(left, Vec::<i32>::new(), "processes of the job left running after it ended\n{}", describe(&o));
+}
+
+/// Live (not zombie) processes of the job marked `marker`.
+fn running(marker: &str) -> Vec<i32> {
+    ompcluster_tests::job_members(marker)
+        .into_iter()
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .map(|s| s.rfind(')').is_some_and(|i| !s[i + 2..].starts_with('Z')))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// The in-place pattern of issue 23 (`tests/programs/ft_inplace.c`: 64 buffers of 512 bytes
+/// kept on the device, one region per iteration updating one of them in place), a worker
+/// killed at 90% of 200,000 regions. With buddy copies (the default) the head holds a recent
+/// version of every buffer, so recovery re-runs only the regions since (at most a few
+/// intervals' worth), the record stays a fraction of the run, and the output is the
+/// failure-free one. With buddy copies off, the same kill re-runs each lost buffer's whole
+/// chain, and the output is the same too.
+#[test]
+fn a_late_failure_costs_only_the_work_since_the_last_buddy_copy() {
+    let prog = compile("ft_inplace.c");
+    let args = ["200000"];
+    let free = Job::spawn(4, &prog, &args, FT).wait(BOUND);
+    assert!(free.status.success() && stdout(&free).contains("ft_inplace: PASS"), "{}", describe(&free));
+    let expected = stdout(&free);
+    let kill = ("OMPCLUSTER_FT_INJECT", "kill:rank=2:after_tasks=180000");
+    let mut rerun = Vec::new();
+    for buddy in [true, false] {
+        let (_d, rep) = tmp_report();
+        let mut envs = vec![kill];
+        if !buddy {
+            envs.push(NO_BUDDY);
+        }
+        let prog_args: Vec<&str> = args.to_vec();
+        let (o, _) = run_hit_exe(&prog, &prog_args, &envs, &[], Some(&rep));
+        assert_same("ft_inplace.c", &o, &expected, &format!("rank 2 killed at 90%, buddy copies {buddy}"));
+        let r = read_report(&rep);
+        let rec = &r["recoveries"][0];
+        let (lost, reexecuted) = (rec["versions_lost"].as_u64().unwrap(), rec["tasks_reexecuted"].as_u64().unwrap());
+        assert!(lost > 0, "rank 2 held no current version: {r}");
+        let from_buddy = rec["buffers_from_buddy_copies"].as_u64().unwrap();
+        if buddy {
+            assert!(from_buddy > 0, "no version came from a buddy copy: {r}");
+            assert!(r["buddy_copies"]["copies"].as_u64().unwrap() > 0, "{r}");
+            // What the head keeps stays a fraction of the run.
+            assert!(r["tasks_recorded"].as_u64().unwrap() < 100_000, "the record kept most of the run: {r}");
+        } else {
+            assert_eq!(from_buddy, 0, "{r}");
+            assert_eq!(r["buddy_copies"]["copies"], 0, "{r}");
+        }
+        assert!(rec["rerun_rate_per_second"].as_f64().unwrap_or(0.0) > 0.0 || reexecuted == 0, "{r}");
+        rerun.push(reexecuted);
+    }
+    // Without buddy copies each lost buffer is rebuilt from its first version: about 2,800
+    // regions per buffer here.
+    assert!(rerun[1] >= 10_000, "buddy copies off re-ran only {} regions", rerun[1]);
+    assert!(rerun[0] * 4 < rerun[1], "buddy copies saved too little: {rerun:?}");
+}
+
+/// A spare worker (`OMPCLUSTER_FT_SPARES=1`: rank 3 of 4) runs no region until a worker dies,
+/// then takes its place: the report says which rank it replaced and when, and it runs regions
+/// from then on; the output is the failure-free one.
+#[test]
+fn a_spare_takes_the_place_of_a_dead_worker() {
+    let src = "ft_matmul.c";
+    let expected = reference(src, &[]);
+    let spare = ("OMPCLUSTER_FT_SPARES", "1");
+    let (_d, rep) = tmp_report();
+    let (o, _) = run_hit(src, &[spare], &[], Some(&rep));
+    assert_same(src, &o, &expected, "no failure, one spare");
+    let r = read_report(&rep);
+    assert_eq!(r["tasks_per_worker"]["3"], 0, "the spare ran regions before any failure: {r}");
+    assert!(r["tasks_per_worker"]["1"].as_u64().unwrap() > 0 && r["tasks_per_worker"]["2"].as_u64().unwrap() > 0, "{r}");
+    let (_d, rep) = tmp_report();
+    let (o, _) = run_hit(src, &[spare, ("OMPCLUSTER_FT_INJECT", "kill:rank=1:after_tasks=20")], &[], Some(&rep));
+    assert_same(src, &o, &expected, "rank 1 killed, one spare");
+    assert!(stderr(&o).contains("spare rank 3 takes the place of rank 1"), "{}", describe(&o));
+    let r = read_report(&rep);
+    let used = &r["recoveries"][0]["spares"];
+    assert_eq!(used[0]["spare"], 3, "{r}");
+    assert_eq!(used[0]["replaced"], 1, "{r}");
+    assert!(used[0]["at_seconds"].as_f64().is_some(), "{r}");
+    assert!(r["tasks_per_worker"]["3"].as_u64().unwrap() > 0, "the spare ran no region after the failure: {r}");
 }

@@ -129,11 +129,23 @@ fn spawn_helper(w: &Arc<Worker>) {
     let w2 = Arc::clone(w);
     let spawned = std::thread::Builder::new().name("ompc-worker".into()).spawn(move || {
         fault::runtime_thread();
-        let served = serve(&w2);
+        // A panic of ours here must not leave the event it was handling unanswered (the head
+        // would wait for it while this worker looks alive): this worker stops, and the head
+        // recovers from its loss. (The first worker thread's own panics are caught by the
+        // plugin's boundary around the call it serves from.)
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| serve(&w2)));
         fault::runtime_thread_ends();
-        if let Err(e) = served {
-            eprintln!("ompcluster worker {}: {e}", w2.comm.rank());
-            std::process::exit(3);
+        match served {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                eprintln!("ompcluster worker {}: {e}", w2.comm.rank());
+                std::process::exit(3);
+            }
+            Err(p) => {
+                let msg = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
+                eprintln!("ompcluster worker {}: internal error in a worker thread: {msg}; this worker stops", w2.comm.rank());
+                std::process::exit(4);
+            }
         }
         w2.threads.fetch_sub(1, Ordering::AcqRel);
     });

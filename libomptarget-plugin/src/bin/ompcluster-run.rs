@@ -195,6 +195,15 @@ fn main() -> ExitCode {
     if args.np < 2 {
         return fail(format!("-np must be at least 2 (1 head + at least 1 worker), got {}", args.np));
     }
+    let spares = ompcluster_plugin::config::Config::from_env().map(|c| c.spares).unwrap_or(0);
+    if spares > 0 && spares + 2 > args.np {
+        return fail(format!(
+            "OMPCLUSTER_FT_SPARES={spares} leaves no worker to run regions with -np {} (1 head, {} worker(s)): at most {} spare(s)",
+            args.np,
+            args.np - 1,
+            args.np.saturating_sub(2)
+        ));
+    }
     if let Some(spec) = std::env::var("OMPCLUSTER_FT_INJECT").ok().filter(|v| !v.trim().is_empty()) {
         if let Err(e) = ompcluster_plugin::inject::parse(&spec, Some(args.np as i32)) {
             return fail(format!("invalid setting OMPCLUSTER_FT_INJECT: {e}"));

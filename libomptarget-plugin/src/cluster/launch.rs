@@ -400,7 +400,7 @@ impl Cluster {
         // it is done (see `Buffer::running`).
         {
             let mut bufs = self.buffers.lock();
-            while reach.iter().any(|(a, ..)| bufs.get(*a).is_some_and(|b| b.holding.contains_key(&w))) {
+            while reach.iter().any(|(a, ..)| bufs.get(*a).is_some_and(|b| b.holding.contains_key(&w) || b.buddy_reading == Some(w))) {
                 self.moved.wait(&mut bufs);
             }
             // The version each copy holds now (a newer one than at placement, if one was

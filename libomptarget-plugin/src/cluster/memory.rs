@@ -69,6 +69,10 @@ impl Cluster {
                 // An image's data lives as long as the image: not libomptarget's to free.
                 return Err(ClusterError::UnknownAddress(addr));
             }
+            // A buddy copy reading one of its copies finishes first.
+            while bufs.get(addr).is_some_and(|b| b.buddy_reading.is_some()) {
+                self.moved.wait(&mut bufs);
+            }
             if bufs.get(addr).is_some_and(|b| !b.using.is_empty()) {
                 bufs.doom(addr);
                 self.log(format_args!("DELETE {addr:#x} once the regions in flight that may reach it are done"));
@@ -277,6 +281,10 @@ impl Cluster {
         let mut bufs = self.buffers.lock();
         let mut made = None;
         if let Some(b) = bufs.get_mut(addr) {
+            // The write is done and becomes a version under this lock (see `host_writes`).
+            if targets.iter().any(|&r| r != HEAD) {
+                b.host_writes -= 1;
+            }
             if whole {
                 b.points_to = found;
             } else {
@@ -325,7 +333,9 @@ impl Cluster {
 
     /// Move the bytes of a submit where they belong; returns the buffer, where its current
     /// version now is, whether the submit covered all of it, and what `scan` (which reads
-    /// the host bytes) found: it runs while the bytes travel to the first worker.
+    /// the host bytes) found: it runs while the bytes travel to the first worker. If it
+    /// succeeds and a target is a worker, the caller takes back the buffer's `host_writes`
+    /// under the lock that records the new version.
     ///
     /// # Safety
     /// `host..host+len` must be readable.
@@ -338,6 +348,11 @@ impl Cluster {
     ) -> Result<(u64, Vec<i32>, bool, PointsTo)> {
         let (addr, targets, whole) = {
             let mut bufs = self.buffers.lock();
+            // A buddy copy reading a worker's copy this submit may write: let it finish first
+            // (see `buddy.rs`).
+            while bufs.containing_range(tgt, len).is_some_and(|b| b.buddy_reading.is_some()) {
+                self.moved.wait(&mut bufs);
+            }
             let b = bufs.containing_range(tgt, len).ok_or(ClusterError::UnknownAddress(tgt))?;
             let addr = b.addr;
             let whole = tgt == b.addr && len >= b.size;
@@ -363,6 +378,9 @@ impl Cluster {
                 self.stage_on_head(&mut bufs, addr)?;
                 self.keep_head_version(&mut bufs, addr);
             }
+            if targets.iter().any(|&r| r != HEAD) {
+                bufs.get_mut(addr).expect("found above").host_writes += 1;
+            }
             (addr, targets, whole)
         };
         if targets.contains(&HEAD) {
@@ -380,6 +398,11 @@ impl Cluster {
             // The head's copy already has the new bytes, but the submit did not happen: it
             // holds no recorded version any more.
             self.buffers.lock().drop_copy(addr, HEAD);
+        }
+        if sent.is_err() && targets.iter().any(|&r| r != HEAD) {
+            if let Some(b) = self.buffers.lock().get_mut(addr) {
+                b.host_writes -= 1;
+            }
         }
         sent?;
         let found = match (found, scan) {
@@ -539,9 +562,21 @@ impl Cluster {
             let b = bufs.get_mut(dst_buf).ok_or(ClusterError::UnknownAddress(dst))?;
             self.back_on(b, at)?;
         }
-        let tag = self.post(at, Event::Copy { src, dst, size: len })?;
-        self.expect_ok(at, tag)?;
+        {
+            // A buddy copy reading the destination's copy there: let it finish first.
+            let mut bufs = self.buffers.lock();
+            while bufs.get(dst_buf).is_some_and(|b| b.buddy_reading == Some(at)) {
+                self.moved.wait(&mut bufs);
+            }
+            bufs.get_mut(dst_buf).ok_or(ClusterError::UnknownAddress(dst))?.host_writes += 1;
+        }
+        let copied = self.post(at, Event::Copy { src, dst, size: len }).and_then(|tag| self.expect_ok(at, tag));
         let mut bufs = self.buffers.lock();
+        // Done: it becomes a version under this same lock.
+        if let Some(b) = bufs.get_mut(dst_buf) {
+            b.host_writes -= 1;
+        }
+        copied?;
         let from = bufs.get(src_buf).map(|b| (b.points_to.clone(), Access { buffer: b.id, version: b.version }));
         let mut made = None;
         if let (Some((points, src_access)), Some(b)) = (from, bufs.get_mut(dst_buf)) {

@@ -38,6 +38,7 @@ use task_graph::{Access, TaskGraph, TaskRecord};
 use thiserror::Error;
 use timeline::Cat;
 
+mod buddy;
 mod checkpointing;
 mod faults;
 mod images;
@@ -48,7 +49,8 @@ mod movement;
 mod on_head;
 mod recovery;
 
-pub use recovery::{FailureRecord, RecoveryRecord};
+pub use buddy::BuddyStats;
+pub use recovery::{FailureRecord, RecoveryRecord, SpareRecord};
 
 /// Liveness on the head: the failure detector's view, plus the ranks fenced here; a rank once
 /// dead stays dead.
@@ -218,8 +220,22 @@ pub struct Cluster {
     /// Failures noticed and recoveries made, for the report.
     failures: Mutex<Vec<FailureRecord>>,
     recoveries: Mutex<Vec<RecoveryRecord>>,
+    /// Dead ranks the live workers were told of (FAILED).
+    told: Mutex<BTreeSet<i32>>,
     /// Prune the task record when it holds this many tasks.
     prune_at: AtomicU64,
+    /// Per rank: a spare worker that runs no region until it takes a dead worker's place
+    /// (`OMPCLUSTER_FT_SPARES`).
+    idle_spare: Vec<AtomicBool>,
+    /// Which spare took which dead worker's place (the recovery algorithm's record).
+    spares: Mutex<ft_handler::recovery::Spares>,
+    /// Spares that took a dead worker's place, not yet in a recovery's report.
+    spare_log: Mutex<Vec<recovery::SpareRecord>>,
+    /// Buddy copies made so far (`buddy.rs`).
+    buddy_stats: Mutex<BuddyStats>,
+    /// Held by the buddy thread for each batch of copies; shutdown takes it once it has set
+    /// `stopped`, to wait for a batch in progress.
+    buddy_busy: Mutex<()>,
     /// Attempts of the recovery in progress.
     attempts: AtomicU32,
     /// Rank -> its host and process (for fencing).
@@ -267,7 +283,16 @@ impl Cluster {
             stopped: AtomicBool::new(false),
             failures: Mutex::new(Vec::new()),
             recoveries: Mutex::new(Vec::new()),
+            told: Mutex::new(BTreeSet::new()),
             prune_at: AtomicU64::new(recovery::FIRST_PRUNE),
+            buddy_stats: Mutex::new(BuddyStats::default()),
+            buddy_busy: Mutex::new(()),
+            idle_spare: {
+                let spares = if recovery { cfg.spares as usize } else { 0 };
+                (0..n).map(|r| AtomicBool::new(r > 0 && r + spares >= n && spares < n - 1)).collect()
+            },
+            spares: Mutex::new(Default::default()),
+            spare_log: Mutex::new(Vec::new()),
             attempts: AtomicU32::new(0),
             procs,
             local: std::sync::OnceLock::new(),
@@ -285,11 +310,11 @@ impl Cluster {
         (1..self.comm.size()).filter(|&r| !self.live.is_dead(r))
     }
 
-    /// Where target regions can run: the live workers, or the head itself once it runs them
-    /// (no worker left). Asked at every launch: no allocation.
+    /// Where target regions can run: the live workers but idle spares, or the head itself
+    /// once it runs them (no worker left). Asked at every launch: no allocation.
     fn targets(&self) -> impl Iterator<Item = i32> + '_ {
         let on_head = self.local.get().is_some();
-        self.workers().filter(move |_| !on_head).chain(on_head.then_some(HEAD))
+        self.workers().filter(move |&r| !on_head && !self.idle_spare[r as usize].load(Ordering::Relaxed)).chain(on_head.then_some(HEAD))
     }
 
     /// The head's own device, if it runs target regions itself.
@@ -439,6 +464,8 @@ impl Cluster {
         if self.stopped.swap(true, Ordering::AcqRel) {
             return;
         }
+        // A batch of buddy copies in progress finishes first (it talks to the workers).
+        drop(self.buddy_busy.lock());
         let workers: Vec<i32> = self.workers().collect();
         let messages = self.comm.messages();
         // Sent ahead of EXIT, on the same tag: the victim has it when EXIT comes.
@@ -472,6 +499,7 @@ impl Cluster {
             (report.head_messages_sent, report.head_messages_received) = messages;
             report.tasks_reexecuted = recoveries.iter().map(|r| r.tasks_reexecuted).sum();
             report.failures = failures;
+            report.buddy_copies = self.buddy_stats.lock().clone();
             report.recoveries = recoveries;
             report.retained_bytes = self.buffers.lock().retained_bytes();
             report.tasks_recorded = self.graph.lock().len() as u64;

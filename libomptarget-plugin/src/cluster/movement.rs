@@ -259,6 +259,31 @@ impl Cluster {
         Ok(bytes)
     }
 
+    /// Copy worker `from`'s copies of `regions` into new vectors, all requests sent before
+    /// the first answer is awaited (one round trip for all: the worker answers RETRIEVEs in
+    /// the order they come).
+    pub(super) fn fetch_many(&self, regions: &[Region], from: i32) -> Result<Vec<Vec<u8>>> {
+        let t = self.trace_now();
+        let mut tags = Vec::with_capacity(regions.len());
+        for r in regions {
+            tags.push(self.post(from, Event::Retrieve(*r))?);
+        }
+        let mut out = Vec::with_capacity(regions.len());
+        for (r, tag) in regions.iter().zip(tags) {
+            let mut bytes = vec![0u8; r.size as usize];
+            // SAFETY: `bytes` has `r.size` writable bytes, leaked if the peer died (MPI may
+            // still write them).
+            let res = unsafe { self.answer_into(*r, from, tag, bytes.as_mut_ptr()) };
+            if let Err(e) = res {
+                std::mem::forget(bytes);
+                return Err(e);
+            }
+            self.note_retrieved(*r, from, t);
+            out.push(bytes);
+        }
+        Ok(out)
+    }
+
     /// Count a retrieve of `region` from `from` that started at `since` (a trace time).
     pub(super) fn note_retrieved(&self, region: Region, from: i32, since: Option<f64>) {
         self.stats.add_retrieved(region.size);
@@ -274,6 +299,15 @@ impl Cluster {
     /// private buffer).
     pub(super) unsafe fn retrieve_into(&self, region: Region, from: i32, dst: *mut u8) -> Result<()> {
         let tag = self.post(from, Event::Retrieve(region))?;
+        // SAFETY: forwarded contract.
+        unsafe { self.answer_into(region, from, tag, dst) }
+    }
+
+    /// Receive the answer to the RETRIEVE of `region` sent to `from` on `tag` into `dst`.
+    ///
+    /// # Safety
+    /// As for [`Cluster::retrieve_into`].
+    unsafe fn answer_into(&self, region: Region, from: i32, tag: i32, dst: *mut u8) -> Result<()> {
         let size = region.size as usize;
         match self.comm.recv_msg::<Reply>(from, tag, self.live.as_ref())? {
             // SAFETY: the caller guarantees `size` writable bytes at `dst`.

@@ -1,38 +1,25 @@
-//! Recovery from the death of workers, by lineage (algorithm and reasons: `docs/recovery.md`).
+//! Recovery from the death of workers: the primitives the recovery algorithm drives.
 //!
-//! The handler thread (`ft-handler`) calls [`Cluster::recover`] with the gate held
-//! exclusively, so no offloading request is in flight. Recovery
-//! 0. if no worker is left, makes the head run the target regions itself (`on_head.rs`):
-//!    the steps below then re-run the lost tasks on the head,
-//! 1. fences the dead ranks (every live worker stops waiting for them; a frozen one that
-//!    wakes up exits),
-//! 2. forgets every copy the dead held and lists the versions lost: current versions of
-//!    live buffers that no live rank holds,
-//! 3. finds by lineage ([`task_graph::TaskGraph::lost_work`]) where each lost version comes
-//!    from: a live copy of that exact version (a worker's, or the head's), a published
-//!    checkpoint, a version the head kept apart, or re-running the task that produced it,
-//!    whose inputs are found the same way,
-//! 4. re-runs that minimal set of tasks in dependence order, independent ones at the same time
-//!    on different survivors, installing each task's inputs at the versions it first read, on
-//!    a worker where that overwrites no copy still needed,
-//! 5. loads the lost versions that only a checkpoint (or a version kept apart) holds into the
-//!    head's copies.
-//!
-//! A rank that dies meanwhile makes it return [`RecoverError::NewFailure`]; the handler calls
-//! it again with the larger set (what was rebuilt so far stays rebuilt). A damaged checkpoint
-//! file is taken as unavailable and the plan is made again without it.
+//! The algorithm (what was lost, where each version comes from, the order of re-runs,
+//! planning again, the fatal cases, spares) is `ft_handler::recovery`; reasons and
+//! measurements are in `docs/recovery.md`. The handler thread calls [`Cluster::recover`] with
+//! the gate held exclusively, so no offloading request is in flight; it records the failures,
+//! runs the algorithm over [`Rebuild`] (this device's implementation of its primitives:
+//! fencing, forgetting the dead's copies, where versions are, placing and running re-runs over
+//! MPI, restoring versions from checkpoints), then puts the copies it rescued where they
+//! belong and writes the report's record. A rank that dies meanwhile makes it return
+//! [`RecoverError::NewFailure`]; the handler calls it again with the larger set (what was
+//! rebuilt so far stays rebuilt).
 
 use super::*;
 use crate::config::Reexec;
-use ft_handler::{Device, RecoverError};
+use ft_handler::recovery::{self as algo, BatchDone, Restored, Stop, View};
+use ft_handler::{Device, RecoverError, RerunOrder};
 use serde::Serialize;
-use task_graph::{LostWork, Mark};
+use task_graph::Mark;
 
 /// How often the head looks whether the worker processes on its host still exist.
 const PROBE_PERIOD: std::time::Duration = std::time::Duration::from_millis(20);
-
-/// Most times one recovery plans again because a version vanished under it.
-const MAX_REPLANS: u32 = 8;
 
 /// The record is first pruned when it holds this many tasks (then when it has doubled).
 pub(super) const FIRST_PRUNE: u64 = 4096;
@@ -49,6 +36,17 @@ pub struct FailureRecord {
     /// Seconds from the failure to the head's notice, where the failure's time is known
     /// (failures injected with `OMPCLUSTER_FT_INJECT`).
     pub detection_latency_seconds: Option<f64>,
+}
+
+/// A spare worker that took a dead worker's place, for the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct SpareRecord {
+    /// The spare's rank.
+    pub spare: i32,
+    /// The dead worker whose place it took.
+    pub replaced: i32,
+    /// When, seconds since start-up.
+    pub at_seconds: f64,
 }
 
 /// One completed recovery, for the report.
@@ -68,12 +66,22 @@ pub struct RecoveryRecord {
     pub buffers_from_checkpoints: u64,
     /// Buffer versions copied from live ranks to where a re-run task needed them.
     pub buffers_from_live_copies: u64,
+    /// Buffer versions copied from the head's buddy copies (see `buddy.rs`).
+    pub buffers_from_buddy_copies: u64,
     /// Lost versions rebuilt by re-running tasks.
     pub buffers_rebuilt: u64,
+    /// Seconds spent re-running tasks (installing their inputs included).
+    pub rerun_seconds: f64,
+    /// Tasks re-run per second of `rerun_seconds`.
+    pub rerun_rate_per_second: f64,
+    /// Groups of tasks sent to a worker together (a chain of in-place updates is one).
+    pub rerun_batches: u64,
+    /// Spare workers that took the place of dead ones.
+    pub spares: Vec<SpareRecord>,
     /// Attempts (more than 1 if ranks died during it).
     pub attempts: u32,
     /// Plans its last attempt made (more than 1 if a version a plan counted on was gone when a
-    /// re-run task needed it).
+    /// re-run task needed it, or a checkpoint it chose was damaged).
     pub plans: u32,
 }
 
@@ -87,34 +95,170 @@ impl Device for HeadDevice {
         d
     }
 
+    fn noticed(&self, dead: &BTreeSet<i32>) {
+        self.0.tell_workers(dead);
+    }
+
     fn recover(&self, dead: &BTreeSet<i32>) -> std::result::Result<(), RecoverError> {
+        if self.0.inject.panic_due_in_recovery() {
+            panic!("injected panic (OMPCLUSTER_FT_INJECT=panic:during=recovery)");
+        }
         self.0.recover(dead)
     }
 
     fn fatal(&self, why: &str) {
-        // SAFETY: flushing all C streams is always allowed.
-        unsafe { libc::fflush(std::ptr::null_mut()) };
-        eprintln!("ompcluster: cannot recover: {why}; ending the job");
-        crate::runtime::write_exit_status(4);
-        // SAFETY: MPI is initialised; MPI_Abort ends every process of the job.
-        unsafe { mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, 4) };
+        // The head's end ends the job: the workers leave when they see it gone.
+        crate::runtime::internal_error(format_args!("cannot recover: {why}"));
     }
 }
 
-/// Why one attempt to rebuild stopped.
-enum Stop {
-    /// A checkpoint file holding this version could not be loaded (why): plan again without it.
-    BadCheckpoint(Access, String),
-    /// This version, which the plan counted on, is gone (a failure or an overwrite since):
-    /// plan again.
-    Replan(Access),
-    /// Give up this attempt (a new failure) or for good.
-    Recover(RecoverError),
+/// The primitives of the recovery algorithm (`ft_handler::recovery::Cluster`) over this
+/// device, for one call of [`Cluster::recover`]: `side` holds the copies rescued from workers
+/// before re-runs overwrote them, for the whole call (an attempt that stops to plan again may
+/// already have overwritten where they came from).
+struct Rebuild<'a> {
+    c: &'a Cluster,
+    side: Side,
 }
 
-impl From<RecoverError> for Stop {
-    fn from(e: RecoverError) -> Self {
-        Stop::Recover(e)
+/// Where versions are, for the plan: the buffer and record locks are held.
+struct HeadView<'a> {
+    c: &'a Cluster,
+    bufs: &'a Buffers,
+    bad: &'a BTreeSet<Access>,
+    rescued: BTreeSet<Access>,
+}
+
+impl View for HeadView<'_> {
+    fn available(&self, a: Access) -> bool {
+        self.rescued.contains(&a) || self.c.available(self.bufs, a, self.bad)
+    }
+
+    fn describe(&self, a: Access) -> Option<String> {
+        self.bufs.by_id(a.buffer).map(|b| format!("buffer {:#x} ({} bytes) version {}", b.addr, b.size, a.version))
+    }
+
+    fn copies(&self, a: Access) -> String {
+        if self.rescued.contains(&a) {
+            "rescued".to_string()
+        } else if self.bufs.kept(a).is_some() {
+            "kept apart".to_string()
+        } else {
+            copies_of(self.bufs, a.buffer)
+        }
+    }
+
+    fn checkpoints_on(&self) -> bool {
+        self.c.ckpt.is_some()
+    }
+}
+
+impl algo::Cluster for Rebuild<'_> {
+    fn fence_and_forget(&self, dead: &BTreeSet<i32>) -> std::result::Result<BTreeSet<Access>, RecoverError> {
+        let c = self.c;
+        let live: Vec<i32> = c.workers().collect();
+        c.fence(dead, &live)?;
+        let lost = c.buffers.lock().forget_ranks(dead);
+        c.inject_due(|t| *t == crate::inject::Trigger::DuringRecovery);
+        for &r in dead {
+            c.inject.rearm(r, crate::inject::Trigger::DuringRecovery);
+        }
+        Ok(lost)
+    }
+
+    fn idle_spares(&self) -> Vec<i32> {
+        self.c.workers().filter(|&w| self.c.idle_spare[w as usize].load(Ordering::Relaxed)).collect()
+    }
+
+    fn leave_spares(&self, r: i32, replacing: Option<i32>) {
+        let c = self.c;
+        c.idle_spare[r as usize].store(false, Ordering::Relaxed);
+        if let Some(dead) = replacing {
+            let at_seconds = c.start.elapsed().as_secs_f64();
+            eprintln!("ompcluster: spare rank {r} takes the place of rank {dead} at {at_seconds:.3} s");
+            c.spare_log.lock().push(SpareRecord { spare: r, replaced: dead, at_seconds });
+        }
+    }
+
+    fn targets(&self) -> std::result::Result<Vec<i32>, RecoverError> {
+        let c = self.c;
+        if c.workers().next().is_none() {
+            c.continue_on_head().map_err(|e| RecoverError::Fatal(format!("every worker died and the head cannot run the target regions itself: {e}")))?;
+        }
+        Ok(c.targets().collect())
+    }
+
+    fn unheld(&self) -> BTreeSet<Access> {
+        self.c.buffers.lock().unheld().collect()
+    }
+
+    fn with_view<R>(&self, bad: &BTreeSet<Access>, f: impl FnOnce(&TaskGraph, &dyn View) -> R) -> R {
+        let rescued: BTreeSet<Access> = self.side.lock().keys().copied().collect();
+        let bufs = self.c.buffers.lock();
+        let graph = self.c.graph.lock();
+        f(&graph, &HeadView { c: self.c, bufs: &bufs, bad, rescued })
+    }
+
+    fn place(&self, t: &TaskRecord, free: &[i32], busy: &BTreeSet<i32>, order: &RerunOrder) -> Option<(i32, Vec<Access>)> {
+        self.c.place(t, free, busy, order, &self.side)
+    }
+
+    fn can_chain(&self, t: &TaskRecord, w: i32) -> bool {
+        // Short kernels on a worker: it runs them on its polling thread, in the order they come.
+        w != HEAD && matches!(t.op, task_graph::Op::Kernel) && t.allocs.is_empty() && t.kernel_s * 1e9 < SHORT_KERNEL_NS as f64
+    }
+
+    fn can_follow(&self, t: &TaskRecord, w: i32, on_w: &HashMap<u64, u64>, order: &RerunOrder) -> bool {
+        let bufs = self.c.buffers.lock();
+        self.can_chain(t, w)
+            && t.reads.iter().all(|a| {
+                let Some(b) = bufs.by_id(a.buffer) else { return false };
+                let there = on_w.get(&a.buffer).copied().or_else(|| b.version_on(w));
+                let rewrites = t.writes.iter().any(|x| x.buffer == a.buffer);
+                // Rewritten in place: no other task may still need the version it reads (its
+                // own read counts once), and it is no current version.
+                there == Some(a.version) && (!rewrites || (order.readers_left(*a) <= 1 && a.version != b.version))
+            })
+    }
+
+    fn run_batch(&self, tasks: &[&TaskRecord], w: i32, rescue: &[Access]) -> std::result::Result<BatchDone, Stop> {
+        self.c.rerun_batch(tasks, w, rescue, &self.side)
+    }
+
+    fn restore(&self, a: Access) -> std::result::Result<Option<Restored>, Stop> {
+        let c = self.c;
+        let (addr, kept) = {
+            let bufs = c.buffers.lock();
+            match bufs.by_id(a.buffer) {
+                Some(b) if b.ranks_with(a.version).next().is_none() && !self.side.lock().contains_key(&a) => (b.addr, bufs.kept(a)),
+                _ => return Ok(None),
+            }
+        };
+        let (bytes, from) = match kept {
+            Some(bytes) => (bytes, Restored::Copy),
+            None => (Arc::new(c.load_checkpointed(a)?), Restored::Checkpoint),
+        };
+        c.put_on_head(a, addr, &bytes).map_err(fatal)?;
+        Ok(Some(from))
+    }
+
+    fn rerun_done(&self, tasks: &[TaskRecord]) {
+        let mut g = self.c.graph.lock();
+        for t in tasks {
+            g.mark(t.id, Mark::Reexecuted);
+        }
+    }
+
+    fn verbose(&self) -> bool {
+        self.c.cfg.verbose
+    }
+
+    fn log(&self, what: std::fmt::Arguments<'_>) {
+        self.c.log(what);
+    }
+
+    fn warn(&self, what: std::fmt::Arguments<'_>) {
+        eprintln!("ompcluster: {what}");
     }
 }
 
@@ -142,6 +286,7 @@ impl Cluster {
     /// Called once, when the cluster is in its final place.
     pub(crate) fn start_handler(&'static self) -> std::io::Result<()> {
         self.ft.start(Arc::new(HeadDevice(self)))?;
+        self.start_buddy()?;
         self.start_timed_faults();
         let host = self.procs[HEAD as usize].0;
         let local: Vec<(i32, Victim)> =
@@ -171,27 +316,23 @@ impl Cluster {
         }
     }
 
-    /// A rank failed (the failure detector said so, or a peer reported it): tell the handler,
-    /// and record and report the first notice of each rank.
+    /// A rank failed (the failure detector said so, or a peer reported it): record and report
+    /// the first notice of each rank and tell the handler. Called on the heartbeat thread: no
+    /// MPI here, and no lock held across anything but the record (the handler thread tells
+    /// the workers, see [`Cluster::tell_workers`]).
     pub(crate) fn note_failure(&self, rank: i32, how: &str) {
         if rank == HEAD || self.stopped.load(Ordering::Acquire) {
             return;
         }
-        self.record_failure(rank, how);
+        self.note_dead(rank, how);
         self.ft.notify(rank);
     }
 
-    /// Fence `rank` and, the first time, record and report its failure, and tell the live
-    /// workers (FAILED): a transfer of theirs with the dead rank ends now rather than at their
-    /// own heartbeat timeout (3 s by default), and with it the request recovery waits for.
-    pub(super) fn record_failure(&self, rank: i32, how: &str) {
+    /// Fence `rank` and, the first time, record and report its failure (no MPI).
+    fn note_dead(&self, rank: i32, how: &str) {
         self.live.fence(rank);
         let mut f = self.failures.lock();
         if !f.iter().any(|x| x.rank == rank) {
-            for w in self.workers() {
-                // A worker that cannot be told is dead too, or notices by itself.
-                let _ = self.post(w, Event::Failed { ranks: vec![rank] });
-            }
             let at = self.start.elapsed().as_secs_f64();
             eprintln!("ompcluster: worker rank {rank} failed ({how}) at {at:.3} s; recovering");
             let latency = self.since_injected(rank);
@@ -202,6 +343,30 @@ impl Cluster {
         }
     }
 
+    /// Tell the live workers (FAILED), once per dead rank, that the `dead` ranks died: a
+    /// transfer of theirs with a dead rank ends now rather than at their own heartbeat
+    /// timeout (3 s by default), and with it the request recovery waits for. The handler
+    /// thread calls it before it waits for the requests in flight.
+    pub(super) fn tell_workers(&self, dead: &BTreeSet<i32>) {
+        let new: Vec<i32> = {
+            let mut told = self.told.lock();
+            dead.iter().copied().filter(|&r| r != HEAD && told.insert(r)).collect()
+        };
+        if new.is_empty() {
+            return;
+        }
+        for w in self.workers() {
+            // A worker that cannot be told is dead too, or notices by itself.
+            let _ = self.post(w, Event::Failed { ranks: new.clone() });
+        }
+    }
+
+    /// [`Cluster::note_dead`] and [`Cluster::tell_workers`] (on a thread that may use MPI).
+    pub(super) fn record_failure(&self, rank: i32, how: &str) {
+        self.note_dead(rank, how);
+        self.tell_workers(&[rank].into());
+    }
+
     /// Rebuild what the `dead` ranks took with them (see the module's documentation).
     pub(super) fn recover(&self, dead: &BTreeSet<i32>) -> std::result::Result<(), RecoverError> {
         let t0 = Instant::now();
@@ -210,59 +375,23 @@ impl Cluster {
         for &r in dead {
             self.record_failure(r, "declared dead");
         }
-        if self.workers().next().is_none() {
-            self.continue_on_head().map_err(|e| RecoverError::Fatal(format!("every worker died (ranks {dead:?}) and the head cannot run the target regions itself: {e}")))?;
-        }
-        let survivors: Vec<i32> = self.targets().collect();
-        self.fence(dead, &survivors)?;
-        let lost = self.buffers.lock().forget_ranks(dead);
-        self.inject_due(|t| *t == crate::inject::Trigger::DuringRecovery);
-        for &r in dead {
-            self.inject.rearm(r, crate::inject::Trigger::DuringRecovery);
-        }
         let attempts = self.attempts.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut rec = RecoveryRecord { at_seconds, versions_lost: lost.len() as u64, attempts, ..Default::default() };
-        let mut bad = BTreeSet::new();
-        let mut replans = 0;
-        // Copies rescued from workers: kept for the whole recovery (an attempt that stops to
-        // plan again may already have overwritten where they came from).
-        let side: Side = Mutex::new(HashMap::default());
-        loop {
-            // What is lost now: the first loss, and anything an interrupted attempt left with
-            // no holder (it is then in `side`, or a checkpoint, or rebuilt again).
-            let mut lost_now = lost.clone();
-            lost_now.extend(self.buffers.lock().unheld());
-            let work = self.plan(&lost_now, &bad, dead, &side)?;
-            match self.rebuild(&work, &lost_now, &survivors, &mut rec, &side) {
-                Ok(()) => break,
-                Err(Stop::BadCheckpoint(a, why)) => {
-                    if !bad.insert(a) {
-                        return Err(RecoverError::Fatal(format!("the checkpoint of buffer #{} version {} is unusable ({why}) and was chosen again", a.buffer, a.version)));
-                    }
-                    eprintln!("ompcluster: the checkpoint of buffer #{} version {} is unusable ({why}); rebuilding it another way", a.buffer, a.version);
+        let policy = algo::Policy { parallel: self.cfg.ft_reexec == Reexec::Parallel, ..Default::default() };
+        let ops = Rebuild { c: self, side: Mutex::new(HashMap::default()) };
+        // (`spares` is held across the algorithm: only this thread takes it.)
+        let outcome = algo::recover(&ops, dead, policy, &mut self.spares.lock());
+        let out = match outcome {
+            Ok(out) => out,
+            Err(e) => {
+                if let RecoverError::NewFailure(r) = e {
+                    self.record_failure(r, "declared dead during recovery");
                 }
-                Err(Stop::Replan(a)) => {
-                    replans += 1;
-                    if replans > MAX_REPLANS {
-                        return Err(RecoverError::Fatal(format!(
-                            "version {} of buffer #{} kept disappearing while recovery rebuilt it ({MAX_REPLANS} plans)",
-                            a.version, a.buffer
-                        )));
-                    }
-                    let now = copies_of(&self.buffers.lock(), a.buffer);
-                    self.log(format_args!("RECOVERY replans: buffer {} version {} is no longer where the plan found it (now: {now})", a.buffer, a.version));
-                }
-                Err(Stop::Recover(e)) => {
-                    if let RecoverError::NewFailure(r) = e {
-                        self.record_failure(r, "declared dead during recovery");
-                    }
-                    return Err(e);
-                }
+                return Err(e);
             }
-        }
+        };
         // Rescued copies that are still the only copy of a current version go to the head's
         // copy; those a later recovery may need again are kept apart (within the budget).
-        for (a, bytes) in side.into_inner() {
+        for (a, bytes) in ops.side.into_inner() {
             let addr = {
                 let mut bufs = self.buffers.lock();
                 match bufs.by_id(a.buffer) {
@@ -279,18 +408,34 @@ impl Cluster {
         }
         self.release_retired_on_workers()?;
         self.attempts.store(0, Ordering::Relaxed);
-        rec.dead = dead.iter().copied().collect();
-        rec.plans = replans + 1;
-        rec.paused_seconds = t0.elapsed().as_secs_f64();
+        let rec = RecoveryRecord {
+            dead: dead.iter().copied().collect(),
+            at_seconds,
+            paused_seconds: t0.elapsed().as_secs_f64(),
+            versions_lost: out.versions_lost,
+            tasks_reexecuted: out.tasks_reexecuted,
+            buffers_from_checkpoints: out.from_checkpoints,
+            buffers_from_live_copies: out.from_live_copies,
+            buffers_from_buddy_copies: out.from_buddy_copies,
+            buffers_rebuilt: out.rebuilt,
+            rerun_seconds: out.rerun_seconds,
+            rerun_rate_per_second: if out.rerun_seconds > 0.0 { out.tasks_reexecuted as f64 / out.rerun_seconds } else { 0.0 },
+            rerun_batches: out.rerun_batches,
+            spares: std::mem::take(&mut *self.spare_log.lock()),
+            attempts,
+            plans: out.plans,
+        };
         eprintln!(
-            "ompcluster: recovered from the loss of rank{} {} in {:.3} s: {} buffer version(s) lost; {} task(s) re-run on ranks {:?}; {} version(s) from checkpoints, {} from live copies, {} rebuilt",
+            "ompcluster: recovered from the loss of rank{} {} in {:.3} s: {} buffer version(s) lost; {} task(s) re-run on ranks {:?}{}; {} version(s) from checkpoints, {} from buddy copies, {} from live copies, {} rebuilt",
             if dead.len() > 1 { "s" } else { "" },
             dead.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", "),
             rec.paused_seconds,
             rec.versions_lost,
             rec.tasks_reexecuted,
-            survivors,
+            out.survivors,
+            if rec.tasks_reexecuted > 0 { format!(" ({:.0} per second)", rec.rerun_rate_per_second) } else { String::new() },
             rec.buffers_from_checkpoints,
+            rec.buffers_from_buddy_copies,
             rec.buffers_from_live_copies,
             rec.buffers_rebuilt,
         );
@@ -342,168 +487,16 @@ impl Cluster {
             || (!bad.contains(&a) && self.ckpt.as_ref().is_some_and(|c| c.holds(a.buffer, a.version)))
     }
 
-    /// The lineage search, and why it fails if it does.
-    fn plan(&self, lost: &BTreeSet<Access>, bad: &BTreeSet<Access>, dead: &BTreeSet<i32>, side: &Side) -> std::result::Result<LostWork, RecoverError> {
-        let rescued: BTreeSet<Access> = side.lock().keys().copied().collect();
-        let bufs = self.buffers.lock();
-        let graph = self.graph.lock();
-        let work = graph.lost_work(lost, &|a| rescued.contains(&a) || self.available(&bufs, a, bad));
-        let describe = |a: &Access| match bufs.by_id(a.buffer) {
-            Some(b) => format!("buffer {:#x} ({} bytes) version {}", b.addr, b.size, a.version),
-            None => format!("buffer #{} version {} (freed by the program)", a.buffer, a.version),
-        };
-        if let Some(a) = work.unrecoverable.first() {
-            let why = match bufs.by_id(a.buffer) {
-                None => "the program freed it and the head kept no copy".to_string(),
-                Some(_) => format!(
-                    "no live rank holds it, no published checkpoint holds it{}, and no recorded task produced it (host data the head did not keep: see OMPCLUSTER_FT_RETAIN)",
-                    if self.ckpt.is_none() { " (checkpoints are off: OMPCLUSTER_CP_ENABLE=1)" } else { "" }
-                ),
-            };
-            return Err(RecoverError::Fatal(format!(
-                "{} was lost with rank(s) {:?} and cannot be rebuilt: {why} ({} version(s) in all)",
-                describe(a),
-                dead,
-                work.unrecoverable.len()
-            )));
-        }
-        if self.cfg.verbose {
-            self.log(format_args!("RECOVERY plan: re-run tasks {:?}", work.tasks));
-            for a in &work.restore {
-                let at = if rescued.contains(a) {
-                    "rescued".to_string()
-                } else if bufs.kept(*a).is_some() {
-                    "kept apart".to_string()
-                } else {
-                    copies_of(&bufs, a.buffer)
-                };
-                self.log(format_args!("RECOVERY plan: buffer {} version {} from {at}", a.buffer, a.version));
-            }
-        }
-        for &id in &work.tasks {
-            let t = graph.task(id).expect("lost_work returns recorded tasks");
-            if let Some(a) = t.reads.iter().find(|a| bufs.by_id(a.buffer).is_none()) {
-                return Err(RecoverError::Fatal(format!(
-                    "task #{id} ({}) must run again to rebuild lost data, but it read {}, which no longer exists",
-                    t.kernel,
-                    describe(a)
-                )));
-            }
-        }
-        Ok(work)
-    }
-
-    /// Re-run `work.tasks` and restore the lost versions only checkpoints hold.
-    fn rebuild(&self, work: &LostWork, lost: &BTreeSet<Access>, survivors: &[i32], rec: &mut RecoveryRecord, side: &Side) -> std::result::Result<(), Stop> {
-        let tasks: Vec<TaskRecord> = {
-            let g = self.graph.lock();
-            work.tasks.iter().map(|&id| g.task(id).expect("planned from the record").clone()).collect()
-        };
-        let deps = dependences(&tasks);
-        let parallel = match self.cfg.ft_reexec {
-            Reexec::Parallel => survivors.len(),
-            Reexec::Sequential => 1,
-        };
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let mut done = vec![false; tasks.len()];
-        let mut started = vec![false; tasks.len()];
-        let mut busy: BTreeSet<i32> = BTreeSet::new();
-        let mut stop: Option<Stop> = None;
-        let mut from_ckpt = 0u64;
-        let mut from_copies = 0u64;
-        std::thread::scope(|s| {
-            let mut running = 0usize;
-            loop {
-                if stop.is_none() {
-                    for i in 0..tasks.len() {
-                        if running >= parallel {
-                            break;
-                        }
-                        if started[i] || !deps[i].iter().all(|&j| done[j]) {
-                            continue;
-                        }
-                        let pending: Vec<&TaskRecord> = (0..tasks.len()).filter(|&k| !started[k] && k != i).map(|k| &tasks[k]).collect();
-                        let Some((w, rescue)) = self.place(&tasks[i], survivors, &busy, &pending, side) else { continue };
-                        started[i] = true;
-                        busy.insert(w);
-                        running += 1;
-                        let (tx, t) = (tx.clone(), &tasks[i]);
-                        s.spawn(move || {
-                            let _ = tx.send((i, w, self.rerun(t, w, &rescue, side)));
-                        });
-                    }
-                }
-                if running == 0 {
-                    break;
-                }
-                let (i, w, res) = rx.recv().expect("a re-run thread always answers");
-                running -= 1;
-                busy.remove(&w);
-                match res {
-                    Ok((ck, copies)) => {
-                        done[i] = true;
-                        from_ckpt += ck;
-                        from_copies += copies;
-                    }
-                    Err(e) => {
-                        stop.get_or_insert(e);
-                    }
-                }
-            }
-        });
-        if let Some(e) = stop {
-            return Err(e);
-        }
-        if let Some(i) = done.iter().position(|d| !d) {
-            return Err(Stop::Recover(RecoverError::Fatal(format!(
-                "task #{} ({}) could not be re-run: the tasks it waits for did not finish",
-                tasks[i].id, tasks[i].kernel
-            ))));
-        }
-        // Lost versions that no task rebuilt and no live rank holds (an earlier attempt may
-        // have rebuilt some) come from checkpoints: into the head's copy.
-        for a in work.restore.iter().filter(|a| lost.contains(a)) {
-            let (addr, kept) = {
-                let bufs = self.buffers.lock();
-                match bufs.by_id(a.buffer) {
-                    Some(b) if b.ranks_with(a.version).next().is_none() && !side.lock().contains_key(a) => (b.addr, bufs.kept(*a)),
-                    _ => continue,
-                }
-            };
-            let bytes = match kept {
-                Some(bytes) => {
-                    from_copies += 1;
-                    bytes
-                }
-                None => {
-                    from_ckpt += 1;
-                    Arc::new(self.load_checkpointed(*a)?)
-                }
-            };
-            self.put_on_head(*a, addr, &bytes).map_err(fatal)?;
-        }
-        let mut g = self.graph.lock();
-        for t in &tasks {
-            g.mark(t.id, Mark::Reexecuted);
-        }
-        rec.tasks_reexecuted += tasks.len() as u64;
-        rec.buffers_from_checkpoints += from_ckpt;
-        rec.buffers_from_live_copies += from_copies;
-        rec.buffers_rebuilt += tasks.iter().flat_map(|t| &t.writes).filter(|a| lost.contains(a)).count() as u64;
-        Ok(())
-    }
-
-    /// The survivor to re-run `t` on (not busy), and the copies there that must be rescued
+    /// The survivor among `free` to re-run `t` on, and the copies there that must be rescued
     /// first: installing `t`'s inputs at the versions it first read overwrites them, and so
     /// does `t` itself where it rewrites an input in place, and each is the only copy of a
-    /// version still needed (the current version, or an input of a task still `pending`: the
-    /// record lists a region that read a version after one that rewrote it when the two
-    /// shared a copy and the reader ended last). Prefers fewest bytes to rescue, then most
-    /// inputs already there.
-    fn place(&self, t: &TaskRecord, survivors: &[i32], busy: &BTreeSet<i32>, pending: &[&TaskRecord], side: &Side) -> Option<(i32, Vec<Access>)> {
+    /// version still needed (the current version, or an input of a task not yet started in
+    /// `order`: the record lists a region that read a version after one that rewrote it when
+    /// the two shared a copy and the reader ended last). Prefers fewest bytes to rescue, then
+    /// most inputs already there.
+    fn place(&self, t: &TaskRecord, free: &[i32], busy: &BTreeSet<i32>, order: &RerunOrder, side: &Side) -> Option<(i32, Vec<Access>)> {
         let bufs = self.buffers.lock();
         let side = side.lock();
-        let needed_later = |a: Access| pending.iter().any(|p| p.reads.contains(&a));
         // A copy must be rescued before it is overwritten if it is the only copy of the
         // current version, or if a task still to run needs its version and neither the head
         // nor a checkpoint has that (another worker's copy might be overwritten too). A copy on
@@ -514,13 +507,11 @@ impl Cluster {
             let kept = side.contains_key(&a) || bufs.kept(a).is_some() || self.ckpt.as_ref().is_some_and(|c| c.holds(b.id, v));
             let safe_elsewhere = b.ranks_with(v).any(|r| r != w && (r == HEAD || !busy.contains(&r)));
             let current_here_only = v == b.version && !safe_elsewhere;
-            let needed = needed_later(a) && !b.ranks_with(v).any(|r| r == HEAD && r != w);
+            let needed = order.needed_later(a) && !b.ranks_with(v).any(|r| r == HEAD && r != w);
             !kept && (current_here_only || needed)
         };
-        survivors
-            .iter()
+        free.iter()
             .copied()
-            .filter(|w| !busy.contains(w))
             .filter_map(|w| {
                 let (mut present, mut rescue_bytes, mut rescue) = (0u64, 0u64, Vec::new());
                 for a in &t.reads {
@@ -548,11 +539,74 @@ impl Cluster {
             .map(|(_, v)| v)
     }
 
-    /// Re-run task `t` on worker `w`: install its inputs there at the versions it first read,
-    /// run its kernel (its output is not printed again), record the versions it produced.
-    /// Returns how many inputs came from checkpoints and how many from live copies.
-    fn rerun(&self, t: &TaskRecord, w: i32, rescue: &[Access], side: &Side) -> std::result::Result<(u64, u64), Stop> {
-        let (mut from_ckpt, mut from_copies) = (0, 0);
+    /// Re-run the tasks of `batch` on worker `w`, in order: rescue what must be, install the
+    /// first task's inputs there at the versions it first read, then run them (their output
+    /// is not printed again). A batch of several (a chain: see `ft_handler::recovery`) sends all its
+    /// EXECUTEs before waiting for the first reply. If a task changed a buffer its first run
+    /// did not (not deterministic), the tasks after it may have read that change: they are
+    /// undone (their copies forgotten) and [`BatchDone::done`] says how many are done.
+    fn rerun_batch(&self, batch: &[&TaskRecord], w: i32, rescue: &[Access], side: &Side) -> std::result::Result<BatchDone, Stop> {
+        let first = batch[0];
+        let mut out = BatchDone::default();
+        let regions = self.install_inputs(first, w, rescue, side, &mut out)?;
+        if batch.len() == 1 {
+            let written = written_of(first);
+            let changed = self.run_task(first, w, regions, &written)?;
+            self.record_rerun(first, w, &changed, &written);
+            out.done = 1;
+            return Ok(out);
+        }
+        self.log(format_args!("RERUN tasks #{}..#{} ({} in a chain) on {w}", first.id, batch[batch.len() - 1].id, batch.len()));
+        let mut sent = Vec::with_capacity(batch.len());
+        for (k, t) in batch.iter().enumerate() {
+            let regions = if k == 0 {
+                regions.clone()
+            } else {
+                let bufs = self.buffers.lock();
+                t.reads
+                    .iter()
+                    .map(|a| bufs.by_id(a.buffer).map(|b| Region { addr: b.addr, size: b.size }).ok_or_else(|| fatal(ClusterError::Lost(a.buffer))))
+                    .collect::<std::result::Result<Vec<_>, _>>()?
+            };
+            let written = written_of(t);
+            let n = regions.len();
+            let event = Event::Execute {
+                image: t.image,
+                kernel: t.index,
+                args: t.args.clone(),
+                regions,
+                assume_written: written.clone(),
+                short: true,
+                replay: Vec::new(),
+                send_back: vec![false; n],
+            };
+            let since = self.trace_now();
+            sent.push((self.post(w, event).map_err(new_failure)?, written, since));
+        }
+        out.done = batch.len();
+        for (k, (t, (tag, written, since))) in batch.iter().zip(sent).enumerate() {
+            let reply = self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref());
+            let changed = self.rerun_reply(t, w, reply, since)?;
+            if k < out.done {
+                if self.record_rerun(t, w, &changed, &written) {
+                    out.done = k + 1;
+                }
+            } else {
+                // Undone: what it changed on `w` holds no recorded version.
+                let mut bufs = self.buffers.lock();
+                for (a, c) in t.reads.iter().zip(&changed) {
+                    if let Some(addr) = bufs.by_id(a.buffer).filter(|_| *c).map(|b| b.addr) {
+                        bufs.drop_copy(addr, w);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Make `t`'s inputs present on `w` at the versions it first read (rescuing the copies
+    /// `rescue` lists first); returns their regions, counting where they came from in `out`.
+    fn install_inputs(&self, t: &TaskRecord, w: i32, rescue: &[Access], side: &Side, out: &mut BatchDone) -> std::result::Result<Vec<Region>, Stop> {
         if w == HEAD {
             // Its inputs are installed in the head's own copies: a checkpoint still saving one
             // of them must finish first.
@@ -575,7 +629,7 @@ impl Cluster {
         }
         let mut regions = Vec::with_capacity(t.reads.len());
         for a in &t.reads {
-            let (region, source) = {
+            let (region, source, buddy) = {
                 let mut bufs = self.buffers.lock();
                 let kept = bufs.kept(*a);
                 let b = bufs.by_id_mut(a.buffer).ok_or_else(|| fatal(ClusterError::Lost(a.buffer)))?;
@@ -591,16 +645,17 @@ impl Cluster {
                 } else {
                     Source::Checkpoint
                 };
+                let buddy = matches!(source, Source::Copy(HEAD)) && b.buddy == Some(a.version);
                 if !b.backed.contains(&w) {
-                    let b = bufs.by_id_mut(a.buffer).expect("found above");
                     self.back_on(b, w).map_err(new_failure)?;
                 }
-                (region, source)
+                (region, source, buddy)
             };
             regions.push(region);
             if self.cfg.verbose {
                 let from = match &source {
                     Source::Present => "present".to_string(),
+                    Source::Copy(r) if buddy => format!("rank {r}'s buddy copy"),
                     Source::Copy(r) => format!("rank {r}'s copy"),
                     Source::Side(_) => "a rescued or kept copy".to_string(),
                     Source::Zeros => "zeros".to_string(),
@@ -618,11 +673,15 @@ impl Cluster {
                         std::mem::forget(bytes);
                     }
                     res.map_err(new_failure)?;
-                    from_copies += 1;
+                    out.from_live_copies += 1;
                 }
                 Source::Copy(r) => {
                     self.copy_between(region, r, w).map_err(new_failure)?;
-                    from_copies += 1;
+                    if buddy {
+                        out.from_buddy_copies += 1;
+                    } else {
+                        out.from_live_copies += 1;
+                    }
                 }
                 Source::Zeros => {
                     let zeros = vec![0u8; region.size as usize];
@@ -644,15 +703,19 @@ impl Cluster {
                         std::mem::forget(bytes);
                     }
                     res.map_err(new_failure)?;
-                    from_ckpt += 1;
+                    out.from_checkpoints += 1;
                     self.graph.lock().mark(t.id, Mark::FromCheckpoint);
                 }
             }
             self.buffers.lock().install(a.buffer, w, a.version);
         }
-        let written: Vec<bool> = t.reads.iter().map(|a| t.writes.iter().any(|x| x.buffer == a.buffer)).collect();
-        let changed = match &t.op {
-            task_graph::Op::Kernel => self.rerun_kernel(t, w, regions, &written)?,
+        Ok(regions)
+    }
+
+    /// Run task `t` on `w` over `regions` (its inputs, installed); which regions changed.
+    fn run_task(&self, t: &TaskRecord, w: i32, regions: Vec<Region>, written: &[bool]) -> std::result::Result<Vec<bool>, Stop> {
+        Ok(match &t.op {
+            task_graph::Op::Kernel => self.rerun_kernel(t, w, regions, written)?,
             task_graph::Op::HostUpdate { offset, bytes } => {
                 let at = regions.first().map_or(0, |r| r.addr) + offset;
                 // SAFETY: the recorded bytes stay alive (the record holds them; a clone of
@@ -662,28 +725,34 @@ impl Cluster {
                     std::mem::forget(bytes.clone());
                 }
                 res.map_err(new_failure)?;
-                written.clone()
+                written.to_vec()
             }
             &task_graph::Op::DeviceCopy { src, dst, size } if w == HEAD => {
                 let bytes = self.fetch(Region { addr: src, size }, HEAD).map_err(fatal)?;
                 // SAFETY: both buffers are installed on the head above; recovery holds the gate.
                 unsafe { self.write_on_head(dst, &bytes) };
-                written.clone()
+                written.to_vec()
             }
             &task_graph::Op::DeviceCopy { src, dst, size } => {
                 let tag = self.post(w, Event::Copy { src, dst, size }).map_err(new_failure)?;
                 self.expect_ok(w, tag).map_err(new_failure)?;
-                written.clone()
+                written.to_vec()
             }
-        };
+        })
+    }
+
+    /// Record what re-running `t` on `w` made: the versions it wrote are on `w` now. Returns
+    /// whether it changed a buffer its first run did not (not deterministic): that copy then
+    /// holds no recorded version.
+    fn record_rerun(&self, t: &TaskRecord, w: i32, changed: &[bool], written: &[bool]) -> bool {
+        let mut unexpected = false;
         let mut bufs = self.buffers.lock();
-        for ((a, c), wr) in t.reads.iter().zip(changed).zip(&written) {
-            if *wr {
+        for ((a, &c), &wr) in t.reads.iter().zip(changed).zip(written) {
+            if wr {
                 let v = t.writes.iter().find(|x| x.buffer == a.buffer).expect("written").version;
                 bufs.install(a.buffer, w, v);
             } else if c {
-                // Not deterministic: it changed a buffer its first run did not. That copy now
-                // holds no recorded version.
+                unexpected = true;
                 if let Some(b) = bufs.by_id(a.buffer) {
                     let addr = b.addr;
                     bufs.drop_copy(addr, w);
@@ -691,11 +760,10 @@ impl Cluster {
             }
         }
         drop(bufs);
-        let mut g = self.graph.lock();
         if w != t.worker {
-            g.mark(t.id, Mark::Moved);
+            self.graph.lock().mark(t.id, Mark::Moved);
         }
-        Ok((from_ckpt, from_copies))
+        unexpected
     }
 
     /// Load version `a` from the published checkpoints; if none holds it (any more), the plan
@@ -748,7 +816,14 @@ impl Cluster {
         let event = Event::Execute { image: t.image, kernel: t.index, args: t.args.clone(), regions, assume_written: written.to_vec(), short: false, replay, send_back };
         let sent = self.trace_now();
         let tag = self.post(w, event).map_err(new_failure)?;
-        match self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref()) {
+        let reply = self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref());
+        self.rerun_reply(t, w, reply, sent)
+    }
+
+    /// Check the reply to the EXECUTE that re-ran task `t` on `w` (sent at `since`, a trace
+    /// time): which of its regions changed. Its device allocations must be its first run's.
+    fn rerun_reply(&self, t: &TaskRecord, w: i32, reply: std::result::Result<Reply, CommError>, since: Option<f64>) -> std::result::Result<Vec<bool>, Stop> {
+        match reply {
             Ok(Reply::Executed { changed, allocated, .. }) if changed.len() == t.reads.len() => {
                 let again: Vec<(u64, u64)> = allocated.iter().map(|a| (a.region.addr, a.span)).collect();
                 if again != t.allocs {
@@ -756,13 +831,16 @@ impl Cluster {
                         let shown: Vec<String> = v.iter().take(4).map(|(_, s)| s.to_string()).collect();
                         format!("{} block(s) of {}{} bytes", v.len(), shown.join(", "), if v.len() > 4 { ", ..." } else { "" })
                     };
-                    return Err(differs(&format!(
-                        "this run allocated {} where its first run allocated {} (other sizes, or in another order)",
+                    return Err(Stop::Recover(RecoverError::Fatal(format!(
+                        "task #{} ({}) allocated device memory (malloc or new in the region) and must run again, but this run allocated {} where its first run allocated {} (other sizes, or in another order): \
+                         its objects cannot be rebuilt where the program's pointers expect them",
+                        t.id,
+                        t.kernel,
                         spans(&again),
                         spans(&t.allocs)
-                    )));
+                    ))));
                 }
-                self.trace(sent, Cat::Rerun, w, t.kernel.clone(), || vec![("task", json!(t.id))]);
+                self.trace(since, Cat::Rerun, w, t.kernel.clone(), || vec![("task", json!(t.id))]);
                 Ok(changed)
             }
             Ok(Reply::PeerDead(r)) => Err(fatal(ClusterError::PeerDead(r))),
@@ -803,14 +881,26 @@ impl Cluster {
         let released = {
             let mut bufs = self.buffers.lock();
             let mut g = self.graph.lock();
-            let safe = |a: Access| a.version == 0 || self.ckpt.as_ref().is_some_and(|c| c.holds(a.buffer, a.version));
+            // Lineage stops at what a failure of workers cannot take: version 0, a published
+            // checkpoint, the head's copy (a buddy copy, or a submit's) and versions it keeps
+            // apart.
+            let safe = |a: Access| {
+                a.version == 0
+                    || self.ckpt.as_ref().is_some_and(|c| c.holds(a.buffer, a.version))
+                    || bufs.by_id(a.buffer).is_some_and(|b| b.version_on(HEAD) == Some(a.version))
+                    || bufs.kept(a).is_some()
+            };
             let roots: BTreeSet<Access> = bufs
                 .iter()
                 .map(|b| Access { buffer: b.id, version: b.version })
                 .filter(|&a| !safe(a))
                 .collect();
             let removed = g.prune(&roots, &safe);
-            bufs.release_kept(|a| g.is_read(a));
+            // A kept version stays while a recorded task reads it, or while it is the current
+            // version of a live buffer (lineage of that version stops there: its producer is
+            // gone from the record).
+            let current: BTreeSet<Access> = bufs.iter().map(|b| Access { buffer: b.id, version: b.version }).collect();
+            bufs.release_kept(|a| g.is_read(a) || current.contains(&a));
             self.prune_at.store(FIRST_PRUNE.max(2 * g.len() as u64), Ordering::Relaxed);
             self.log(format_args!("PRUNE {removed} tasks; {} kept", g.len()));
             bufs.release_retired(&g.buffers_read())
@@ -836,33 +926,10 @@ fn copies_of(bufs: &Buffers, id: u64) -> String {
     }
 }
 
-/// For each task of a re-run set (in record order), the earlier ones it must wait for. Per
-/// buffer, in record order: a task that writes it waits for every earlier task touching it
-/// (since the previous writer, which it waits for too: that is enough, by transitivity); a
-/// task that only reads it waits for the earlier ones that write it or read another version
-/// of it (both would put another version in the copy it reads). Record order is an order the
-/// program allowed, and keeping it per buffer means no task overwrites a copy another still
-/// needs.
-fn dependences(tasks: &[TaskRecord]) -> Vec<Vec<usize>> {
-    // Buffer -> tasks touching it since its last writer: (task, version read, writes it).
-    let mut since: HashMap<u64, Vec<(usize, u64, bool)>> = HashMap::default();
-    let mut deps: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); tasks.len()];
-    for (i, t) in tasks.iter().enumerate() {
-        for a in &t.reads {
-            let writes = t.writes.iter().any(|w| w.buffer == a.buffer);
-            let list = since.entry(a.buffer).or_default();
-            for &(j, v, wj) in list.iter() {
-                if writes || wj || v != a.version {
-                    deps[i].insert(j);
-                }
-            }
-            if writes {
-                list.clear();
-            }
-            list.push((i, a.version, writes));
-        }
-    }
-    deps.into_iter().map(|d| d.into_iter().collect()).collect()
+/// The flags an EXECUTE's `assume_written` takes for re-running `t`: for each buffer it
+/// reads, whether its first run wrote it.
+fn written_of(t: &TaskRecord) -> Vec<bool> {
+    t.reads.iter().map(|a| t.writes.iter().any(|x| x.buffer == a.buffer)).collect()
 }
 
 /// A request of recovery failed: a new failure if a rank died (recovery starts again with
@@ -876,45 +943,4 @@ fn new_failure(e: ClusterError) -> RecoverError {
 
 fn fatal(e: ClusterError) -> Stop {
     Stop::Recover(new_failure(e))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn task(reads: &[(u64, u64)], writes: &[(u64, u64)]) -> TaskRecord {
-        let acc = |v: &[(u64, u64)]| v.iter().map(|&(buffer, version)| Access { buffer, version }).collect();
-        TaskRecord {
-            id: 0,
-            kernel: "k".into(),
-            image: 0,
-            index: 0,
-            args: vec![],
-            worker: 1,
-            reads: acc(reads),
-            writes: acc(writes),
-            start_s: 0.0,
-            end_s: 0.0,
-            kernel_s: 0.0,
-            op: task_graph::Op::Kernel,
-            allocs: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn dependences_per_buffer() {
-        let tasks = vec![
-            task(&[(1, 1), (2, 0)], &[(2, 1)]), // 0: reads A v1, writes B
-            task(&[(1, 1), (3, 0)], &[(3, 1)]), // 1: reads A v1 too: independent of 0
-            task(&[(2, 1)], &[(2, 2)]),         // 2: B in place: after 0
-            task(&[(2, 1), (4, 0)], &[(4, 1)]), // 3: reads B v1 (not v2): after 2's writer chain
-            task(&[(1, 2)], &[]),               // 4: reads A v2: after 0 and 1 (they read v1)
-        ];
-        let d = dependences(&tasks);
-        assert_eq!(d[0], Vec::<usize>::new());
-        assert_eq!(d[1], Vec::<usize>::new());
-        assert_eq!(d[2], vec![0]);
-        assert_eq!(d[3], vec![2]);
-        assert_eq!(d[4], vec![0, 1]);
-    }
 }

@@ -1,0 +1,238 @@
+//! Buddy copies: a second copy, on the head, of versions that only workers hold.
+//!
+//! Versions are immutable, so a copy of version v taken at any time is as good as the worker's
+//! for lineage: once the head holds v, a failure of the worker can cost at most the tasks that
+//! made the versions after v (recovery re-runs them from the head's copy), and the task record
+//! can forget the tasks before v. The head is every worker's buddy: its copy survives any set
+//! of worker failures, unlike a copy on another worker (which dies with its pair).
+//!
+//! Design note (threads and locks). One thread, `ompc-ft-buddy`, started with the handler
+//! when fault tolerance is on and `OMPCLUSTER_FT_BUDDY_INTERVAL` is not 0. Every interval it
+//! lists, under the buffer lock, the live buffers whose current version no copy on the head
+//! (nor a published checkpoint) holds, the ones furthest ahead of the head's copy first, and
+//! copies them one by one:
+//! * It holds the gate's read side for each copy, like an offloading request, so a recovery
+//!   or a checkpoint never runs while it copies, and it never waits for one while holding the
+//!   buffer lock.
+//! * It copies a buffer only while no region in flight can reach it on any rank (such a
+//!   region may have to merge its changes against the version it started from, of which the
+//!   head's copy may be the last one), and takes the version only from a clean copy (nothing
+//!   is moving into it, no merge holds it, no submit or device copy is writing the
+//!   buffer: `Buffer::host_writes`) and marks that copy as read (`Buffer::buddy_reading`)
+//!   while the bytes travel: no kernel starts on it, no submit, device copy or delete changes
+//!   it meanwhile (each waits for the mark to go; a move never writes a copy that holds the
+//!   current version). The bytes are installed in the head's copy only if the worker's copy
+//!   still holds that version.
+//! * Writing the head's copy happens under the buffer lock, after any checkpoint still
+//!   saving that copy is done, and after keeping the version it replaces apart if lineage
+//!   still needs it (as any write of the head's copy does).
+//! * Shutdown waits for a batch in progress (`Cluster::buddy_busy`), so that no MPI call of
+//!   this thread outlives the workers or MPI itself.
+//! * Bandwidth: after a batch that took `t` it waits `t * (100 - share) / share`
+//!   (`OMPCLUSTER_FT_BUDDY_SHARE`, percent), so it spends at most that share of its time
+//!   copying. Memory: it backs the head's pages for a buffer only while the head backs at
+//!   most `OMPCLUSTER_FT_BUDDY_MEMORY` bytes of buffers; the head's older copies count
+//!   against `OMPCLUSTER_FT_RETAIN` as before.
+
+use super::*;
+use serde::Serialize;
+use std::time::Duration;
+
+/// Buddy copies made, for the report.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct BuddyStats {
+    /// Versions copied to the head.
+    pub copies: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Seconds spent copying.
+    pub seconds: f64,
+    /// Copies not made because the head would have backed more than `OMPCLUSTER_FT_BUDDY_MEMORY`.
+    pub over_budget: u64,
+}
+
+/// Most versions one batch copies.
+const BATCH: usize = 64;
+
+/// A batch stops taking versions once it has this many bytes.
+const BATCH_BYTES: u64 = 16 << 20;
+
+/// One version to copy.
+struct Candidate {
+    addr: u64,
+    id: u64,
+    /// How many versions the head's copy is behind.
+    lag: u64,
+}
+
+impl Cluster {
+    /// Start the buddy thread, if buddy copies are on.
+    pub(super) fn start_buddy(&'static self) -> std::io::Result<()> {
+        if !self.retains() || self.cfg.buddy_interval_ms == 0 {
+            return Ok(());
+        }
+        std::thread::Builder::new().name("ompc-ft-buddy".into()).spawn(move || self.buddy_loop()).map(|_| ())
+    }
+
+    fn buddy_loop(&self) {
+        let interval = Duration::from_millis(self.cfg.buddy_interval_ms);
+        loop {
+            std::thread::sleep(interval);
+            if self.stopped.load(Ordering::Acquire) || self.local().is_some() {
+                return;
+            }
+            self.buddy_pass();
+        }
+    }
+
+    /// Copy to the head every version that only workers hold, furthest behind first, in
+    /// batches from one worker at a time.
+    fn buddy_pass(&self) {
+        let (mut head_bytes, todo) = {
+            let bufs = self.buffers.lock();
+            let mut head_bytes = 0;
+            let mut todo = Vec::new();
+            for b in bufs.iter() {
+                if b.backed.contains(&HEAD) {
+                    head_bytes += b.span;
+                }
+                if b.deleted || b.version <= b.pristine_version() || b.holders.is_empty() || b.holders.contains(&HEAD) {
+                    continue;
+                }
+                if self.ckpt.as_ref().is_some_and(|c| c.holds(b.id, b.version)) {
+                    continue;
+                }
+                let lag = b.version - b.version_on(HEAD).unwrap_or(0);
+                todo.push(Candidate { addr: b.addr, id: b.id, lag });
+            }
+            (head_bytes, todo)
+        };
+        let mut todo: std::collections::VecDeque<Candidate> = {
+            let mut v = todo;
+            v.sort_by_key(|c| std::cmp::Reverse(c.lag));
+            v.into()
+        };
+        let share = self.cfg.buddy_share_percent.clamp(1, 100) as f64;
+        while !todo.is_empty() {
+            if self.stopped.load(Ordering::Acquire) {
+                return;
+            }
+            let t0 = Instant::now();
+            match self.buddy_batch(&mut todo, &mut head_bytes) {
+                Ok(0) => {}
+                Ok(_) => {
+                    let took = t0.elapsed();
+                    std::thread::sleep(took.mul_f64((100.0 - share) / share));
+                }
+                // A worker died (the handler recovers), or the device stopped: next pass.
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Copy a batch of the versions `todo` lists (taken from its front) to the head: those
+    /// still current, not on the head, of which one worker (the first one's source) has a
+    /// clean copy, at most [`BATCH`] of them and [`BATCH_BYTES`] bytes. Returns how many it
+    /// copied.
+    fn buddy_batch(&self, todo: &mut std::collections::VecDeque<Candidate>, head_bytes: &mut u64) -> Result<usize> {
+        // Shutdown waits for a batch in progress (its MPI calls) before it stops the workers.
+        let _busy = self.buddy_busy.lock();
+        let _gate = self.ft.enter();
+        self.check_running()?;
+        // (candidate, version, region, whether the head must back it)
+        let mut picked: Vec<(Candidate, u64, Region)> = Vec::new();
+        let mut src = None;
+        {
+            let mut bufs = self.buffers.lock();
+            let mut skipped = std::collections::VecDeque::new();
+            let mut bytes = 0u64;
+            while let Some(c) = todo.pop_front() {
+                if picked.len() >= BATCH || bytes >= BATCH_BYTES {
+                    todo.push_front(c);
+                    break;
+                }
+                let Some(b) = bufs.get_mut(c.addr).filter(|b| b.id == c.id && !b.deleted) else { continue };
+                if b.holders.contains(&HEAD) || b.incoming.contains(&HEAD) || b.holding.contains_key(&HEAD) || b.host_writes > 0 || b.buddy_reading.is_some() {
+                    continue;
+                }
+                // A region in flight that can reach it, anywhere, may have to merge its changes
+                // against the version it started from, which the head's copy may be the last
+                // copy of: not overwritten meanwhile.
+                if !b.using.is_empty() || b.writing.is_some() {
+                    continue;
+                }
+                let v = b.version;
+                let clean = |r: &i32| *r != HEAD && !self.live.is_dead(*r) && b.clean_copy(*r, v) && !b.holding.contains_key(r) && !b.incoming.contains(r);
+                let from = match src {
+                    Some(s) if clean(&s) => s,
+                    // Another worker's: for a later batch.
+                    Some(_) if b.holders.iter().any(clean) => {
+                        skipped.push_back(c);
+                        continue;
+                    }
+                    Some(_) => continue,
+                    None => match b.holders.iter().copied().filter(clean).min_by_key(|&r| self.in_flight[r as usize].load(Ordering::Relaxed)) {
+                        Some(r) => r,
+                        None => continue,
+                    },
+                };
+                if !b.backed.contains(&HEAD) {
+                    if *head_bytes + b.span > self.cfg.buddy_memory {
+                        self.buddy_stats.lock().over_budget += 1;
+                        continue;
+                    }
+                    *head_bytes += b.span;
+                }
+                src = Some(from);
+                b.buddy_reading = Some(from);
+                bytes += b.size;
+                picked.push((c, v, Region { addr: b.addr, size: b.size }));
+            }
+            skipped.extend(todo.drain(..));
+            *todo = skipped;
+        }
+        let Some(src) = src else { return Ok(0) };
+        let t0 = Instant::now();
+        let regions: Vec<Region> = picked.iter().map(|p| p.2).collect();
+        let fetched = self.fetch_many(&regions, src);
+        let mut bufs = self.buffers.lock();
+        for (c, ..) in &picked {
+            if let Some(b) = bufs.get_mut(c.addr).filter(|b| b.id == c.id) {
+                b.buddy_reading = None;
+            }
+        }
+        self.moved.notify_all();
+        let fetched = fetched?;
+        let mut copied = 0;
+        let mut copied_bytes = 0;
+        for ((c, version, region), bytes) in picked.iter().zip(fetched) {
+            let still = bufs.get(c.addr).is_some_and(|b| {
+                b.id == c.id && b.version_on(src) == Some(*version) && !b.holders.contains(&HEAD) && !b.holding.contains_key(&HEAD)
+            });
+            if !still {
+                continue;
+            }
+            self.stage_on_head(&mut bufs, c.addr)?;
+            self.keep_head_version(&mut bufs, c.addr);
+            self.before_changing_staged(c.addr);
+            // SAFETY: the head backed this buffer's pages just above; nothing reads the head's
+            // copy meanwhile: it holds no current version (so no request sends from it), a
+            // checkpoint saving it is done (waited above), and recovery cannot run (the gate
+            // is held).
+            unsafe { self.write_on_head(c.addr, &bytes) };
+            bufs.install(c.id, HEAD, *version);
+            if let Some(b) = bufs.get_mut(c.addr) {
+                b.buddy = Some(*version);
+            }
+            copied += 1;
+            copied_bytes += region.size;
+            self.log(format_args!("BUDDY buffer {} version {} copied from {src} to the head ({} bytes)", c.id, version, region.size));
+        }
+        drop(bufs);
+        let mut s = self.buddy_stats.lock();
+        s.copies += copied as u64;
+        s.bytes += copied_bytes;
+        s.seconds += t0.elapsed().as_secs_f64();
+        Ok(copied.max(1))
+    }
+}
