@@ -31,11 +31,13 @@ LAUNCHER = os.path.join(ROOT, "target", "release", "ompcluster-run")
 FT = {"OMPCLUSTER_HB_PERIOD": "100", "OMPCLUSTER_HB_TIMEOUT": "1000"}
 
 
-def build(src, out):
-    subprocess.run(["clang-16", "-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu", src, "-o", out], check=True)
+def build(src, out, extra=()):
+    subprocess.run(["clang-16", "-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu", src, "-o", out, *extra], check=True)
 
 
-def run(exe, args, extra, work, np_=4):
+def launch(exe, args, extra, work, np_=4, timeout=600):
+    """One run under ompcluster-run with the heartbeat settings above, `extra` settings and a
+    report: (the finished process, its wall seconds, the report's path)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OMPCLUSTER_")}
     env.update(FT)
     env.update(extra)
@@ -44,8 +46,12 @@ def run(exe, args, extra, work, np_=4):
         os.remove(rep)
     env["OMPCLUSTER_REPORT"] = rep
     t0 = time.time()
-    p = subprocess.run([LAUNCHER, "-np", str(np_), exe] + args, env=env, capture_output=True, text=True, timeout=600)
-    secs = time.time() - t0
+    p = subprocess.run([LAUNCHER, "-np", str(np_), exe] + args, env=env, capture_output=True, text=True, timeout=timeout)
+    return p, time.time() - t0, rep
+
+
+def run(exe, args, extra, work, np_=4):
+    p, secs, rep = launch(exe, args, extra, work, np_)
     # The offloaded product's own time, as the program prints it (start-up excluded).
     for line in p.stdout.splitlines():
         if line.startswith("matmul") and " s," in line:

@@ -33,6 +33,7 @@ PROGRAMS = [  # (source, args): a few seconds each on 3 workers
     ("ft_cxx.cpp", ["8", "4096", "20", "120000"]),
     ("ft_print.c", ["120", "25000"]),
     ("device_new.cpp", ["12", "16", "40000"]),  # objects made by device code
+    ("ft_inplace.c", ["150000"]),  # small in-place updates of resident buffers (buddy copies)
 ]
 FT_ENV = {"OMPCLUSTER_HB_PERIOD": "100", "OMPCLUSTER_HB_TIMEOUT": "1000"}
 
