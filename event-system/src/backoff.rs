@@ -68,6 +68,13 @@ impl Backoff {
         Self::new(Duration::from_micros(200), Duration::from_millis(1))
     }
 
+    /// Back-off for waits nobody is held up by (background work: the head's buddy copies):
+    /// no spin, sleeps from 10 us doubling up to 2 ms, so that the wait leaves the cores to
+    /// the program.
+    pub fn patient() -> Self {
+        Self::new(Duration::ZERO, Duration::from_millis(2))
+    }
+
     /// Wait a little before the next poll.
     pub fn snooze(&mut self) {
         let start = *self.start.get_or_insert_with(Instant::now);

@@ -415,8 +415,12 @@ impl Comm {
     }
 
     /// Wait for a posted receive's message, giving up if its sender is declared dead.
-    pub fn wait_recv(&self, mut p: PostedRecv, live: &dyn Liveness) -> Result<Message, CommError> {
-        let mut backoff = Backoff::for_wait();
+    pub fn wait_recv(&self, p: PostedRecv, live: &dyn Liveness) -> Result<Message, CommError> {
+        self.wait_recv_with(p, live, Backoff::for_wait())
+    }
+
+    /// [`Comm::wait_recv`] with the given back-off (see [`Backoff::patient`]).
+    pub fn wait_recv_with(&self, mut p: PostedRecv, live: &dyn Liveness, mut backoff: Backoff) -> Result<Message, CommError> {
         loop {
             if let Some(m) = self.test_recv(&mut p, live)? {
                 return Ok(m);
@@ -436,6 +440,12 @@ impl Comm {
         live: &dyn Liveness,
     ) -> Result<T, CommError> {
         let m = self.wait_recv(self.post_recv(src, tag)?, live)?;
+        protocol::decode(&m).map_err(|source| CommError::Protocol { rank: src, source })
+    }
+
+    /// [`Comm::recv_msg`] for background work: waits with [`Backoff::patient`].
+    pub fn recv_msg_patient<T: for<'de> serde::Deserialize<'de>>(&self, src: i32, tag: i32, live: &dyn Liveness) -> Result<T, CommError> {
+        let m = self.wait_recv_with(self.post_recv(src, tag)?, live, Backoff::patient())?;
         protocol::decode(&m).map_err(|source| CommError::Protocol { rank: src, source })
     }
 

@@ -539,6 +539,11 @@ impl Buffers {
         self.kept.get(&a).cloned()
     }
 
+    /// The versions kept apart.
+    pub(crate) fn kept_versions(&self) -> rustc_hash::FxHashSet<task_graph::Access> {
+        self.kept.keys().copied().collect()
+    }
+
     /// Forget the kept versions that are not `still_read` (by a recorded task).
     pub(crate) fn release_kept(&mut self, still_read: impl Fn(task_graph::Access) -> bool) {
         let mut freed = 0;

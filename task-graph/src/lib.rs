@@ -265,14 +265,20 @@ impl TaskGraph {
         out
     }
 
-    /// Forget the tasks recovery can no longer need: every task outside the lineage of
-    /// `roots` (the versions that could still be lost: current versions not known `safe`),
-    /// where lineage stops at `safe` versions (version 0, or held by a published checkpoint).
+    /// Forget the tasks recovery can no longer need: every task recorded before task `upto`
+    /// outside the lineage of `roots` (the versions that could still be lost: current
+    /// versions not known `safe`) and of what the tasks from `upto` on read, where lineage
+    /// stops at `safe` versions (version 0, a published checkpoint, a copy that no worker's
+    /// failure takes). Tasks from `upto` on are kept: recorded after the caller took `roots`.
     /// Returns how many tasks were removed. Graph edges of kept tasks to removed ones go too.
-    pub fn prune(&mut self, roots: &BTreeSet<Access>, safe: &dyn Fn(Access) -> bool) -> u64 {
-        let keep: HashSet<u64> = self.lost_work(roots, safe).tasks.into_iter().collect();
+    pub fn prune(&mut self, roots: &BTreeSet<Access>, safe: &dyn Fn(Access) -> bool, upto: u64) -> u64 {
+        let mut roots = roots.clone();
+        for (_, &n) in self.by_id.range(upto..) {
+            roots.extend(self.graph[n].reads.iter().copied().filter(|&a| !safe(a)));
+        }
+        let keep: HashSet<u64> = self.lost_work(&roots, safe).tasks.into_iter().collect();
         let drop: Vec<(u64, NodeIndex)> =
-            self.by_id.iter().filter(|(id, _)| !keep.contains(id)).map(|(&id, &n)| (id, n)).collect();
+            self.by_id.range(..upto).filter(|(id, _)| !keep.contains(id)).map(|(&id, &n)| (id, n)).collect();
         // The reader lists are cleaned once per version read, after all removals: one version
         // can have thousands of readers (every region reads its image's data), and taking each
         // removed reader out of the list on its own made a prune quadratic.
@@ -333,6 +339,21 @@ impl TaskGraph {
             }
         }
         false
+    }
+
+    /// Do the recorded readers of versions `from..to` of `buffer` write nothing but versions
+    /// of `buffer` up to `to`? Then what those versions feed through recorded tasks is
+    /// `buffer`'s own versions up to `to`: once a copy of version `to` exists, they are no
+    /// longer needed (the common case, a chain of in-place updates, is answered with one
+    /// lookup per version, without the walk of [`TaskGraph::feeds`]).
+    pub fn feeds_only_itself(&self, buffer: BufferId, from: u64, to: u64) -> bool {
+        (from..to).all(|version| {
+            self.readers
+                .get(&Access { buffer, version })
+                .into_iter()
+                .flatten()
+                .all(|&n| self.graph[n].writes.iter().all(|w| w.buffer == buffer && w.version <= to))
+        })
     }
 
     /// Buffers that recorded tasks read.
@@ -472,12 +493,14 @@ mod tests {
         let roots: BTreeSet<Access> = [Access { buffer: 7, version: 2 }, Access { buffer: 9, version: 1 }].into();
         let safe = |a: Access| a.version == 0 || a == Access { buffer: 9, version: 1 };
         assert!(g.is_read(Access { buffer: 9, version: 0 }));
-        assert_eq!(g.prune(&roots, &safe), 1);
+        assert_eq!(g.prune(&roots, &safe, u64::MAX), 1);
         assert_eq!(g.tasks().map(|t| &*t.kernel).collect::<Vec<_>>(), vec!["w1", "w2"]);
         // b7 v1 feeds b7 v2 (a root); b9 v0 fed only b9 v1, not a root if checkpointed.
         let root = |a: Access| a == Access { buffer: 7, version: 2 };
         assert!(g.feeds(Access { buffer: 7, version: 0 }, &root, &mut { u64::MAX }));
         assert!(!g.feeds(Access { buffer: 9, version: 0 }, &root, &mut { u64::MAX }));
+        // b7 v0 and v1 feed only b7's own versions, up to v2.
+        assert!(g.feeds_only_itself(7, 0, 2));
         // A walk that runs out of its budget answers true (from b7 v0 it looks at b7 v1, then
         // at b7 v2), and takes what it looked at from the budget.
         let never = |_: Access| false;
@@ -502,5 +525,39 @@ mod tests {
         // A version whose producer was pruned and which is not available cannot be rebuilt.
         let w = g.lost_work(&[Access { buffer: 9, version: 1 }].into(), &|_| false);
         assert_eq!(w.unrecoverable, vec![Access { buffer: 9, version: 1 }]);
+    }
+
+    #[test]
+    fn a_version_feeding_another_buffer_is_not_only_its_own() {
+        let mut g = TaskGraph::new();
+        g.record(task("a", 1, &[(5, 0)], &[(5, 1)]));
+        g.record(task("b", 1, &[(5, 1)], &[(5, 2)]));
+        assert!(g.feeds_only_itself(5, 0, 2));
+        // A reader of b5 v1 writes b6: b5 v1 feeds another buffer; b5 v0 still does not.
+        g.record(task("c", 2, &[(5, 1), (6, 0)], &[(6, 1)]));
+        assert!(!g.feeds_only_itself(5, 0, 2));
+        assert!(g.feeds_only_itself(5, 0, 1));
+        // A reader that writes a version past `to` (what a merge records can do).
+        let mut g = TaskGraph::new();
+        g.record(task("m", 1, &[(5, 1)], &[(5, 3)]));
+        assert!(!g.feeds_only_itself(5, 1, 2));
+        assert!(g.feeds_only_itself(5, 1, 3));
+    }
+
+    #[test]
+    fn a_prune_keeps_what_was_recorded_after_its_roots_were_taken() {
+        let mut g = TaskGraph::new();
+        // b5: v1, v2 in place; b6 v1 made from b5 v1.
+        g.record(task("a", 1, &[(5, 0)], &[(5, 1)]));
+        g.record(task("b", 1, &[(5, 1)], &[(5, 2)]));
+        let upto = g.recorded();
+        // Recorded after the caller took its roots (b5 v2 safe by then: say the head holds
+        // it): a reader of b5 v1, the version before.
+        g.record(task("late", 2, &[(5, 1), (6, 0)], &[(6, 1)]));
+        let safe = |a: Access| a.version == 0 || a == Access { buffer: 5, version: 2 };
+        assert_eq!(g.prune(&BTreeSet::new(), &safe, upto), 1, "only b: the late task and the producer of what it read stay");
+        assert_eq!(g.tasks().map(|t| &*t.kernel).collect::<Vec<_>>(), vec!["a", "late"]);
+        // With everything recorded before `upto`, the same prune keeps nothing of it.
+        assert_eq!(g.prune(&BTreeSet::new(), &|a| a.version == 0 || a.buffer == 5, u64::MAX), 2);
     }
 }

@@ -26,6 +26,9 @@
 //! * Writing the head's copy happens under the buffer lock, after any checkpoint still
 //!   saving that copy is done, and after keeping the version it replaces apart if lineage
 //!   still needs it (as any write of the head's copy does).
+//! * After each pass it prunes the task record if due (`Cluster::prune`: the walk holds only
+//!   the record's lock), which the copies just made let forget what came before them; a
+//!   region prunes only if the record has grown to twice the threshold meanwhile.
 //! * Shutdown waits for a batch in progress (`Cluster::buddy_busy`), so that no MPI call of
 //!   this thread outlives the workers or MPI itself.
 //! * Bandwidth: after a batch that took `t` it waits `t * (100 - share) / share`
@@ -82,7 +85,20 @@ impl Cluster {
                 return;
             }
             self.buddy_pass();
+            // The copies just made let the record forget what came before them: pruned here,
+            // off the offloading threads' path (see `Cluster::maybe_prune`), like a region,
+            // under the gate's read side.
+            let _busy = self.buddy_busy.lock();
+            let _gate = self.ft.enter();
+            if self.check_running().is_ok() {
+                self.prune();
+            }
         }
+    }
+
+    /// Does the buddy thread prune the task record (see `Cluster::maybe_prune`)?
+    pub(super) fn buddy_prunes(&self) -> bool {
+        self.retains() && self.cfg.buddy_interval_ms > 0 && self.local().is_none()
     }
 
     /// Copy to the head every version that only workers hold, furthest behind first, in
@@ -213,7 +229,7 @@ impl Cluster {
                 continue;
             }
             self.stage_on_head(&mut bufs, c.addr)?;
-            self.keep_head_version(&mut bufs, c.addr);
+            self.keep_head_version_before(&mut bufs, c.addr, Some(*version));
             self.before_changing_staged(c.addr);
             // SAFETY: the head backed this buffer's pages just above; nothing reads the head's
             // copy meanwhile: it holds no current version (so no request sends from it), a

@@ -210,11 +210,21 @@ impl Cluster {
     /// the budget it is not kept, and a later loss that needs it is reported unrecoverable.
     /// Not once the head runs the regions itself (nothing can be lost any more).
     pub(super) fn keep_head_version(&self, bufs: &mut Buffers, addr: u64) {
+        self.keep_head_version_before(bufs, addr, None);
+    }
+
+    /// [`Cluster::keep_head_version`], knowing that what replaces the head's version is the
+    /// buffer's later version `replaced_by` (a buddy copy): a version that feeds nothing but
+    /// the buffer's own versions up to that one is not needed, found without a walk.
+    pub(super) fn keep_head_version_before(&self, bufs: &mut Buffers, addr: u64, replaced_by: Option<u64>) {
         if !self.retains() || self.local().is_some() {
             return;
         }
         let Some(b) = bufs.get(addr).filter(|b| b.backed.contains(&HEAD)) else { return };
         let Some(version) = b.version_on(HEAD).filter(|&v| v > 0) else { return };
+        if replaced_by.is_some_and(|to| to > version && self.graph.lock().feeds_only_itself(b.id, version, to)) {
+            return;
+        }
         let a = Access { buffer: b.id, version };
         if bufs.kept(a).is_some() || self.ckpt.as_ref().is_some_and(|c| c.holds(a.buffer, version)) || !self.lineage_needs(bufs, a, &mut { u64::MAX }) {
             return;

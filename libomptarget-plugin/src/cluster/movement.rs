@@ -261,7 +261,8 @@ impl Cluster {
 
     /// Copy worker `from`'s copies of `regions` into new vectors, all requests sent before
     /// the first answer is awaited (one round trip for all: the worker answers RETRIEVEs in
-    /// the order they come).
+    /// the order they come). For background work: the waits for the answers sleep rather
+    /// than spin.
     pub(super) fn fetch_many(&self, regions: &[Region], from: i32) -> Result<Vec<Vec<u8>>> {
         let t = self.trace_now();
         let mut tags = Vec::with_capacity(regions.len());
@@ -273,7 +274,7 @@ impl Cluster {
             let mut bytes = vec![0u8; r.size as usize];
             // SAFETY: `bytes` has `r.size` writable bytes, leaked if the peer died (MPI may
             // still write them).
-            let res = unsafe { self.answer_into(*r, from, tag, bytes.as_mut_ptr()) };
+            let res = unsafe { self.answer_into(*r, from, tag, bytes.as_mut_ptr(), true) };
             if let Err(e) = res {
                 std::mem::forget(bytes);
                 return Err(e);
@@ -300,16 +301,19 @@ impl Cluster {
     pub(super) unsafe fn retrieve_into(&self, region: Region, from: i32, dst: *mut u8) -> Result<()> {
         let tag = self.post(from, Event::Retrieve(region))?;
         // SAFETY: forwarded contract.
-        unsafe { self.answer_into(region, from, tag, dst) }
+        unsafe { self.answer_into(region, from, tag, dst, false) }
     }
 
-    /// Receive the answer to the RETRIEVE of `region` sent to `from` on `tag` into `dst`.
+    /// Receive the answer to the RETRIEVE of `region` sent to `from` on `tag` into `dst`
+    /// (`patient`: background work, whose wait for the answer sleeps rather than spins).
     ///
     /// # Safety
     /// As for [`Cluster::retrieve_into`].
-    unsafe fn answer_into(&self, region: Region, from: i32, tag: i32, dst: *mut u8) -> Result<()> {
+    unsafe fn answer_into(&self, region: Region, from: i32, tag: i32, dst: *mut u8, patient: bool) -> Result<()> {
         let size = region.size as usize;
-        match self.comm.recv_msg::<Reply>(from, tag, self.live.as_ref())? {
+        let live = self.live.as_ref();
+        let reply = if patient { self.comm.recv_msg_patient::<Reply>(from, tag, live) } else { self.comm.recv_msg::<Reply>(from, tag, live) };
+        match reply? {
             // SAFETY: the caller guarantees `size` writable bytes at `dst`.
             Reply::Data(bytes) if bytes.len() == size && region.size <= MAX_INLINE_DATA => unsafe {
                 std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, size)

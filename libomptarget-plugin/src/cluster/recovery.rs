@@ -871,40 +871,69 @@ impl Cluster {
         Ok(())
     }
 
-    /// Keep the task record bounded: once it holds `prune_at` tasks, forget the tasks recovery
-    /// can no longer need (lineage stops at version 0 and at versions a published checkpoint
-    /// holds), and the retired buffers only they read.
+    /// Keep the task record bounded (called after each region). With buddy copies on, the
+    /// buddy thread prunes after each pass, off the offloading threads' path; a region prunes
+    /// only if the record has grown to twice the threshold meanwhile (the buddy thread is far
+    /// behind, or its interval long).
     pub(super) fn maybe_prune(&self) {
+        let at = self.prune_at.load(Ordering::Relaxed);
+        let due = if self.buddy_prunes() { at.saturating_mul(2) } else { at };
+        if (self.graph.lock().len() as u64) >= due {
+            self.prune();
+        }
+    }
+
+    /// Forget the tasks recovery can no longer need, if the record holds `prune_at` tasks:
+    /// every task outside the lineage of the current versions a failure could take, lineage
+    /// stopping at what a failure of workers cannot take (version 0, a published checkpoint,
+    /// the head's copies, versions it keeps apart); then the versions kept apart and the
+    /// retired buffers only those tasks read.
+    ///
+    /// The walk and the removals hold only the record's lock, so regions go on meanwhile
+    /// (placing, moving data, running; only recording waits): the buffers' side is a snapshot
+    /// taken under the buffer lock with the record's length then (tasks are recorded under the
+    /// buffer lock, so the two agree). Tasks recorded since are kept, and so is the lineage of
+    /// what they read; what became safe since is not used (the snapshot errs on keeping), and
+    /// what stopped being safe since was kept apart by whoever overwrote it (`keep_head_version`
+    /// asks the record, not yet pruned).
+    pub(super) fn prune(&self) {
         if (self.graph.lock().len() as u64) < self.prune_at.load(Ordering::Relaxed) {
             return;
         }
+        let (roots, on_head, kept, upto) = {
+            let bufs = self.buffers.lock();
+            let upto = self.graph.lock().recorded();
+            let on_head: HashMap<u64, u64> = bufs
+                .iter()
+                .map(|b| b.id)
+                .chain(bufs.retired_ids())
+                .filter_map(|id| bufs.by_id(id).and_then(|b| b.version_on(HEAD)).map(|v| (id, v)))
+                .collect();
+            let kept = bufs.kept_versions();
+            let roots: Vec<Access> = bufs.iter().map(|b| Access { buffer: b.id, version: b.version }).collect();
+            (roots, on_head, kept, upto)
+        };
+        let safe = |a: Access| {
+            a.version == 0 || on_head.get(&a.buffer) == Some(&a.version) || kept.contains(&a) || self.ckpt.as_ref().is_some_and(|c| c.holds(a.buffer, a.version))
+        };
+        let roots: BTreeSet<Access> = roots.into_iter().filter(|&a| !safe(a)).collect();
+        let (removed, len) = {
+            let mut g = self.graph.lock();
+            let removed = g.prune(&roots, &safe, upto);
+            (removed, g.len())
+        };
         let released = {
             let mut bufs = self.buffers.lock();
-            let mut g = self.graph.lock();
-            // Lineage stops at what a failure of workers cannot take: version 0, a published
-            // checkpoint, the head's copy (a buddy copy, or a submit's) and versions it keeps
-            // apart.
-            let safe = |a: Access| {
-                a.version == 0
-                    || self.ckpt.as_ref().is_some_and(|c| c.holds(a.buffer, a.version))
-                    || bufs.by_id(a.buffer).is_some_and(|b| b.version_on(HEAD) == Some(a.version))
-                    || bufs.kept(a).is_some()
-            };
-            let roots: BTreeSet<Access> = bufs
-                .iter()
-                .map(|b| Access { buffer: b.id, version: b.version })
-                .filter(|&a| !safe(a))
-                .collect();
-            let removed = g.prune(&roots, &safe);
+            let g = self.graph.lock();
             // A kept version stays while a recorded task reads it, or while it is the current
             // version of a live buffer (lineage of that version stops there: its producer is
             // gone from the record).
             let current: BTreeSet<Access> = bufs.iter().map(|b| Access { buffer: b.id, version: b.version }).collect();
             bufs.release_kept(|a| g.is_read(a) || current.contains(&a));
-            self.prune_at.store(FIRST_PRUNE.max(2 * g.len() as u64), Ordering::Relaxed);
-            self.log(format_args!("PRUNE {removed} tasks; {} kept", g.len()));
             bufs.release_retired(&g.buffers_read())
         };
+        self.prune_at.store(FIRST_PRUNE.max(2 * len as u64), Ordering::Relaxed);
+        self.log(format_args!("PRUNE {removed} tasks; {len} kept"));
         for b in released {
             if let Err(e) = self.release_head_copy(&b) {
                 eprintln!("ompcluster: cannot release buffer {:#x}: {e}", b.addr);
