@@ -38,6 +38,7 @@
 //!   against `OMPCLUSTER_FT_RETAIN` as before.
 
 use super::*;
+use ft_handler::buddy::{BuddyPolicy, Candidate};
 use serde::Serialize;
 use std::time::Duration;
 
@@ -54,37 +55,28 @@ pub struct BuddyStats {
     pub over_budget: u64,
 }
 
-/// Most versions one batch copies.
-const BATCH: usize = 64;
-
-/// A batch stops taking versions once it has this many bytes.
-const BATCH_BYTES: u64 = 16 << 20;
-
-/// One version to copy.
-struct Candidate {
-    addr: u64,
-    id: u64,
-    /// How many versions the head's copy is behind.
-    lag: u64,
-}
-
 impl Cluster {
+    /// The buddy schedule (`ft_handler::buddy`) from the settings.
+    fn buddy_policy(&self) -> BuddyPolicy {
+        BuddyPolicy::new(Duration::from_millis(self.cfg.buddy_interval_ms), self.cfg.buddy_share_percent, self.cfg.buddy_memory)
+    }
+
     /// Start the buddy thread, if buddy copies are on.
     pub(super) fn start_buddy(&'static self) -> std::io::Result<()> {
-        if !self.retains() || self.cfg.buddy_interval_ms == 0 {
+        if !self.retains() || !self.buddy_policy().enabled() {
             return Ok(());
         }
         std::thread::Builder::new().name("ompc-ft-buddy".into()).spawn(move || self.buddy_loop()).map(|_| ())
     }
 
     fn buddy_loop(&self) {
-        let interval = Duration::from_millis(self.cfg.buddy_interval_ms);
+        let policy = self.buddy_policy();
         loop {
-            std::thread::sleep(interval);
+            std::thread::sleep(policy.interval);
             if self.stopped.load(Ordering::Acquire) || self.local().is_some() {
                 return;
             }
-            self.buddy_pass();
+            self.buddy_pass(&policy);
             // The copies just made let the record forget what came before them: pruned here,
             // off the offloading threads' path (see `Cluster::maybe_prune`), like a region,
             // under the gate's read side.
@@ -98,12 +90,12 @@ impl Cluster {
 
     /// Does the buddy thread prune the task record (see `Cluster::maybe_prune`)?
     pub(super) fn buddy_prunes(&self) -> bool {
-        self.retains() && self.cfg.buddy_interval_ms > 0 && self.local().is_none()
+        self.retains() && self.buddy_policy().enabled() && self.local().is_none()
     }
 
     /// Copy to the head every version that only workers hold, furthest behind first, in
     /// batches from one worker at a time.
-    fn buddy_pass(&self) {
+    fn buddy_pass(&self, policy: &BuddyPolicy) {
         let (mut head_bytes, todo) = {
             let bufs = self.buffers.lock();
             let mut head_bytes = 0;
@@ -119,27 +111,23 @@ impl Cluster {
                     continue;
                 }
                 let lag = b.version - b.version_on(HEAD).unwrap_or(0);
-                todo.push(Candidate { addr: b.addr, id: b.id, lag });
+                todo.push(Candidate { key: b.addr, id: b.id, lag });
             }
             (head_bytes, todo)
         };
         let mut todo: std::collections::VecDeque<Candidate> = {
             let mut v = todo;
-            v.sort_by_key(|c| std::cmp::Reverse(c.lag));
+            policy.order(&mut v);
             v.into()
         };
-        let share = self.cfg.buddy_share_percent.clamp(1, 100) as f64;
         while !todo.is_empty() {
             if self.stopped.load(Ordering::Acquire) {
                 return;
             }
             let t0 = Instant::now();
-            match self.buddy_batch(&mut todo, &mut head_bytes) {
+            match self.buddy_batch(policy, &mut todo, &mut head_bytes) {
                 Ok(0) => {}
-                Ok(_) => {
-                    let took = t0.elapsed();
-                    std::thread::sleep(took.mul_f64((100.0 - share) / share));
-                }
+                Ok(_) => std::thread::sleep(policy.pause_after(t0.elapsed())),
                 // A worker died (the handler recovers), or the device stopped: next pass.
                 Err(_) => return,
             }
@@ -148,14 +136,13 @@ impl Cluster {
 
     /// Copy a batch of the versions `todo` lists (taken from its front) to the head: those
     /// still current, not on the head, of which one worker (the first one's source) has a
-    /// clean copy, at most [`BATCH`] of them and [`BATCH_BYTES`] bytes. Returns how many it
-    /// copied.
-    fn buddy_batch(&self, todo: &mut std::collections::VecDeque<Candidate>, head_bytes: &mut u64) -> Result<usize> {
+    /// clean copy, as many as the policy's batch takes. Returns how many it copied.
+    fn buddy_batch(&self, policy: &BuddyPolicy, todo: &mut std::collections::VecDeque<Candidate>, head_bytes: &mut u64) -> Result<usize> {
         // Shutdown waits for a batch in progress (its MPI calls) before it stops the workers.
         let _busy = self.buddy_busy.lock();
         let _gate = self.ft.enter();
         self.check_running()?;
-        // (candidate, version, region, whether the head must back it)
+        // (candidate, version, region)
         let mut picked: Vec<(Candidate, u64, Region)> = Vec::new();
         let mut src = None;
         {
@@ -163,11 +150,11 @@ impl Cluster {
             let mut skipped = std::collections::VecDeque::new();
             let mut bytes = 0u64;
             while let Some(c) = todo.pop_front() {
-                if picked.len() >= BATCH || bytes >= BATCH_BYTES {
+                if policy.batch_full(picked.len(), bytes) {
                     todo.push_front(c);
                     break;
                 }
-                let Some(b) = bufs.get_mut(c.addr).filter(|b| b.id == c.id && !b.deleted) else { continue };
+                let Some(b) = bufs.get_mut(c.key).filter(|b| b.id == c.id && !b.deleted) else { continue };
                 if b.holders.contains(&HEAD) || b.incoming.contains(&HEAD) || b.holding.contains_key(&HEAD) || b.host_writes > 0 || b.buddy_reading.is_some() {
                     continue;
                 }
@@ -193,7 +180,7 @@ impl Cluster {
                     },
                 };
                 if !b.backed.contains(&HEAD) {
-                    if *head_bytes + b.span > self.cfg.buddy_memory {
+                    if !policy.admits(*head_bytes, b.span) {
                         self.buddy_stats.lock().over_budget += 1;
                         continue;
                     }
@@ -213,7 +200,7 @@ impl Cluster {
         let fetched = self.fetch_many(&regions, src);
         let mut bufs = self.buffers.lock();
         for (c, ..) in &picked {
-            if let Some(b) = bufs.get_mut(c.addr).filter(|b| b.id == c.id) {
+            if let Some(b) = bufs.get_mut(c.key).filter(|b| b.id == c.id) {
                 b.buddy_reading = None;
             }
         }
@@ -222,22 +209,22 @@ impl Cluster {
         let mut copied = 0;
         let mut copied_bytes = 0;
         for ((c, version, region), bytes) in picked.iter().zip(fetched) {
-            let still = bufs.get(c.addr).is_some_and(|b| {
+            let still = bufs.get(c.key).is_some_and(|b| {
                 b.id == c.id && b.version_on(src) == Some(*version) && !b.holders.contains(&HEAD) && !b.holding.contains_key(&HEAD)
             });
             if !still {
                 continue;
             }
-            self.stage_on_head(&mut bufs, c.addr)?;
-            self.keep_head_version_before(&mut bufs, c.addr, Some(*version));
-            self.before_changing_staged(c.addr);
+            self.stage_on_head(&mut bufs, c.key)?;
+            self.keep_head_version_before(&mut bufs, c.key, Some(*version));
+            self.before_changing_staged(c.key);
             // SAFETY: the head backed this buffer's pages just above; nothing reads the head's
             // copy meanwhile: it holds no current version (so no request sends from it), a
             // checkpoint saving it is done (waited above), and recovery cannot run (the gate
             // is held).
-            unsafe { self.write_on_head(c.addr, &bytes) };
+            unsafe { self.write_on_head(c.key, &bytes) };
             bufs.install(c.id, HEAD, *version);
-            if let Some(b) = bufs.get_mut(c.addr) {
+            if let Some(b) = bufs.get_mut(c.key) {
                 b.buddy = Some(*version);
             }
             copied += 1;
