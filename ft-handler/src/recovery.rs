@@ -215,7 +215,8 @@ impl Spares {
 pub fn recover(dev: &impl Cluster, dead: &BTreeSet<i32>, policy: Policy, spares: &mut Spares) -> Result<Outcome, RecoverError> {
     let mut out = Outcome { spares: spares.take(dev, dead), ..Default::default() };
     let lost = dev.fence_and_forget(dead)?;
-    out.survivors = dev.targets()?;
+    let survivors = dev.targets()?;
+    out.survivors.clone_from(&survivors);
     out.versions_lost = lost.len() as u64;
     let mut bad = BTreeSet::new();
     let mut replans = 0;
@@ -227,7 +228,7 @@ pub fn recover(dev: &impl Cluster, dead: &BTreeSet<i32>, policy: Policy, spares:
         let mut lost_now = lost.clone();
         lost_now.extend(dev.unheld());
         let work = plan(dev, &lost_now, &bad, dead)?;
-        match rebuild(dev, &work, &lost_now, &out.survivors.clone(), policy, &mut out) {
+        match rebuild(dev, &work, &lost_now, &survivors, policy, &mut out) {
             Ok(()) => break,
             Err(Stop::BadCheckpoint(a, why)) => {
                 if !bad.insert(a) {
