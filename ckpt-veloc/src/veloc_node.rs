@@ -335,6 +335,10 @@ impl NodeSession {
                     p.pid
                 ));
             }
+            // What a daemon or engine killed outright (SIGKILL: no clean-up) left behind: a
+            // fresh daemon would wait on its stale IPC mutex, and the pid file names nobody.
+            remove_ipc_objects(&paths);
+            let _ = fs::remove_file(&paths.ready_file);
             let opened = (|| {
                 write_small(&job_file, &job.to_string())?;
                 if mode == VelocMode::Backend {
@@ -377,6 +381,13 @@ impl NodeSession {
 /// exclusively): stop the job's daemon, remove VeloC's IPC objects and the job token.
 fn close_node(paths: &NodePaths) {
     stop_leftover(paths);
+    remove_ipc_objects(paths);
+    let _ = fs::remove_file(paths.dir.join("veloc-job"));
+}
+
+/// Removes VeloC's IPC objects of this user and host (files this user owns only). The caller
+/// holds the active lock exclusively: no engine or daemon of an ompcluster job uses them.
+fn remove_ipc_objects(paths: &NodePaths) {
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     for p in &paths.ipc_objects {
@@ -384,7 +395,6 @@ fn close_node(paths: &NodePaths) {
             let _ = fs::remove_file(p);
         }
     }
-    let _ = fs::remove_file(paths.dir.join("veloc-job"));
 }
 
 impl Drop for NodeSession {

@@ -359,6 +359,44 @@ impl Job {
         }
     }
 
+    /// The threads' stacks of the job's processes (its ranks, and any daemon they started),
+    /// taken with gdb before a hung job is killed, so that a hang seen once (in CI, say) can be
+    /// diagnosed. Bounded: gdb gets 30 s per process; without gdb, says so.
+    fn stacks(&self) -> String {
+        let mut procs = descendants(self.pid);
+        procs.extend(job_members(&self.marker));
+        procs.sort_unstable();
+        procs.dedup();
+        procs.retain(|&p| !is_zombie(p));
+        let mut out = String::new();
+        for p in procs {
+            let comm = std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+            let rank = proc_env(p, "OMPI_COMM_WORLD_RANK").map(|r| format!(" rank {r}")).unwrap_or_default();
+            out += &format!("=== pid {p} ({}){rank}\n", comm.trim());
+            if !matches!(comm.trim(), "mpirun" | "prterun" | "orterun" | "ompcluster-run") {
+                match Command::new("timeout")
+                    .args(["30", "gdb", "-p", &p.to_string(), "-batch", "-nx", "-ex", "thread apply all bt 30"])
+                    .stdin(Stdio::null())
+                    .output()
+                {
+                    Ok(o) => {
+                        let text = String::from_utf8_lossy(&o.stdout);
+                        let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("Thread") || l.starts_with('#')).take(400).collect();
+                        if lines.is_empty() {
+                            out += "(gdb printed no stack)\n";
+                        }
+                        for l in lines {
+                            out += l;
+                            out.push('\n');
+                        }
+                    }
+                    Err(e) => out += &format!("(no stacks: cannot run gdb: {e})\n"),
+                }
+            }
+        }
+        out
+    }
+
     fn collect(&mut self, status: ExitStatus) -> Output {
         // Output pipes may still be held by orphaned grandchildren: don't block on them.
         let join = |h: Option<JoinHandle<Vec<u8>>>| -> Vec<u8> {
@@ -396,14 +434,16 @@ impl Job {
                 self.collect(st)
             }
             None => {
+                let stacks = self.stacks();
                 self.kill();
                 let st = self.child.as_mut().unwrap().wait().expect("cannot reap the launcher");
                 let o = self.collect(st);
                 panic!(
-                    "timed out after {:?}: the job was killed\n--- stdout ---\n{}\n--- stderr ---\n{}",
+                    "timed out after {:?}: the job was killed\n--- stdout ---\n{}\n--- stderr ---\n{}\n--- where its processes were ---\n{}",
                     timeout,
                     String::from_utf8_lossy(&o.stdout),
-                    String::from_utf8_lossy(&o.stderr)
+                    String::from_utf8_lossy(&o.stderr),
+                    stacks
                 );
             }
         }

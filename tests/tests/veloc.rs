@@ -128,3 +128,36 @@ fn a_daemon_not_started_by_a_job_is_refused() {
     }
     assert!(daemons().is_empty());
 }
+
+#[test]
+fn a_job_killed_with_its_daemon_leaves_nothing_that_stops_the_next() {
+    // SIGKILL to every process of the job, the daemon included (a `kill -9` of the whole
+    // session, or a test harness ending a hung job): the daemon cannot remove VeloC's IPC
+    // objects, and a new daemon waited on the stale mutex until the next job gave up
+    // ("reported success but no daemon is named").
+    let a = tempfile::tempdir().unwrap();
+    let prog = matmul();
+    let mut job = Job::spawn(4, &prog, &["2048", "256"], &env_refs(&veloc_env(a.path(), "async")));
+    wait_for_a_version(&mut job, &a.path().join("p"));
+    let running = daemons();
+    assert_eq!(running.len(), 1);
+    for pid in running {
+        // SAFETY: killing the daemon of this test's own job.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    job.kill();
+    let _ = job.wait(Duration::from_secs(60));
+    // SAFETY: getuid has no preconditions.
+    let me = unsafe { libc::getuid() };
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("sem.veloc-ipc-mutex-") && n.ends_with(&format!("-{me}")))
+        .collect();
+    assert!(!left.is_empty(), "the killed daemon left no IPC objects: the case this test is for did not happen");
+    let b = tempfile::tempdir().unwrap();
+    let next = Job::spawn(3, &prog, &["512", "64"], &env_refs(&veloc_env(b.path(), "async"))).wait(Duration::from_secs(120));
+    assert!(next.status.success() && stdout(&next).contains("result correct"), "{}", describe(&next));
+    assert!(daemons().is_empty(), "the daemon outlived the job: {:?}", daemons());
+}
