@@ -4,8 +4,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+. scripts/toolchain.sh
+
 packages=(clang-16 clang-tools-16 libomp-16-dev llvm-16-tools libclang-16-dev
           openmpi-bin libopenmpi-dev libffi-dev pkg-config make)
+# No cargo recent enough (none on a bare Debian 12, whose `cargo` package is 1.65): Debian's
+# own newer toolchain, rustc-web and cargo-web (1.96 in bookworm's security updates).
+if ! find_cargo >/dev/null; then
+  packages+=(rustc-web cargo-web)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -21,11 +28,8 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if ! command -v cargo >/dev/null; then
-  echo "setup: cargo not found: install a Rust toolchain >= 1.85 (https://rustup.rs), then run this again" >&2
-  exit 1
-fi
+use_cargo
 export MPICC="${MPICC:-mpicc.openmpi}"
-echo "setup: building (cargo build --release)"
-cargo build --release --workspace --quiet
+echo "setup: building (cargo build --release) with $CARGO_BIN: $("$CARGO_BIN" --version)"
+"$CARGO_BIN" build --release --workspace --quiet
 echo "setup: done: target/release/ompcluster-run and target/release/libompcluster_plugin.so"

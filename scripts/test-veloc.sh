@@ -12,15 +12,17 @@ if [ -z "${VELOC_ROOT:-}" ]; then
   VELOC_ROOT=$(bash "$src/build.sh" "$PWD/target/veloc-install" | tail -1)
 fi
 export VELOC_ROOT
+. scripts/toolchain.sh
+use_cargo
 export CARGO_TARGET_DIR=$PWD/target/veloc
 export MPICC="${MPICC:-mpicc.openmpi}"
-cargo build --release -p libomptarget-plugin --features ckpt-veloc/veloc
-cargo build --release -p ckpt-veloc --bin ompcluster-ckpt
+"$CARGO_BIN" build --release -p libomptarget-plugin --features ckpt-veloc/veloc
+"$CARGO_BIN" build --release -p ckpt-veloc --bin ompcluster-ckpt
 for store in veloc-sync veloc-async; do
   echo "== checkpoint tests with OMPCLUSTER_TEST_STORE=$store"
-  OMPCLUSTER_TEST_STORE=$store cargo test --release -p ompcluster-tests --test checkpoints -- --test-threads=1
-  OMPCLUSTER_TEST_STORE=$store cargo test --release -p ompcluster-tests --test recovery -- --test-threads=1 checkpoint
+  OMPCLUSTER_TEST_STORE=$store "$CARGO_BIN" test --release -p ompcluster-tests --test checkpoints -- --test-threads=1
+  OMPCLUSTER_TEST_STORE=$store "$CARGO_BIN" test --release -p ompcluster-tests --test recovery -- --test-threads=1 checkpoint
 done
 echo "== the VeloC store's own tests"
-cargo test --release -p ckpt-veloc --features veloc
-cargo test --release -p ompcluster-tests --features veloc --test veloc -- --test-threads=1
+"$CARGO_BIN" test --release -p ckpt-veloc --features veloc
+"$CARGO_BIN" test --release -p ompcluster-tests --features veloc --test veloc -- --test-threads=1

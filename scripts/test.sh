@@ -4,5 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+. scripts/toolchain.sh
+use_cargo
 export MPICC="${MPICC:-mpicc.openmpi}"
-cargo test --release --workspace -- --test-threads=2
+"$CARGO_BIN" test --release --workspace -- --test-threads=2
