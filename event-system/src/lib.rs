@@ -21,7 +21,7 @@ pub use backoff::Backoff;
 pub use comm::{Comm, CommError, Fenced, Liveness, NeverDead, TagAllocator};
 pub use heap::{Arena, ExtentAllocator, HeapError, HeapRange, SymmetricHeap};
 pub use protocol::{Event, ProtocolError, Region, Reply};
-pub use worker::{write_all, CheckpointSink, LocalDevice, Ran};
+pub use worker::{flush_stderr, write_all, CheckpointSink, LocalDevice, Ran};
 
 /// Rank of the head process (the one that runs the user's `main`).
 pub const HEAD: i32 = 0;

@@ -246,6 +246,8 @@ pub enum Reply {
         /// output: the head prints it before the region returns, so it appears in program
         /// order.
         output: Vec<u8>,
+        /// The same for its standard error (printed by the head on its own).
+        errors: Vec<u8>,
         /// Blocks device code allocated during the kernel (in this worker's arena, or given
         /// again from `replay`), held by this worker, in order of allocation.
         allocated: Vec<Allocated>,

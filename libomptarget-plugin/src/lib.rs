@@ -15,5 +15,6 @@ pub mod config;
 mod crash_status;
 mod data;
 pub mod inject;
+pub mod mpi_noise;
 pub mod report;
 mod runtime;

@@ -146,6 +146,8 @@ pub(crate) fn internal_error(what: std::fmt::Arguments<'_>) -> ! {
     // One write, so that ranks failing at once do not interleave their lines; and not
     // `eprintln!`, which would panic if stderr were gone.
     let _ = std::io::stderr().write_all(format!("{who}: {what}; {outcome}\n").as_bytes());
+    // A worker's stderr is captured (see event-system's `output.rs`): out before it leaves.
+    event_system::flush_stderr();
     write_exit_status(4);
     let (mut initialized, mut finalized) = (0, 0);
     // SAFETY: both may be called at any time, from any thread, before MPI_Init and after

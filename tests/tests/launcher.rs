@@ -325,3 +325,25 @@ fn refuses_a_veloc_configuration_without_a_mode() {
     assert_refused(&o, took, "`mode` key is missing");
     assert!(stderr(&o).contains("OMPCLUSTER_CP_EXECCFG") && stderr(&o).contains(cfg.to_str().unwrap()), "{}", describe(&o));
 }
+
+/// Open MPI's messages about a rank that died (which the runtime handles) do not reach the
+/// user; with `OMPCLUSTER_MPI_NOISE=1` they do, which shows that the failure produced them.
+#[test]
+fn open_mpis_messages_about_a_dead_rank_are_kept_from_the_user() {
+    let prog = compile("many_tasks.c");
+    let kill = ("OMPCLUSTER_FT_INJECT", "kill:rank=1:after_tasks=700");
+    let noisy = run(4, &prog, &["2000"], &[kill, ("OMPCLUSTER_MPI_NOISE", "1")]);
+    ompcluster_tests::assert_pass(&noisy);
+    assert!(stderr(&noisy).contains("recovered from the loss of rank 1"), "{}", describe(&noisy));
+    assert!(stderr(&noisy).contains("PMIX ERROR: BAD-PARAM"), "Open MPI printed nothing about the dead rank: the case this test is for did not happen\n{}", describe(&noisy));
+    let quiet = run(4, &prog, &["2000"], &[kill]);
+    ompcluster_tests::assert_pass(&quiet);
+    let err = stderr(&quiet);
+    assert!(err.contains("worker rank 1 failed") && err.contains("recovered from the loss of rank 1"), "the runtime's own lines must stay\n{}", describe(&quiet));
+    for noise in ["PMIX ERROR", "errno = 3", "failed to TCP connect"] {
+        assert!(!err.contains(noise), "{noise:?} reached the user\n{}", describe(&quiet));
+    }
+    let bad = run(2, &prog, &["10"], &[("OMPCLUSTER_MPI_NOISE", "loud")]);
+    assert_eq!(bad.status.code(), Some(2), "{}", describe(&bad));
+    assert!(stderr(&bad).contains("OMPCLUSTER_MPI_NOISE=loud"), "{}", describe(&bad));
+}

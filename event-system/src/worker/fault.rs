@@ -191,6 +191,7 @@ fn report(fd: i32, comm: &Comm, live: &dyn Liveness) {
         }
         std::thread::sleep(GRACE);
         eprintln!("ompcluster worker {}: stopping after a crash in device code ({what})", comm.rank());
+        super::output::flush_stderr();
         // SAFETY: flushing C streams, then leaving at once: a thread of this process is parked
         // in the middle of the crashed region.
         unsafe {

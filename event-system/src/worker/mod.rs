@@ -12,7 +12,7 @@ mod memory;
 mod output;
 
 pub use device::{LocalDevice, Ran};
-pub use output::write_all;
+pub use output::{flush_stderr, write_all};
 
 use crate::backoff::Backoff;
 use crate::comm::{Comm, CommError, Fenced, Liveness, PostedRecv, CONTROL_TAG};
@@ -69,6 +69,7 @@ struct Worker {
     exit_signal: AtomicI32,
     /// This worker's standard output, captured to travel with EXECUTE replies.
     stdout: Option<Arc<output::Capture>>,
+    stderr: Option<Arc<output::Capture>>,
 }
 
 /// Serve events from the head until EXIT (`Ok`) or until the head is unreachable (`Err`).
@@ -92,10 +93,17 @@ pub fn run(
         threads: AtomicUsize::new(1),
         busy: AtomicUsize::new(0),
         ckpt,
-        stdout: match output::Capture::start() {
+        stdout: match output::Capture::start(1) {
             Ok(c) => Some(c),
             Err(e) => {
                 eprintln!("ompcluster worker {rank}: cannot capture stdout ({e}); region output goes straight to mpirun");
+                None
+            }
+        },
+        stderr: match output::Capture::start(2) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("ompcluster worker {rank}: cannot capture stderr ({e}); what regions print there goes straight to mpirun");
                 None
             }
         },
@@ -109,7 +117,7 @@ pub fn run(
     // Cancelled while MPI is still up (its request would otherwise outlive the caller's
     // MPI_Finalize).
     drop(w.poll.lock().take());
-    if let Some(c) = &w.stdout {
+    for c in w.stdout.iter().chain(&w.stderr) {
         c.finish();
     }
     // Wait (bounded) for the other threads to notice EXIT.
@@ -139,11 +147,13 @@ fn spawn_helper(w: &Arc<Worker>) {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 eprintln!("ompcluster worker {}: {e}", w2.comm.rank());
+                output::flush_stderr();
                 std::process::exit(3);
             }
             Err(p) => {
                 let msg = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
                 eprintln!("ompcluster worker {}: internal error in a worker thread: {msg}; this worker stops", w2.comm.rank());
+                output::flush_stderr();
                 std::process::exit(4);
             }
         }
@@ -444,6 +454,7 @@ fn fence(w: &Worker, ranks: &[i32]) {
         // This rank was declared dead while it was not responding (frozen): the job went on
         // without it. Leave now, before doing anything else.
         eprintln!("ompcluster worker {}: this rank was declared dead; leaving", w.comm.rank());
+        output::flush_stderr();
         // SAFETY: flushing C streams, then leaving at once without destructors (they belong
         // to a `main` this rank never ran) or MPI.
         unsafe {
@@ -500,6 +511,8 @@ fn execute(
             Err(e) => return (Reply::Error(e), Vec::new()),
         }
     };
+    // What the kernel prints on stderr waits for its reply (taken below, before this ends).
+    let _printing = w.stderr.as_ref().map(|c| c.region());
     let ran = {
         // A crash in the kernel is reported as the region's (see `fault.rs`).
         let _in_kernel = fault::InKernel::enter(tag);
@@ -513,6 +526,7 @@ fn execute(
             // A kernel whose image takes nothing able to print from outside printed nothing:
             // collecting output costs a system call or two per region.
             let output = w.stdout.as_ref().filter(|_| w.dev.may_print(image)).map(|c| c.take()).unwrap_or_default();
+            let errors = w.stderr.as_ref().filter(|_| w.dev.may_print(image)).map(|c| c.take()).unwrap_or_default();
             // Copied now, before another kernel sharing this copy may change it.
             let returned: Vec<u32> = (0..regions.len())
                 .filter(|&i| send_back[i] && ran.changed[i] && regions[i].size <= protocol::MAX_SEND_BACK)
@@ -533,6 +547,7 @@ fn execute(
                 seconds: ran.seconds,
                 patches: ran.patches,
                 output,
+                errors,
                 allocated: ran.allocated,
                 freed: ran.freed,
                 returned,

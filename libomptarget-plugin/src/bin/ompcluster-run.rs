@@ -365,7 +365,33 @@ fn main() -> ExitCode {
     // job gets that long again (and 5 s more) to end by itself, then mpirun is told to stop
     // it (which also ends stopped ranks).
     let grace = 2 * ft.as_ref().map_or(std::time::Duration::from_secs(5), |c| c.timeout) + std::time::Duration::from_secs(5);
-    let status = cmd.spawn().and_then(|child| wait_for_job(child, status_file.as_deref(), grace));
+    // mpirun's standard error (every rank's, and its own) passes through the filter of Open
+    // MPI's messages about dead ranks (`mpi_noise`; OMPCLUSTER_MPI_NOISE=1 lets them through).
+    let filter = match std::env::var("OMPCLUSTER_MPI_NOISE").as_deref() {
+        Err(_) | Ok("") | Ok("0") => true,
+        Ok("1") => false,
+        Ok(v) => return fail(format!("OMPCLUSTER_MPI_NOISE={v}: expected 0 (filter Open MPI's messages about dead ranks, the default) or 1 (let them through)")),
+    };
+    if filter {
+        cmd.stderr(std::process::Stdio::piped());
+    }
+    let status = cmd.spawn().and_then(|mut child| {
+        let noise = child.stderr.take().map(|err| {
+            std::thread::spawn(move || {
+                use std::os::fd::AsRawFd;
+                ompcluster_plugin::mpi_noise::copy_filtered(err.as_raw_fd(), 2, std::time::Duration::from_millis(100))
+            })
+        });
+        let st = wait_for_job(child, status_file.as_deref(), grace);
+        // What is still in the pipe; bounded: a process the job left behind may hold it open.
+        if let Some(h) = noise {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+            while !h.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+        st
+    });
     if use_veloc {
         // A daemon the job started and could not stop (all ranks of this node killed).
         if let Some(pid) = ckpt_veloc::sweep_veloc_backend() {

@@ -34,6 +34,35 @@ fn arg_mask(i: usize) -> u64 {
 const MAX_RUNS_AGAIN: u32 = 32;
 
 impl Cluster {
+    /// What worker `w`'s region printed on stderr, less libomp's messages that another
+    /// worker printed already. libomp says some of its messages once per process (`OMP:
+    /// Warning #96: Cannot form a team ...` whatever the numbers, with its `OMP: Hint` lines),
+    /// and the program without the cluster device is one process: a message number another
+    /// worker printed first is dropped, with the hints that follow it.
+    fn once_per_job(&self, w: i32, errors: &[u8]) -> Vec<u8> {
+        if errors.is_empty() {
+            return Vec::new();
+        }
+        let mut said = self.omp_said.lock();
+        let mut keep_hints = true;
+        errors
+            .split_inclusive(|&b| b == b'\n')
+            .filter(|line| match omp_message_id(line) {
+                Some(id) => {
+                    keep_hints = *said.entry(id.to_vec()).or_insert(w) == w;
+                    keep_hints
+                }
+                None if line.starts_with(b"OMP: Hint") => keep_hints,
+                None => {
+                    keep_hints = true;
+                    true
+                }
+            })
+            .flatten()
+            .copied()
+            .collect()
+    }
+
     /// Run the kernel `entry` (a token from `load_binary`) with argument values `args`;
     /// `begins[i]` is the device begin of argument i's mapped section, `hosts[i]` its host
     /// pointer (0 for by-value arguments): see [`Buffers::by_translation`] for why both.
@@ -539,12 +568,13 @@ impl Cluster {
             Event::Execute { image: kernel.image, kernel: kernel.index, args: args.to_vec(), regions, assume_written, short, replay: Vec::new(), send_back };
         let tag = self.post(w, event)?;
         match self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref())? {
-            Reply::Executed { changed, pointers, seconds, patches, output, allocated, freed, returned } if changed.len() == n => {
-                if !output.is_empty() {
+            Reply::Executed { changed, pointers, seconds, patches, output, errors, allocated, freed, returned } if changed.len() == n => {
+                if !output.is_empty() || !errors.is_empty() {
                     // What the region printed, after what the program printed before it.
                     // SAFETY: flushing all C streams is always allowed.
                     unsafe { libc::fflush(std::ptr::null_mut()) };
                     event_system::write_all(1, &output);
+                    event_system::write_all(2, &self.once_per_job(w, &errors));
                 }
                 // Only regions asked back, changed, in increasing order.
                 let valid = returned.windows(2).all(|p| p[0] < p[1])
@@ -571,5 +601,28 @@ impl Cluster {
             Reply::PeerDead(peer) => Err(ClusterError::PeerDead(peer)),
             other => Err(ClusterError::Worker { rank: w, msg: format!("bad reply to EXECUTE: {other:?}") }),
         }
+    }
+}
+
+/// `OMP: Warning #96` of `OMP: Warning #96: Cannot form a team ...` (libomp's messages:
+/// Warning, Info, Error, Fatal error, each with its number).
+fn omp_message_id(line: &[u8]) -> Option<&[u8]> {
+    let rest = line.strip_prefix(b"OMP: ")?;
+    let hash = rest.iter().position(|&b| b == b'#')?;
+    let digits = rest[hash + 1..].iter().take_while(|b| b.is_ascii_digit()).count();
+    (digits > 0 && rest[..hash].iter().all(|b| b.is_ascii_alphabetic() || *b == b' ')).then(|| &line[..5 + hash + 1 + digits])
+}
+
+#[cfg(test)]
+mod omp_message_tests {
+    use super::omp_message_id;
+
+    #[test]
+    fn libomps_message_numbers() {
+        assert_eq!(omp_message_id(b"OMP: Warning #96: Cannot form a team with 256 threads, using 2 instead.\n"), Some(&b"OMP: Warning #96"[..]));
+        assert_eq!(omp_message_id(b"OMP: Error #15: Initializing libomp.so\n"), Some(&b"OMP: Error #15"[..]));
+        assert_eq!(omp_message_id(b"OMP: Hint Consider unsetting KMP_DEVICE_THREAD_LIMIT\n"), None);
+        assert_eq!(omp_message_id(b"OMP: #\n"), None);
+        assert_eq!(omp_message_id(b"my OMP: Warning #1\n"), None);
     }
 }

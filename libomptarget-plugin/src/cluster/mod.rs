@@ -233,6 +233,9 @@ pub struct Cluster {
     spare_log: Mutex<Vec<recovery::SpareRecord>>,
     /// Buddy copies made so far (`buddy.rs`).
     buddy_stats: Mutex<BuddyStats>,
+    /// libomp's messages (`OMP: Warning #96`) workers' regions printed on stderr, and the
+    /// worker that printed each first (see `Cluster::once_per_job`).
+    omp_said: Mutex<HashMap<Vec<u8>, i32>>,
     /// Held by the buddy thread for each batch of copies; shutdown takes it once it has set
     /// `stopped`, to wait for a batch in progress.
     buddy_busy: Mutex<()>,
@@ -286,6 +289,7 @@ impl Cluster {
             told: Mutex::new(BTreeSet::new()),
             prune_at: AtomicU64::new(recovery::FIRST_PRUNE),
             buddy_stats: Mutex::new(BuddyStats::default()),
+            omp_said: Mutex::new(HashMap::default()),
             buddy_busy: Mutex::new(()),
             idle_spare: {
                 let spares = if recovery { cfg.spares as usize } else { 0 };
