@@ -11,6 +11,8 @@ the flush running while the program computes), and the program's own time.
 Needs the plugin built with the VeloC store (scripts/test-veloc.sh builds it in target/veloc):
     python3 bench/ckpt_stores.py [--rounds 3] [--n 3072] [--bs 256] [--interval 1]
         [--target target/veloc/release]
+
+The table goes to bench/results/ckpt_stores.json too (bench/plot.py).
 """
 import argparse
 import json
@@ -18,9 +20,12 @@ import os
 import re
 import statistics
 import subprocess
+import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import plot  # noqa: E402
 
 
 def main():
@@ -37,6 +42,7 @@ def main():
     subprocess.run(["clang-16", "-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu",
                     os.path.join(ROOT, "examples/matmul/matmul.c"), "-lm", "-o", mm], check=True)
     stores = ["embedded", "veloc-sync", "veloc-async"]
+    started = plot.now()
     res = {s: [] for s in stores}
     for rnd in range(a.rounds):
         for s in stores:
@@ -75,9 +81,18 @@ def main():
     print("| store | checkpoints | bytes saved | max pause | mean pause | background save | first (full) flush | flush throughput | vs embedded | program time |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     base = med("embedded", "flush_bw")
+    rows = []
     for s in stores:
         print(f"| {s} | {med(s, 'ckpts'):.0f} | {med(s, 'bytes') / 1e6:.0f} MB | {med(s, 'max_pause') * 1e3:.1f} ms | {med(s, 'mean_pause') * 1e3:.1f} ms "
               f"| {med(s, 'save'):.3f} s | {med(s, 'first_flush'):.3f} s | {med(s, 'flush_bw') / 1e6:.0f} MB/s | {med(s, 'flush_bw') / base:.2f} | {med(s, 'program'):.2f} s |")
+        g = lambda x, d: float(f"{x:.{d}f}")
+        rows.append({"store": s, "checkpoints": round(med(s, "ckpts")), "bytes_mb": round(med(s, "bytes") / 1e6), "max_pause_ms": g(med(s, "max_pause") * 1e3, 1),
+                     "mean_pause_ms": g(med(s, "mean_pause") * 1e3, 1), "save_s": g(med(s, "save"), 3), "first_flush_s": g(med(s, "first_flush"), 3),
+                     "flush_mbps": round(med(s, "flush_bw") / 1e6), "vs_embedded": g(med(s, "flush_bw") / base, 2), "program_s": g(med(s, "program"), 2)})
+    target = os.path.relpath(a.target, ROOT) if os.path.abspath(a.target).startswith(ROOT) else a.target
+    plot.record("ckpt_stores", "bench/ckpt_stores.py",
+                f"python3 bench/ckpt_stores.py --rounds {a.rounds} --n {a.n} --bs {a.bs} --interval {a.interval} --target {target}",
+                {"stores": {"n": int(a.n), "bs": int(a.bs), "interval_s": float(a.interval), "rounds": a.rounds, "rows": rows}}, date=started)
 
 
 if __name__ == "__main__":

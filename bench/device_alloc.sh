@@ -6,9 +6,11 @@
 # that outlive it, a region freeing them, a region allocating and freeing K blocks itself;
 # it prints the median per allocation. The stock side needs /usr/lib/llvm-16/lib on
 # LD_LIBRARY_PATH (Debian 12: without it the regions run on the host, and the program stops).
+# The table goes to bench/results/device_alloc.json too (bench/plot.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-5} k=${2:-2000}
+started=$(date -u '+%Y-%m-%d %H:%M UTC')
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 clang-16 -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu bench/device_alloc.c -o "$tmp/da"
@@ -31,4 +33,10 @@ for who in ["stock", "ours"]:
 med = {who: {n: statistics.median(runs[who][n]) for n in names} for who in ("stock", "ours")}
 ratio = [med["ours"][n] / max(med["stock"][n], 1e-9) for n in names]
 print("| ours / stock | " + " | ".join(f"{r:.0f}x" for r in ratio) + " |")
-'
+sys.path.insert(0, "bench")
+import plot
+rounds, k, started = sys.argv[1:4]
+plot.record("device_alloc", "bench/device_alloc.sh", f"bash bench/device_alloc.sh {rounds} {k}", {"alloc": {
+    "rounds": int(rounds), "k": int(k), **{who: {n: float(f"{med[who][n]:.3f}") for n in names} for who in ("stock", "ours")},
+    "ours_over_stock": {n: float(f"{r:.0f}") for n, r in zip(names, ratio)}}}, date=started)
+' "$rounds" "$k" "$started"

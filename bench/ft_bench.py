@@ -15,7 +15,8 @@ in the same run, alternating rounds:
 
     python3 bench/ft_bench.py [--rounds 3] [--n 4096] [--bs 256] [--only a,b,c,d]
 
-Heartbeat: period 100 ms, timeout 1000 ms.
+Heartbeat: period 100 ms, timeout 1000 ms. Prints markdown tables; the parts measured go to
+bench/results/ft_bench.json (bench/plot.py).
 """
 import argparse
 import json
@@ -29,6 +30,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(ROOT, "target", "release", "ompcluster-run")
 FT = {"OMPCLUSTER_HB_PERIOD": "100", "OMPCLUSTER_HB_TIMEOUT": "1000"}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plot  # noqa: E402
 
 
 def build(src, out, extra=()):
@@ -66,7 +69,12 @@ def med(v):
     return statistics.median(v)
 
 
-def bench_b(rounds, work):
+def f(x, digits):
+    """x as the tables print it, for the result file."""
+    return float(f"{x:.{digits}f}")
+
+
+def bench_b(rounds, work, parts):
     """(b): the same lost set, parallel against sequential re-execution."""
     exe = os.path.join(work, "ft_reexec")
     build(os.path.join(ROOT, "bench", "ft_reexec.c"), exe)
@@ -76,6 +84,7 @@ def bench_b(rounds, work):
     print(f"\n(b) bench/ft_reexec.c, {nb} tasks on 4 workers (-np 5), round-robin, rank 2 killed after the last task; {rounds} alternating rounds, medians of the recovery pause:")
     print("| tasks | lost set (versions lost, tasks re-run), every run | parallel pause (3 survivors) | sequential pause | parallel / sequential |")
     print("|---|---|---|---|---|")
+    rows = []
     for kind, args in kinds:
         par, seq, sets = [], [], set()
         for _ in range(rounds):
@@ -87,6 +96,8 @@ def bench_b(rounds, work):
         same = ", ".join(f"({v}, {t})" for v, t in sorted(sets)) + (" (the same)" if len(sets) == 1 else " (NOT the same)")
         p, q = med(par), med(seq)
         print(f"| {kind} | {same} | {p:.3f} s | {q:.3f} s | **{p / q:.2f}** |", flush=True)
+        rows.append({"kind": kind, "lost_set": same, "parallel_pause_s": f(p, 3), "sequential_pause_s": f(q, 3), "parallel_over_sequential": f(p / q, 2)})
+    parts["b"] = {"tasks": nb, "workers": 4, "rounds": rounds, "rows": rows}
 
 
 def main():
@@ -98,9 +109,14 @@ def main():
     a = ap.parse_args()
     only = set(a.only.split(","))
     work = tempfile.mkdtemp(prefix="ft-bench-")
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    parts = {}
+    record = lambda: plot.record("ft_bench", "bench/ft_bench.py", f"python3 bench/ft_bench.py --rounds {a.rounds} --n {a.n} --bs {a.bs} --only {a.only}",
+                                 parts, date=started)
     if "b" in only:
-        bench_b(a.rounds, work)
+        bench_b(a.rounds, work, parts)
     if not only & {"a", "c", "d"}:
+        record()
         return
     mm = os.path.join(work, "matmul")
     build(os.path.join(ROOT, "examples", "matmul", "matmul.c"), mm)
@@ -143,11 +159,15 @@ def main():
         print(f"| (a) detection (kill to notice) | {det * 1e3:.1f} ms |")
         print(f"| (a) recovery pause (fence, plan, re-run) | {pause:.3f} s, {rerun:.0f} tasks re-run |")
         print(f"| (a) rest of the slowdown (work of the dead worker done by 2) | {tk - tf - pause - det:.2f} s |")
+        parts["a"] = {"n": a.n, "bs": a.bs, "tasks": tasks, "workers": 3, "rounds": a.rounds, "free_s": f(tf, 2), "killed_s": f(tk, 2),
+                      "killed_over_free": f(tk / tf, 2), "inject": kill["OMPCLUSTER_FT_INJECT"], "detection_ms": f(det * 1e3, 1),
+                      "recovery_pause_s": f(pause, 3), "tasks_rerun": round(rerun), "rest_of_slowdown_s": f(tk - tf - pause - det, 2)}
     ratios = [f[0] / n[0] for f, n in zip(free, noretain)]
     kept = med([x[1]["retained_bytes"] for x in free])
     rss_on = med([x[1]["head_max_rss_bytes"] for x in free])
     rss_off = med([x[1]["head_max_rss_bytes"] for x in noretain])
     print(f"| (c) fault tolerance on, failure-free, against OMPCLUSTER_FT_RETAIN=0 | {tf:.2f} s / {tn:.2f} s: **{tf / tn:.3f}**; per round {', '.join(f'{x:.3f}' for x in ratios)} (median {med(ratios):.3f}) |")
+    pc = parts["c"] = {"free_on_s": f(tf, 2), "free_retain0_s": f(tn, 2), "on_over_retain0": f(tf / tn, 3), "per_round": [f(x, 3) for x in ratios], "resubmit": []}
     # The one request whose work retention adds to: a whole host update of a buffer a
     # region changed on a worker (the head's copy is written too, while the bytes travel).
     for size in (1 << 20, 16 << 20):
@@ -158,13 +178,18 @@ def main():
                 o = run(ob, ["resubmit", "40", str(size)], extra, work, np_=2)[2]
                 out.append(float(o.split(" ms ")[1]))
         print(f"| (c) `target update to` of {size >> 20} MiB a region changed (offload_bench resubmit, 1 worker, median of 40), on / retain=0 | {med(on):.3f} / {med(off):.3f} ms: **{med(on) / med(off):.2f}** |")
+        pc["resubmit"].append({"bytes": size, "on_ms": f(med(on), 3), "retain0_ms": f(med(off), 3), "ratio": f(med(on) / med(off), 2)})
     print(f"| (c) bytes the head keeps for recovery (retained_bytes) | {kept / 2**20:.1f} MiB |")
     print(f"| (c) head peak RSS, on / retain=0 | {rss_on / 2**20:.0f} MiB / {rss_off / 2**20:.0f} MiB |")
+    pc.update(retained_mib=f(kept / 2**20, 1), head_peak_rss_mib_on=round(rss_on / 2**20), head_peak_rss_mib_retain0=round(rss_off / 2**20))
     if "d" in only:
         small = run(ob, ["empty", "100000"], {}, work)
         big = run(ob, ["empty", "2000000"], {}, work)
         rs, rb = small[1]["head_max_rss_bytes"], big[1]["head_max_rss_bytes"]
         print(f"| (d) head peak RSS after 100,000 / 2,000,000 empty regions | {rs / 2**20:.1f} / {rb / 2**20:.1f} MiB: **{rb / rs:.3f}** (tasks still recorded: {small[1]['tasks_recorded']} / {big[1]['tasks_recorded']}) |")
+        parts["d"] = {"head_peak_rss_mib_100k": f(rs / 2**20, 1), "head_peak_rss_mib_2m": f(rb / 2**20, 1), "ratio": f(rb / rs, 3),
+                      "tasks_recorded": [small[1]["tasks_recorded"], big[1]["tasks_recorded"]]}
+    record()
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ those of the examples the product's or factorisation's own (start-up excluded).
 
     python3 bench/ft_bounded.py [--rounds 3] [--only a,b,c,d] [--lengths 100000,1000000]
 
-Heartbeat: period 100 ms, timeout 1000 ms.
+Heartbeat: period 100 ms, timeout 1000 ms. Prints markdown tables; the parts measured go to
+bench/results/ft_bounded.json (bench/plot.py).
 """
 import argparse
 import json
@@ -31,6 +32,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ft_bench import ROOT, build, launch, med  # noqa: E402
+import plot  # noqa: E402
 
 OFF = {"OMPCLUSTER_FT_BUDDY_INTERVAL": "0"}
 
@@ -54,11 +56,18 @@ def rec(rep):
     return rep["recoveries"][0] if rep["recoveries"] else None
 
 
-def bench_a_b(rounds, work, lengths, only):
+def rng(v, digits):
+    """Median, min and max of v, rounded as the tables print them."""
+    r = lambda x: float(f"{x:.{digits}f}")
+    return {"median_s": r(med(v)), "min_s": r(min(v)), "max_s": r(max(v))}
+
+
+def bench_a_b(rounds, work, lengths, only, parts):
     exe = os.path.join(work, "ft_inplace")
     build(os.path.join(ROOT, "tests", "programs", "ft_inplace.c"), exe)
     rss = {}
     rate_rows = []
+    a_rows = []
     if "a" in only:
         print(f"\n(a) tests/programs/ft_inplace.c (64 buffers of 512 bytes, one in-place region per iteration), -np 4, default settings; {rounds} alternating rounds, medians (range):")
         print("| regions | failure-free, buddy copies on | off | on / off | rank 2 killed at 90% (on) | killed / failure-free | tasks re-run (each run) | recovery pause | head peak RSS, failure-free on (off) | tasks recorded at the end (on) |")
@@ -98,11 +107,18 @@ def bench_a_b(rounds, work, lengths, only):
                 f"| {med(killed):.2f} s ({min(killed):.2f}-{max(killed):.2f}) | {med(killed) / med(on):.3f} | {', '.join(str(x) for x in reruns)} "
                 f"| {med(pauses):.3f} s | {med(rss_on) / 1e6:.0f} MB ({med(rss_off) / 1e6:.0f} MB) | {', '.join(str(x) for x in recorded)} |"
             )
+            a_rows.append({"regions": n, "free_buddy_on": rng(on, 2), "free_buddy_off": rng(off, 2), "on_over_off": float(f"{med(on) / med(off):.3f}"),
+                           "killed_at_90pct_on": rng(killed, 2), "killed_over_free": float(f"{med(killed) / med(on):.3f}"), "tasks_rerun": reruns,
+                           "recovery_pause_s": float(f"{med(pauses):.3f}"), "head_peak_rss_mb_on": round(med(rss_on) / 1e6),
+                           "head_peak_rss_mb_off": round(med(rss_off) / 1e6), "tasks_recorded_at_end_on": recorded})
         if "b" in only:
             rate_rows.append((n, off_killed, med(free_rates), med(off_rates)))
+    if "a" in only:
+        parts["a"] = {"rounds": rounds, "rows": a_rows}
     if "a" in only and len(lengths) > 1:
         lo, hi = min(lengths), max(lengths)
         print(f"\nHead peak memory, buddy copies on: {rss[hi] / 1e6:.0f} MB at {hi:,} regions against {rss[lo] / 1e6:.0f} MB at {lo:,}: {rss[hi] / rss[lo]:.2f}x")
+        parts["a"]["head_memory_ratio_long_over_short"] = float(f"{rss[hi] / rss[lo]:.2f}")
     if "b" in only:
         print(f"\n(b) the same, buddy copies off (OMPCLUSTER_FT_BUDDY_INTERVAL=0), rank 2 killed at 90%; {rounds} rounds:")
         print("| regions | each run: tasks re-run, recovery pause, re-run rate | failure-free execution rate | re-run rate / execution rate |")
@@ -110,9 +126,12 @@ def bench_a_b(rounds, work, lengths, only):
         for n, runs, free, rerun in rate_rows:
             each = "; ".join(f"{t:,} in {p:.2f} s, {r:,.0f}/s" for t, p, r in runs)
             print(f"| {n:,} | {each} | {free:,.0f}/s | {rerun / free:.2f} |")
+        parts["b"] = {"rounds": rounds, "rows": [
+            {"regions": n, "runs": [{"tasks_rerun": t, "pause_s": float(f"{p:.2f}"), "rerun_rate_per_s": round(r)} for t, p, r in runs],
+             "free_rate_per_s": round(free), "rerun_over_free": float(f"{rerun / free:.2f}")} for n, runs, free, rerun in rate_rows]}
 
 
-def bench_c(rounds, work):
+def bench_c(rounds, work, parts):
     mm = os.path.join(work, "matmul")
     build(os.path.join(ROOT, "examples", "matmul", "matmul.c"), mm)
     ch = os.path.join(work, "cholesky")
@@ -121,6 +140,7 @@ def bench_c(rounds, work):
     print(f"\n(c) the examples on 3 workers (-np 4); {rounds} alternating rounds, medians (range) of the program's own time:")
     print("| program | failure-free, buddy on | off | on / off | rank 2 killed at 1/3, buddy on | off | on / off | tasks re-run on (off) |")
     print("|---|---|---|---|---|---|---|---|")
+    rows = []
     for name, exe, args, tasks in cases:
         if tasks is None:
             _, r, _ = run(exe, args, {}, work)
@@ -138,9 +158,13 @@ def bench_c(rounds, work):
             roff.append(rec(r)["tasks_reexecuted"] if rec(r) else 0)
         rg = lambda v: f"{med(v):.3f} s ({min(v):.3f}-{max(v):.3f})"
         print(f"| {name} | {rg(on)} | {rg(off)} | {med(on) / med(off):.3f} | {rg(kon)} | {rg(koff)} | {med(kon) / med(koff):.3f} | {med(ron):.0f} ({med(roff):.0f}) |")
+        rows.append({"program": name, "free_on": rng(on, 3), "free_off": rng(off, 3), "free_on_over_off": float(f"{med(on) / med(off):.3f}"),
+                     "killed_on": rng(kon, 3), "killed_off": rng(koff, 3), "killed_on_over_off": float(f"{med(kon) / med(koff):.3f}"),
+                     "tasks_rerun_on": round(med(ron)), "tasks_rerun_off": round(med(roff))})
+    parts["c"] = {"rounds": rounds, "rows": rows}
 
 
-def bench_d(rounds, work):
+def bench_d(rounds, work, parts):
     mm = os.path.join(work, "matmul")
     if not os.path.exists(mm):
         build(os.path.join(ROOT, "examples", "matmul", "matmul.c"), mm)
@@ -156,6 +180,8 @@ def bench_d(rounds, work):
     print("| 3 workers + 1 spare (-np 5) | 3 workers, no spare (-np 4) | spare / no spare | spares used (first run) |")
     print("|---|---|---|---|")
     print(f"| {med(spare):.3f} s ({min(spare):.3f}-{max(spare):.3f}) | {med(none):.3f} s ({min(none):.3f}-{max(none):.3f}) | {med(spare) / med(none):.3f} | {used[0]} |")
+    parts["d"] = {"rounds": rounds, "program": "matmul 2048/256", "spare": rng(spare, 3), "no_spare": rng(none, 3),
+                  "spare_over_none": float(f"{med(spare) / med(none):.3f}"), "spares_used_first_run": json.loads(used[0])}
 
 
 def main():
@@ -166,14 +192,18 @@ def main():
     a = ap.parse_args()
     only = set(a.only.split(","))
     lengths = [int(x) for x in a.lengths.split(",")]
-    print(f"# bench/ft_bounded.py --rounds {a.rounds} --only {a.only} --lengths {a.lengths}  ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})")
+    started = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
+    print(f"# bench/ft_bounded.py --rounds {a.rounds} --only {a.only} --lengths {a.lengths}  ({started})")
+    parts = {}
     with tempfile.TemporaryDirectory() as work:
         if only & {"a", "b"}:
-            bench_a_b(a.rounds, work, lengths, only)
+            bench_a_b(a.rounds, work, lengths, only, parts)
         if "c" in only:
-            bench_c(a.rounds, work)
+            bench_c(a.rounds, work, parts)
         if "d" in only:
-            bench_d(a.rounds, work)
+            bench_d(a.rounds, work, parts)
+    plot.record("ft_bounded", "bench/ft_bounded.py", f"python3 bench/ft_bounded.py --rounds {a.rounds} --only {a.only} --lengths {a.lengths}",
+                parts, date=started)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ recovery times the run reports give.
     python3 bench/ft_campaign.py [--trials 100] [--seed 1] [--stop-share 0.2] [--bound 120]
                                  [--programs NAME,...] [--verbose] [--plugin PATH.so]
 
-Needs `cargo build --release` (the launcher and the plugin) and clang-16.
+Needs `cargo build --release` (the launcher and the plugin) and clang-16. The summary, with
+one line per program, goes to bench/results/ft_campaign.json (bench/plot.py).
 """
 import argparse
 import json
@@ -36,6 +37,8 @@ PROGRAMS = [  # (source, args): a few seconds each on 3 workers
     ("ft_inplace.c", ["150000"]),  # small in-place updates of resident buffers (buddy copies)
 ]
 FT_ENV = {"OMPCLUSTER_HB_PERIOD": "100", "OMPCLUSTER_HB_TIMEOUT": "1000"}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plot  # noqa: E402
 
 
 def compile_all(out_dir):
@@ -160,6 +163,8 @@ def main():
         print(f"reference {os.path.basename(src)}: {secs:.1f} s", flush=True)
     right = wrong = hangs = 0
     pauses, detections, reruns, slowdowns = [], [], [], []
+    started = plot.now()
+    per_program = {}  # program -> {"SIGKILL right": n, "SIGSTOP right": n, "wrong": n, "hangs": n}
     for i in range(a.trials):
         src, args = PROGRAMS[rng.randrange(len(PROGRAMS))]
         rank = rng.randrange(1, 4)
@@ -196,6 +201,8 @@ def main():
             pass
         slowdowns.append(secs / ref_secs)
         name = "SIGSTOP" if sig == signal.SIGSTOP else "SIGKILL"
+        tally = per_program.setdefault(os.path.basename(src), {"SIGKILL right": 0, "SIGSTOP right": 0, "wrong": 0, "hangs": 0})
+        tally[f"{name} right" if verdict == "right" else "hangs" if verdict == "HANG" else "wrong"] += 1
         print(f"trial {i + 1:3d}: {os.path.basename(src):13s} {name} rank {rank} at {after:5.2f} s: {verdict}, {secs:5.1f} s ({secs / ref_secs:.2f}x); {info}", flush=True)
         if verdict != "right":
             log = os.path.join(work, f"trial-{i + 1}.stderr")
@@ -209,6 +216,11 @@ def main():
     print(f"\n{a.trials} trials: {right} right, {wrong} wrong, {hangs} hangs")
     print(f"recovery pause (s): {stats(pauses)}; tasks re-run per recovery: {stats(reruns)}")
     print(f"run time against the failure-free run: {stats(slowdowns)}")
+    mm = lambda v: {"median": float(f"{statistics.median(v):.3f}"), "max": float(f"{max(v):.3f}")} if v else None
+    cmd = "python3 bench/ft_campaign.py" + "".join(" " + x for x in sys.argv[1:])
+    plot.record("ft_campaign", "bench/ft_campaign.py", cmd, {"campaign": {
+        "trials": a.trials, "seed": a.seed, "stop_share": a.stop_share, "programs": len(PROGRAMS), "right": right, "wrong": wrong, "hangs": hangs,
+        "pause_s": mm(pauses), "tasks_rerun_per_recovery": mm(reruns), "slowdown": mm(slowdowns), "per_program": per_program}}, date=started)
     return 0 if wrong == 0 and hangs == 0 else 1
 
 

@@ -8,13 +8,19 @@ killed worker); then one run with a worker frozen (SIGSTOP, injected 1.5 s in), 
 head took to declare it dead (a frozen process is only ever noticed by the heartbeat).
 
     python3 bench/ft_detect.py [--runs 4] [--n 2048] [--pairs 100:500,100:1000,250:2000,500:5000]
+
+Prints a markdown table; the numbers go to bench/results/ft_detect.json (bench/plot.py).
 """
 import argparse
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plot  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(ROOT, "target", "release", "ompcluster-run")
@@ -43,6 +49,7 @@ def main():
     subprocess.run(["clang-16", "-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu",
                     os.path.join(ROOT, "examples", "matmul", "matmul.c"), "-o", exe], check=True)
     args = [str(a.n), "256", "nocheck"]
+    started, rows = plot.now(), []
     print("| period ms | timeout ms | failure-free runs | false positives | run time (median) | frozen worker declared dead after |")
     print("|---|---|---|---|---|---|")
     for pair in a.pairs.split(","):
@@ -60,6 +67,11 @@ def main():
         detect = f"{lat[0]:.2f} s" if lat and lat[0] is not None else "not noticed"
         times.sort()
         print(f"| {period} | {timeout} | {a.runs} | {fps} | {times[len(times) // 2]:.2f} s | {detect} |", flush=True)
+        rows.append({"period_ms": int(period), "timeout_ms": int(timeout), "runs": a.runs, "false_positives": fps,
+                     "run_time_median_s": float(f"{times[len(times) // 2]:.2f}"),
+                     "frozen_declared_dead_after_s": float(f"{lat[0]:.2f}") if lat and lat[0] is not None else None})
+    plot.record("ft_detect", "bench/ft_detect.py", f"python3 bench/ft_detect.py --runs {a.runs} --n {a.n} --pairs {a.pairs}",
+                {"settings": {"n": a.n, "rows": rows}}, date=started)
 
 
 if __name__ == "__main__":

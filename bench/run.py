@@ -3,7 +3,9 @@
 
   python3 bench/run.py [--quick]
 
-Needs `cargo build --release` first (bench/run.sh does it). Prints a markdown report.
+Needs `cargo build --release` first (bench/run.sh does it). Prints a markdown report, and
+(not with --quick) writes the numbers to bench/results/offload.json and the bandwidth plot to
+docs/img/bandwidth.svg (bench/plot.py).
 
 The stock x86_64 plugin side runs the same binary with /usr/lib/llvm-16/lib put in front of
 LD_LIBRARY_PATH: on Debian 12 libomptarget 16 finds its stock plugins only there; without it
@@ -15,6 +17,9 @@ STOCK_RETRIES times; the retries are counted in the report, and a run that fails
 reported as failed, never timed.
 """
 import os, re, statistics, subprocess, sys, tempfile, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plot  # noqa: E402  (bench/plot.py: the result file and its plots)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(ROOT, "target", "release", "ompcluster-run")
@@ -178,10 +183,17 @@ def during_compute(cmd, env, name, action):
     return result
 
 
+def r2(x, digits):
+    """x as the report prints it (None stays None), for the result file."""
+    return None if x is None else float(f"{x:.{digits}f}")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="ompcluster-bench-")
     ob, pp, mm = build(tmp)
-    print(f"# Benchmark run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, `python3 bench/run.py{' --quick' if QUICK else ''}`\n")
+    started = plot.now()
+    parts = {}  # what bench/results/offload.json gets: the report's numbers, as printed
+    print(f"# Benchmark run {started}, `python3 bench/run.py{' --quick' if QUICK else ''}`\n")
     print(f"Machine: {os.cpu_count()} cores; load average before: {os.getloadavg()[0]:.2f}\n")
     print(f"Stock x86_64 plugin: the same binary with LD_LIBRARY_PATH={stock_env()['LD_LIBRARY_PATH']} "
           f"(without it libomptarget 16 finds no plugin and runs every region on the host); "
@@ -220,6 +232,13 @@ def main():
     else:
         bound = stock_e + 2 * rtt_rt
         print(f"| {stock_e:.2f} us | {ours_e:.2f} us | {rtt_rt:.2f} us | {bound:.2f} us | {'yes' if ours_e <= bound else 'NO'} | {rtt:.2f} us |\n")
+    parts["empty_region"] = {
+        "rounds": rounds, "reps": int(reps), "stock_us": r2(stock_e, 2), "ours_us": r2(ours_e, 2), "rtt_runtime_us": r2(rtt_rt, 2),
+        "target_us": r2(stock_e + 2 * rtt_rt, 2) if stock_e is not None else None,
+        "met": (ours_e <= stock_e + 2 * rtt_rt) if stock_e is not None else None, "rtt_blocking_us": r2(rtt, 2),
+        "per_round_stock_ours_us": [[r2(a, 2), r2(b, 2)] for a, b in zip(stocks, ours_es)],
+        "live_buffers": int(live), "live_stock_us": r2(median_or_none(stocks_live), 2), "live_ours_us": r2(statistics.median(ours_live), 2),
+        "live_per_round_ours_us": [r2(b, 2) for b in ours_live]}
     print("Per round (stock / ours, us): " + ", ".join(f"{fmt(a, '.2f')} / {b:.2f}" for a, b in zip(stocks, ours_es)) + "\n")
     print(f"With {live} other buffers mapped (the per-region cost must not grow with them): "
           f"stock {fmt(median_or_none(stocks_live), '.2f', ' us')}, ours {statistics.median(ours_live):.2f} us "
@@ -242,6 +261,7 @@ def main():
     print(f"## Transfer bandwidth, GB/s (1 worker; `target update to/from` of a resident buffer that a region changed on the worker right before (so both go to or come from the worker) vs raw MPI send + 8-byte answer), median of {rounds} alternating rounds\n")
     print("| size | raw MPI submit | ours submit | ratio | raw MPI retrieve | ours retrieve | ratio | target |")
     print("|---|---|---|---|---|---|---|---|")
+    bw_rows = []
     for s in sizes:
         # Rounds where both sides reported this size (a line that did not parse is reported).
         pairs = [(o, r) for o, r in zip(ours_r, raw_r) if s in o and s in r]
@@ -256,6 +276,10 @@ def main():
         goal = 0.5 if s in small else 0.9
         met = f">= {goal}: " + ("yes" if min(rs_, rr_) >= goal else "NO")
         print(f"| {s >> 10} KiB | {med(1, 0):.3f} | {med(0, 0):.3f} | {rs_:.2f} | {med(1, 1):.3f} | {med(0, 1):.3f} | {rr_:.2f} | {met} |")
+        bw_rows.append({"bytes": s, "raw_submit_gbps": r2(med(1, 0), 3), "ours_submit_gbps": r2(med(0, 0), 3), "submit_ratio": r2(rs_, 2),
+                        "raw_retrieve_gbps": r2(med(1, 1), 3), "ours_retrieve_gbps": r2(med(0, 1), 3), "retrieve_ratio": r2(rr_, 2),
+                        "target": goal, "met": min(rs_, rr_) >= goal})
+    parts["bandwidth"] = {"rounds": rounds, "rows": bw_rows}
     print()
     # What libomptarget alone costs per update, and the best ratio a plugin can reach with it.
     print("Small updates under the stock x86_64 plugin (no transfer between processes: libomptarget's own "
@@ -264,6 +288,7 @@ def main():
           f"(`offload_bench bw {sreps}` under the stock plugin; raw MPI as above):\n")
     print("| size | stock update to | raw MPI submit | bound on the submit ratio | stock update from | raw MPI retrieve | bound on the retrieve ratio |")
     print("|---|---|---|---|---|---|---|")
+    small_rows = []
     for s in small:
         rows = [(st[s], r[s]) for st, r in zip(stock_r, raw_r) if s in st and s in r]
         if not rows:
@@ -277,6 +302,10 @@ def main():
             bound = statistics.median(us(b[i]) / (us(a[i]) + us(b[i])) for a, b in rows)
             cells += [f"{st_us:.3f}", f"{raw_us:.3f}", f"{bound:.2f}"]
         print(f"| {s >> 10} KiB | " + " | ".join(cells) + " |")
+        c = [float(x) for x in cells]
+        small_rows.append({"bytes": s, "stock_to_us": c[0], "raw_submit_us": c[1], "submit_bound": c[2],
+                           "stock_from_us": c[3], "raw_retrieve_us": c[4], "retrieve_bound": c[5]})
+    parts["small_updates"] = {"rounds": rounds, "rows": small_rows}
     print()
 
     # 3. Matmul: stock plugin vs 1, 2, 3 workers, same binary.
@@ -305,16 +334,22 @@ def main():
     print(f"## Matmul N={n} BS={bs} ({(int(n) // int(bs)) ** 3} tasks), median of {runs}\n")
     print("| runtime | compute phase | ratio to stock | whole run (incl. start-up and check) |")
     print("|---|---|---|---|")
+    mm_rows = []
     if stock_m is None:
         print(f"| stock x86_64 plugin | failed in all {runs} runs | - | - |")
+        mm_rows.append({"runtime": "stock x86_64 plugin", "workers": None, "compute_s": None, "ratio_to_stock": None, "whole_s": None})
     else:
         lost = len(stock_failed) - failed_before
         note = f" (median of {stock_m[2]}: {lost} run(s) failed every attempt)" if lost else ""
         print(f"| stock x86_64 plugin | {stock_m[0]:.3f} s{note} | 1.00 | {stock_m[1]:.2f} s |")
+        mm_rows.append({"runtime": "stock x86_64 plugin", "workers": None, "compute_s": r2(stock_m[0], 3), "ratio_to_stock": 1.0, "whole_s": r2(stock_m[1], 2)})
     for w in (1, 2, 3):
         m = med([RUN, "-np", str(w + 1), mm, n, bs])
         ratio = f"{m[0] / stock_m[0]:.2f}" if stock_m else "-"
         print(f"| ours, {w} worker{'s' if w > 1 else ''} | {m[0]:.3f} s | {ratio} | {m[1]:.2f} s |")
+        mm_rows.append({"runtime": f"ours, {w} worker{'s' if w > 1 else ''}", "workers": w, "compute_s": r2(m[0], 3),
+                        "ratio_to_stock": float(ratio) if stock_m else None, "whole_s": r2(m[1], 2)})
+    parts["matmul"] = {"n": int(n), "bs": int(bs), "tasks": (int(n) // int(bs)) ** 3, "runs": runs, "rows": mm_rows}
     print()
 
     # 3b. Matmul with tiny blocks (issue 9, item 2): thousands of short regions, 3 workers
@@ -334,6 +369,9 @@ def main():
     print("| stock x86_64 plugin | ours, 3 workers | ratio | target (issue 9, item 2) |")
     print("|---|---|---|---|")
     print(f"| {fmt(st, '.3f', ' s')} | {ou:.3f} s | {fmt(ou / st if st else None, '.2f')} | <= 2: {'yes' if st and ou / st <= 2 else 'NO'} |\n")
+    parts["matmul_tiny"] = {"n": int(tn), "bs": int(tbs), "regions": (int(tn) // int(tbs)) ** 3, "workers": 3, "runs": runs,
+                            "stock_s": r2(st, 3), "ours_s": r2(ou, 3), "ratio": r2(ou / st, 2) if st else None, "target": 2,
+                            "met": bool(st and ou / st <= 2)}
 
     # 4. Memory: resident memory of a worker holding 1 GiB; growth over alloc/delete cycles.
     held = 1024
@@ -344,9 +382,15 @@ def main():
     if mem:
         h, rss = mem[0]
         print(f"- holding {h >> 20} MiB: worker RSS {rss / 2**20:.1f} MiB ({(rss - h) / h * 100:+.1f}% over the bytes held)")
+    memory = {}
+    if mem:
+        memory.update(held_mib=h >> 20, worker_rss_mib=r2(rss / 2**20, 1), over_held_pct=r2((rss - h) / h * 100, 1))
     if len(churn) == 2:
-        (c1, r1), (c2, r2) = churn
-        print(f"- alloc/touch/free of 64 KiB: RSS after {c1} cycles {r1 / 2**20:.1f} MiB, after {c2} cycles {r2 / 2**20:.1f} MiB (growth {(r2 - r1) / 2**20:+.2f} MiB)")
+        (c1, m1), (c2, m2) = churn
+        print(f"- alloc/touch/free of 64 KiB: RSS after {c1} cycles {m1 / 2**20:.1f} MiB, after {c2} cycles {m2 / 2**20:.1f} MiB (growth {(m2 - m1) / 2**20:+.2f} MiB)")
+        memory.update(churn_kib=64, churn=[{"cycles": c1, "rss_mib": r2(m1 / 2**20, 1)}, {"cycles": c2, "rss_mib": r2(m2 / 2**20, 1)}],
+                      churn_growth_mib=r2((m2 - m1) / 2**20, 2))
+    parts["worker_memory"] = memory
     # 5. Checkpoints of the matmul demo: pause per checkpoint against the interval, and flush
     #    throughput against a plain sequential write of the same number of bytes to the same
     #    directory, right after each run (twice; the faster one is the yardstick). The virtual
@@ -395,7 +439,23 @@ def main():
         print(f"| {i + 1} | {r['checkpoints']} | {r['checkpoint_bytes'] / 2**20:.1f} MiB | {max(pauses) * 1e3:.1f} ms | {statistics.mean(pauses) * 1e3:.1f} ms "
               f"| {max(pauses) / float(interval) * 100:.1f}% | {sum(saves):.3f} s | {flush_bw / 1e6:.0f} MB/s | {plain_bw / 1e6:.0f} MB/s | {ratio:.2f} "
               f"| {loaded_bw / 1e6:.0f} MB/s | {flush_bw / loaded_bw:.2f} |")
+    ck_runs = []
+    for i, (ratio, r, flush_bw, plain_bw, loaded_bw) in enumerate(results):
+        pauses, saves = r["checkpoint_pauses_seconds"], r["checkpoint_save_seconds"]
+        ck_runs.append({"run": i + 1, "checkpoints": r["checkpoints"], "bytes_mib": r2(r["checkpoint_bytes"] / 2**20, 1),
+                        "max_pause_ms": r2(max(pauses) * 1e3, 1) if pauses else None, "mean_pause_ms": r2(statistics.mean(pauses) * 1e3, 1) if pauses else None,
+                        "max_pause_pct_of_interval": r2(max(pauses) / float(interval) * 100, 1) if pauses else None,
+                        "save_s": r2(sum(saves), 3), "flush_mbps": round(flush_bw / 1e6), "plain_write_idle_mbps": round(plain_bw / 1e6),
+                        "ratio_idle": r2(ratio, 2) if pauses else None,
+                        "plain_write_loaded_mbps": round(loaded_bw / 1e6) if loaded_bw == loaded_bw else None,
+                        "ratio_loaded": r2(flush_bw / loaded_bw, 2) if pauses and loaded_bw == loaded_bw else None,
+                        "per_checkpoint_pause_ms_save_s_flush_s": [[r2(p * 1e3, 1), r2(sv, 3), r2(f, 3)] for p, sv, f in zip(
+                            pauses, saves, r["checkpoint_flush_seconds"])]})
     took = [x for x in results if x[1]["checkpoint_pauses_seconds"]]
+    parts["checkpoints"] = {"n": int(cn), "bs": int(cbs), "workers": 3, "interval_s": float(interval), "runs": ck_runs,
+                            "largest_pause_pct": r2(max(max(x[1]["checkpoint_pauses_seconds"]) for x in took) / float(interval) * 100, 1) if took else None,
+                            "median_ratio_idle": r2(statistics.median(x[0] for x in took), 2) if took else None,
+                            "median_ratio_loaded": r2(statistics.median(x[2] / x[4] for x in took), 2) if took else None}
     if took:
         worst_pause = max(max(x[1]["checkpoint_pauses_seconds"]) for x in took) / float(interval)
         print(f"\nLargest pause of all runs: {worst_pause * 100:.1f}% of the interval; median flush ratio: {statistics.median(x[0] for x in took):.2f} "
@@ -412,6 +472,13 @@ def main():
     for cmd, why in stock_failed:
         print(f"- FAILED: `{cmd}` ({why})")
     print(f"\nLoad average after: {os.getloadavg()[0]:.2f}")
+    if QUICK:
+        print("bench: --quick: nothing written to bench/results", file=sys.stderr)
+        return
+    parts["stock_runs"] = {"retried_task_team": stock_retried["task_team"], "retried_other": stock_retried["other"],
+                           "failed": [{"command": c, "why": w} for c, w in stock_failed]}
+    plot.record("offload", "bench/run.py", "python3 bench/run.py", parts,
+                [{"chart": "bandwidth", "parts": ["bandwidth", "small_updates"], "output": "bandwidth.svg"}], date=started)
 
 
 if __name__ == "__main__":

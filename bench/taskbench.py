@@ -7,7 +7,10 @@ under the stock x86_64 plugin and under ours (see BENCHMARKS.md, "Task Bench-sty
                              [--ckpt-interval S] [--configs NAME,...]
 
 Needs target/release/ompcluster-run (cargo build --release) and clang-16. Prints a markdown
-report on stdout, one progress line per run on stderr.
+report on stdout, one progress line per run on stderr; unless --quick, writes the numbers to
+bench/results/taskbench.json and the plots to docs/img/taskbench-metg.svg (METG per
+configuration) and docs/img/taskbench-efficiency.svg (efficiency against granularity), with
+bench/plot.py.
 
 Configurations (the same binary):
   stock        the stock x86_64 plugin, in process: the binary run directly with
@@ -45,6 +48,9 @@ FAIL, which is reported (and makes the script exit 1). Ours is not retried: its 
 listed. Every subprocess has a timeout.
 """
 import argparse, json, math, os, re, shutil, statistics, subprocess, sys, tempfile, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plot  # noqa: E402  (bench/plot.py: the result file and its plots)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(ROOT, "target", "release", "ompcluster-run")
@@ -317,6 +323,7 @@ def main():
               f"efficiency) with the next smaller size when that one is smaller; \"smallest measured\" is the point "
               f"itself. Configurations: " + "; ".join(f"`{c[0]}` = {c[1]}" for c in cfgs) + ".\n")
 
+        results = {}  # bench/results/taskbench.json: the report's numbers, as printed
         for pattern in patterns:
             print(f"## {pattern}\n")
             med = {}
@@ -331,6 +338,8 @@ def main():
                 continue
             peak_key = max(rates, key=rates.get)
             peak = rates[peak_key]
+            res = results[pattern] = {"peak_rate": float(f"{peak:.3e}"), "peak_config": peak_key[0], "peak_k": peak_key[1],
+                                      "metg_us": {}, "smallest_measured_us": {}, "points": {}}
             print(f"Peak: {peak:.3e} iterations/s ({peak_key[0]}, K={peak_key[1]}); the host kernel on {CORES} "
                   f"cores would do {CORES / ns * 1e9:.3e} (peak / that = {peak / (CORES / ns * 1e9):.2f}).\n")
             print(f"| configuration | METG({args.threshold:.0%}), us | smallest measured >= {args.threshold:.0%}, us "
@@ -350,6 +359,8 @@ def main():
                     g = s * CORES / tasks * 1e6
                     eff = (tasks * k / s) / peak if k > 0 else 0.0
                     pts.append((k, g, eff))
+                    res["points"].setdefault(name, []).append({"k": k, "seconds": float(f"{s:.6f}"), "granularity_us": float(f"{g:.2f}"),
+                                                               "efficiency": float(f"{eff:.3f}")})
                     extra = f"{runs}" + (f", {failed} failed" if failed else "")
                     ck = sweep.checkpoints.get((pattern, name, k))
                     if ck is not None:
@@ -357,6 +368,8 @@ def main():
                     rows.append(f"| {k} | {k * ns / 1e3:.3f} | {s:.6f} | {g:.2f} | {g * alt_cores / CORES:.2f} "
                                 f"| {eff:.3f} | {extra} |")
                 value, smallest, note = metg(pts, args.threshold)
+                res["metg_us"][name] = None if value is None else float(f"{value:.1f}")
+                res["smallest_measured_us"][name] = None if smallest is None else float(f"{smallest:.1f}")
                 alt = value * alt_cores / CORES if value is not None else None
                 print(f"| {label} | {fmt(value)} | {fmt(smallest)} | {fmt(alt)} | {note} |")
                 tables.append((label, rows))
@@ -377,6 +390,18 @@ def main():
         print()
         if sweep.validation_failures:
             sys.exit(1)
+        if args.quick:
+            print("taskbench: --quick: nothing written to bench/results", file=sys.stderr)
+            return
+        common = {"width": args.width, "steps": args.steps, "rounds": rounds, "cores": CORES, "threshold": args.threshold,
+                  "configs": {c[0]: c[1] for c in cfgs}}
+        plot.record("taskbench", "bench/taskbench.py", cmdline, {
+            "metg": dict(common, patterns={p: {"metg_us": r["metg_us"]} for p, r in results.items()}),
+            "efficiency": dict(common, ns_per_iter=float(f"{ns:.3f}"), sizes=sizes, patterns=results,
+                               failures=[{"pattern": f[0], "config": f[1], "k": f[2], "round": f[3], "why": f[4]} for f in sweep.failures]),
+        }, [{"chart": "metg", "parts": ["metg"], "output": "taskbench-metg.svg"},
+            {"chart": "efficiency", "parts": ["efficiency"], "output": "taskbench-efficiency.svg"}],
+            date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
