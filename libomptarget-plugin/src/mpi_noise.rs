@@ -9,13 +9,33 @@
 //! * `Read -1, expected N, errno = 3`: Open MPI's shared-memory transport trying a single-copy
 //!   read from a process that no longer exists (errno 3 is ESRCH);
 //! * the boxed `WARNING: Open MPI failed to TCP connect to a peer MPI process` (a peer on another
-//!   host that died: its port refuses the connection), from its opening rule to its closing one.
+//!   host that died: its port refuses the connection) and `An MPI communication peer process
+//!   has unexpectedly disconnected`, each from its opening rule to its closing one;
+//! * `[host][[job,1],rank][.../btl_tcp_frag.c:N:mca_btl_tcp_frag_send] mca_btl_tcp_frag_send:
+//!   writev failed: Connection reset by peer (104)`: a send to a peer that died;
+//! * `[host:pid] plm:rsh: Warning: setpgid(N,N) failed in parent with errno=Permission
+//!   denied(13)`: mpirun starting a daemon on another node through its rsh agent, which had
+//!   already exec'd (a race mpirun loses harmlessly);
+//! * mpirun's count of those boxes, `[host:pid] N more processes have sent help message
+//!   help-mpi-btl-tcp.txt / peer hung up` (or `/ client connect fail`), and the line
+//!   `... Set MCA parameter "orte_base_help_aggregate" to 0 ...` right after one.
 //!
 //! The filter works on whole lines; [`Filter::flush`] hands out a partial line (a prompt with
 //! no newline yet) and a rule held back while it cannot yet tell whether a box follows.
 
 /// The first line of the boxes dropped whole.
-const BOXES: &[&str] = &["WARNING: Open MPI failed to TCP connect to a peer MPI process"];
+const BOXES: &[&str] = &[
+    "WARNING: Open MPI failed to TCP connect to a peer MPI process",
+    "An MPI communication peer process has unexpectedly disconnected.",
+];
+
+/// mpirun's count of the boxes above that it did not print.
+fn is_box_count(line: &str) -> bool {
+    line.starts_with('[')
+        && (line.contains(" more process has sent help message help-mpi-btl-tcp.txt / ")
+            || line.contains(" more processes have sent help message help-mpi-btl-tcp.txt / "))
+        && (line.ends_with("/ peer hung up") || line.ends_with("/ client connect fail"))
+}
 
 /// Is `line` (without its newline) one of the single lines dropped?
 pub fn is_noise_line(line: &str) -> bool {
@@ -27,7 +47,13 @@ pub fn is_noise_line(line: &str) -> bool {
         .strip_prefix("Read -1, expected ")
         .and_then(|r| r.strip_suffix(", errno = 3"))
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-    pmix || cma
+    let reset = line.starts_with('[')
+        && line.contains("btl_tcp_frag.c:")
+        && line.ends_with("] mca_btl_tcp_frag_send: writev failed: Connection reset by peer (104)");
+    let setpgid = line.starts_with('[')
+        && line.contains("] plm:rsh: Warning: setpgid(")
+        && line.ends_with(") failed in parent with errno=Permission denied(13)");
+    pmix || cma || reset || setpgid || is_box_count(line)
 }
 
 fn is_rule(line: &str) -> bool {
@@ -52,6 +78,8 @@ enum State {
 pub struct Filter {
     state: State,
     partial: Vec<u8>,
+    /// The last line was mpirun's count of dropped boxes (its hint line follows).
+    after_count: bool,
     /// Lines and boxes dropped so far.
     pub dropped: u64,
 }
@@ -90,9 +118,13 @@ impl Filter {
     }
 
     fn open_line(&mut self, line: Vec<u8>, text: &str, out: &mut Vec<u8>) {
+        let after_count = std::mem::replace(&mut self.after_count, false);
         if is_rule(text) {
             self.state = State::Rule(line);
         } else if is_noise_line(text) {
+            self.dropped += 1;
+            self.after_count = is_box_count(text.trim_end_matches('\r'));
+        } else if after_count && text.contains("] Set MCA parameter \"orte_base_help_aggregate\" to 0 to see all help / error messages") {
             self.dropped += 1;
         } else {
             out.extend_from_slice(&line);
@@ -192,6 +224,20 @@ mod tests {
         assert_eq!(run(&[&format!("before\n{tcp}after\n{other}")]), format!("before\nafter\n{other}"));
         // A rule the program prints, then nothing: it comes out at the flush.
         assert_eq!(run(&[&format!("{rule}\n")]), format!("{rule}\n"));
+    }
+
+    #[test]
+    fn what_a_peer_on_another_host_dying_prints_is_dropped() {
+        let rule = "-".repeat(74);
+        let hung = format!("{rule}\nAn MPI communication peer process has unexpectedly disconnected.  This\nusually indicates a failure in the peer process.\n\n  Local host: node1\n  Peer host:  10.77.0.13\n{rule}\n");
+        let setpgid = "[vm:16057] plm:rsh: Warning: setpgid(16064,16064) failed in parent with errno=Permission denied(13)\n";
+        assert_eq!(run(&[&format!("x\n{setpgid}y\n")]), "x\ny\n");
+        let reset = "[node4][[8449,1],3][../../../../../../opal/mca/btl/tcp/btl_tcp_frag.c:135:mca_btl_tcp_frag_send] mca_btl_tcp_frag_send: writev failed: Connection reset by peer (104)\n";
+        let counts = "[vm:19967] 2 more processes have sent help message help-mpi-btl-tcp.txt / peer hung up\n[vm:19967] Set MCA parameter \"orte_base_help_aggregate\" to 0 to see all help / error messages\n[vm:19967] 1 more process has sent help message help-mpi-btl-tcp.txt / client connect fail\n";
+        assert_eq!(run(&[&format!("a\n{hung}{reset}b\n{counts}c\n")]), "a\nb\nc\n");
+        // The hint alone (after another message of Open MPI's) stays.
+        let hint = "[vm:1] Set MCA parameter \"orte_base_help_aggregate\" to 0 to see all help / error messages\n";
+        assert_eq!(run(&[&format!("[vm:1] 3 more processes have sent help message help-orte-odls.txt / x\n{hint}")]), format!("[vm:1] 3 more processes have sent help message help-orte-odls.txt / x\n{hint}"));
     }
 
     #[test]

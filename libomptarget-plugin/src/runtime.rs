@@ -169,8 +169,20 @@ pub(crate) fn internal_error(what: std::fmt::Arguments<'_>) -> ! {
 /// Tell the launcher how the program ended (the head only).
 pub(crate) fn write_exit_status(status: i32) {
     if let Some(p) = STATUS_FILE.get() {
-        let _ = std::fs::write(p, format!("{status}\n"));
+        // A second line names the dead ranks the head could not kill (frozen on another host):
+        // the launcher need not wait for the job to end by itself (see `Cluster::shutdown`).
+        let unreachable = UNREACHABLE.lock().iter().map(|r| r.to_string()).collect::<Vec<_>>().join(" ");
+        let text = if unreachable.is_empty() { format!("{status}\n") } else { format!("{status}\nunreachable {unreachable}\n") };
+        let _ = std::fs::write(p, text);
     }
+}
+
+/// Dead ranks that may still be processes on other hosts, which the head cannot kill.
+static UNREACHABLE: parking_lot::Mutex<Vec<i32>> = parking_lot::Mutex::new(Vec::new());
+
+/// The workers are stopped; `ranks` are dead and out of the head's reach (for the status file).
+pub(crate) fn note_unreachable(ranks: Vec<i32>) {
+    *UNREACHABLE.lock() = ranks;
 }
 
 /// On the head: remember the program's exit status, and have it written where the launcher

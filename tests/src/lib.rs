@@ -248,19 +248,25 @@ impl Job {
     /// Holds the global run lock until the job is waited for or dropped.
     pub fn spawn(np: u32, prog: &Path, args: &[&str], envs: &[(&str, &str)]) -> Job {
         let lock = run_lock();
-        Self::start(np, prog, args, envs, Some(lock))
+        Self::start(np, &[], prog, args, envs, Some(lock))
+    }
+
+    /// Like [`Job::spawn`], with options for the launcher (`--hostfile`, `--mpirun-arg=...`).
+    pub fn spawn_with(np: u32, options: &[String], prog: &Path, args: &[&str], envs: &[(&str, &str)]) -> Job {
+        let lock = run_lock();
+        Self::start(np, options, prog, args, envs, Some(lock))
     }
 
     /// Like [`Job::spawn`], without taking the run lock: a second job started while a job of
     /// the same test runs (that job holds the lock).
     pub fn spawn_beside(np: u32, prog: &Path, args: &[&str], envs: &[(&str, &str)]) -> Job {
-        Self::start(np, prog, args, envs, None)
+        Self::start(np, &[], prog, args, envs, None)
     }
 
-    fn start(np: u32, prog: &Path, args: &[&str], envs: &[(&str, &str)], lock: Option<MutexGuard<'static, ()>>) -> Job {
+    fn start(np: u32, options: &[String], prog: &Path, args: &[&str], envs: &[(&str, &str)], lock: Option<MutexGuard<'static, ()>>) -> Job {
         let launcher = launcher();
         let mut cmd = Command::new(&launcher);
-        cmd.arg("-np").arg(np.to_string()).arg(prog).args(args);
+        cmd.arg("-np").arg(np.to_string()).args(options).arg(prog).args(args);
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("OMPCLUSTER_") && k != "OMPCLUSTER_MPIRUN" {
                 cmd.env_remove(k);

@@ -43,12 +43,28 @@ struct Args {
     command: Vec<OsString>,
 }
 
+/// How long the job gets to end by itself after the program has ended when the head says
+/// that dead ranks it could not kill (frozen, on other hosts) remain: the live ranks were
+/// stopped already and only leave.
+const UNREACHABLE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The status file: how the program ended (its first line: an exit status, `signal N`, or
+/// `started`), and the dead ranks the head could not kill (a line `unreachable R...`).
+fn read_status(f: &Path) -> Option<(String, Vec<String>)> {
+    let text = std::fs::read_to_string(f).ok()?;
+    let mut lines = text.lines();
+    let how = lines.next()?.trim().to_string();
+    let unreachable = lines.find_map(|l| l.strip_prefix("unreachable ")).map(|r| r.split_whitespace().map(str::to_string).collect()).unwrap_or_default();
+    Some((how, unreachable))
+}
+
 /// Wait for mpirun to end. Once the status file says how the program ended (an exit status,
-/// or the signal it died of) and the job is still running `grace` later, ask mpirun to stop
-/// it (SIGTERM, then SIGKILL 10 s later).
+/// or the signal it died of) and the job is still running `grace` later (or
+/// [`UNREACHABLE_GRACE`] later, if dead ranks out of the head's reach remain), ask mpirun to
+/// stop it (SIGTERM, then SIGKILL 10 s later).
 fn wait_for_job(mut child: std::process::Child, status_file: Option<&Path>, grace: std::time::Duration) -> std::io::Result<std::process::ExitStatus> {
     use std::time::{Duration, Instant};
-    let mut ended: Option<(Instant, String)> = None;
+    let mut ended: Option<(Instant, String, Vec<String>)> = None;
     let mut termed_at: Option<Instant> = None;
     loop {
         if let Some(st) = child.try_wait()? {
@@ -56,21 +72,27 @@ fn wait_for_job(mut child: std::process::Child, status_file: Option<&Path>, grac
         }
         if ended.is_none() {
             // "started" until the head writes how the program ended.
-            let how = status_file.and_then(|f| std::fs::read_to_string(f).ok()).map(|s| s.trim().to_string());
-            if let Some(how) = how.filter(|s| !s.is_empty() && s != "started") {
-                ended = Some((Instant::now(), how));
+            if let Some((how, unreachable)) = status_file.and_then(read_status).filter(|(s, _)| !s.is_empty() && s != "started") {
+                ended = Some((Instant::now(), how, unreachable));
             }
         }
         match (&ended, termed_at) {
-            (Some((at, how)), None) if at.elapsed() > grace => {
+            (Some((at, how, unreachable)), None) if at.elapsed() > if unreachable.is_empty() { grace } else { UNREACHABLE_GRACE } => {
                 let how = match how.strip_prefix("signal ") {
                     Some(sig) => format!("died of signal {sig}"),
                     None => format!("exited with status {how}"),
                 };
-                eprintln!(
-                    "ompcluster-run: the program {how}, but ranks of the job are still running {:.0} s later (a frozen worker?): stopping the job",
-                    grace.as_secs_f64()
-                );
+                if unreachable.is_empty() {
+                    eprintln!(
+                        "ompcluster-run: the program {how}, but ranks of the job are still running {:.0} s later (a frozen worker?): stopping the job",
+                        grace.as_secs_f64()
+                    );
+                } else {
+                    eprintln!(
+                        "ompcluster-run: the program {how}; rank(s) {} declared dead on another host may still be running there (frozen): stopping the job",
+                        unreachable.join(", ")
+                    );
+                }
                 // SAFETY: kill has no memory-safety preconditions; the pid is our child's.
                 unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
                 termed_at = Some(Instant::now());
@@ -403,7 +425,7 @@ fn main() -> ExitCode {
             use std::os::unix::process::ExitStatusExt;
             let mut code = status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1);
             if let Some(f) = &status_file {
-                match std::fs::read_to_string(f).ok().map(|s| s.trim().to_string()) {
+                match read_status(f).map(|(how, _)| how) {
                     None => {
                         eprintln!(
                             "ompcluster-run: the cluster device never started on rank 0: the plugin {} did not load there (so libomptarget ran every target region on each rank's own host, each rank running the whole program), or rank 0 ended before the program started",

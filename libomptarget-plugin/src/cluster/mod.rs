@@ -490,12 +490,19 @@ impl Cluster {
         }
         // A rank that died (or froze) and is still a process on this host is killed, as
         // recovery would: mpirun waits for every process, a frozen one included.
+        // One on another host is out of reach: the launcher is told (the status file), so
+        // that it stops the job as soon as the program has ended instead of waiting for it.
         let host = self.procs[HEAD as usize].0;
+        let mut unreachable = Vec::new();
         for r in self.live.dead_ranks().into_iter().filter(|&r| r != HEAD) {
-            if let Some(&(_, victim)) = self.procs.get(r as usize).filter(|p| p.0 == host) {
-                event_system::process::kill(victim);
+            match self.procs.get(r as usize) {
+                Some(&(h, victim)) if h == host => {
+                    event_system::process::kill(victim);
+                }
+                _ => unreachable.push(r),
             }
         }
+        crate::runtime::note_unreachable(unreachable);
         let wall = self.start.elapsed().as_secs_f64();
         if let Some(path) = &self.cfg.report {
             let mut report = Report::from_stats(&self.stats, workers.len(), wall);
