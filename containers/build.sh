@@ -11,10 +11,11 @@
 #   4. where Apptainer is installed (not on Debian 12), containers/ompcluster.def from the same
 #      base image.
 #
-#   bash containers/build.sh [--worktree] [--no-demo]
+#   bash containers/build.sh [--worktree] [--no-demo] [--base-only]
 #     --worktree  build the work tree as it is (tracked and untracked, not ignored files)
 #                 instead of the last commit (git archive HEAD, the default)
 #     --no-demo   stop after the build
+#     --base-only stop once the base image is made and tagged
 #   Settings (environment): IMAGE (default localhost/ompcluster:latest),
 #     BASE (default localhost/debian-min:12), DEBIAN_MIRROR (default http://deb.debian.org/debian),
 #     BUILD_JOBS (cargo's jobs inside the build; default: cargo's own, one per core),
@@ -36,12 +37,13 @@ DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 BUILD_JOBS=${BUILD_JOBS:-}
 HOST_CA=${HOST_CA-/etc/ssl/certs/ca-certificates.crt}
 SIF=${SIF:-$repo/target/ompcluster.sif}
-worktree=0 demo=1
+worktree=0 demo=1 base_only=0
 for a in "$@"; do
   case $a in
     --worktree) worktree=1 ;;
     --no-demo) demo=0 ;;
-    -h|--help) sed -n "2,28p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --base-only) base_only=1 ;;
+    -h|--help) sed -n "2,29p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "containers/build.sh: unknown argument $a (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -84,6 +86,14 @@ if ((${#missing[@]})); then
 fi
 
 image_exists() { buildah inspect --type image "$1" >/dev/null 2>&1; }
+image_id() { buildah inspect --type image --format '{{.FromImageID}}' "$1" 2>/dev/null || true; }
+# remove_if_untagged ID: removes an image this script replaced, once no name points to it
+# (quietly kept when a container still uses it).
+remove_if_untagged() {
+  [ -n "$1" ] || return 0
+  buildah images --filter dangling=true --no-trunc --format '{{.ID}}' | grep -q "$1" || return 0
+  buildah rmi "$1" >/dev/null 2>&1 && echo "== removed the image this build replaced (${1:0:12})" || true
+}
 
 # --- the build context, and the image its Dockerfile's FROM names
 ctx=$work/context
@@ -110,6 +120,7 @@ else
 fi
 
 # --- 1. the base image, from Debian's packages
+made_base=0
 if image_exists "$BASE"; then
   echo "== base image $BASE exists: kept (buildah rmi $BASE to make it again)"
 else
@@ -144,18 +155,22 @@ EOF
   tar -C "$rootfs" --numeric-owner -cf - . | tar -C "$mnt" --numeric-owner -xpf -
   buildah umount "$c" >/dev/null
   buildah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    --cmd bash --os linux --arch amd64 "$c"
+    --cmd bash --os linux --arch "$(dpkg --print-architecture)" "$c"
   buildah commit --quiet --rm "$c" "$BASE" >/dev/null
   containers=()
   rm -rf "$rootfs"
+  made_base=1
   took "base import"
 fi
-if image_exists "$from_full"; then
-  echo "== $from_full exists: used as it is"
-else
+if ((made_base)) || ! image_exists "$from_full"; then
+  old_base=$(image_id "$from_full")
   buildah tag "$BASE" "$from_full"
+  [ "$old_base" = "$(image_id "$from_full")" ] || remove_if_untagged "$old_base"
   echo "== tagged $BASE as $from_full (the Dockerfile's FROM $from)"
+else
+  echo "== $from_full exists: used as it is"
 fi
+((base_only)) && { echo "== done (--base-only) in $((SECONDS - t_start)) s"; exit 0; }
 
 # --- 2. buildah bud
 ca_args=()
@@ -165,16 +180,13 @@ if [ -n "$HOST_CA" ]; then
 fi
 # The image this build replaces, removed after it unless something else still uses it (no
 # --layers: its cache would keep a few GB of intermediate images per source change).
-old_id=$(buildah inspect --type image --format '{{.FromImageID}}' "$IMAGE" 2>/dev/null || true)
+old_id=$(image_id "$IMAGE")
 step "buildah bud --isolation chroot -f containers/Dockerfile -t $IMAGE"
 buildah bud --isolation chroot --pull=never -f "$ctx/containers/Dockerfile" \
   --build-arg BUILD_JOBS="$BUILD_JOBS" "${ca_args[@]}" -t "$IMAGE" "$ctx" 2>&1 | stamp | tee "$work/bud.log" \
   || die "buildah bud (output above)"
 took "bud"
-new_id=$(buildah inspect --type image --format '{{.FromImageID}}' "$IMAGE")
-if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ]; then
-  buildah rmi "$old_id" >/dev/null 2>&1 && echo "== removed the image this build replaced (${old_id:0:12})" || true
-fi
+[ "$old_id" = "$(image_id "$IMAGE")" ] || remove_if_untagged "$old_id"
 
 # --- 3. the demo inside the image
 if ((demo)); then
