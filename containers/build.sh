@@ -56,7 +56,11 @@ containers=()
 cleanup() {
   local c
   for c in "${containers[@]}"; do buildah rm "$c" >/dev/null 2>&1 || true; done
-  rm -rf "$work"
+  # An interrupted debootstrap may leave /proc, /sys or /dev mounted in its target: unmount
+  # them (deepest first) and never let rm cross into another file system.
+  awk -v w="$work/" 'index($2, w) == 1 { print $2 }' /proc/self/mounts | sort -r |
+    while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  rm -rf --one-file-system "$work"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
