@@ -66,6 +66,7 @@ fn on_notice(me: i32, notice: Notice, timeout_ms: u128) {
         }
         Some(Runtime::Worker(_)) if dead == me => {
             eprintln!("ompcluster worker {me}: this rank was declared dead while it was not responding; the job went on without it, leaving");
+            event_system::flush_stderr();
             // SAFETY: flushing C streams, then leaving at once without running destructors
             // (they belong to a `main` this rank never ran) or touching MPI again.
             unsafe {

@@ -167,12 +167,25 @@ impl Capture {
         }
     }
 
-    /// At exit: write what nobody collected to the original stdout and stop the reader.
+    /// At exit: write what nobody collected to the original descriptor, put that descriptor
+    /// back (what the worker prints while it leaves goes straight out), stop the reader.
     pub(crate) fn finish(&self) {
-        // SAFETY: flushing all C streams (any of them may be fd 1) is always allowed.
+        // SAFETY: flushing all C streams (any of them may be fd 1 or 2) is always allowed.
         unsafe { libc::fflush(std::ptr::null_mut()) };
-        let rest = self.collect();
-        write_all(self.orig_fd, &rest);
+        let mut b = self.buf.lock();
+        loop {
+            self.read_available(&mut b);
+            if self.pipe_empty() {
+                break;
+            }
+        }
+        write_all(self.orig_fd, &std::mem::take(&mut *b));
+        // SAFETY: `orig_fd` is the descriptor `start` saved; dup2 replaces `fd` atomically, so
+        // a concurrent write lands either in the pipe (read below) or in the original.
+        unsafe { libc::dup2(self.orig_fd, self.fd) };
+        self.read_available(&mut b);
+        write_all(self.orig_fd, &std::mem::take(&mut *b));
+        drop(b);
         self.stop.store(true, Ordering::Release);
     }
 }
