@@ -41,6 +41,18 @@ impl Liveness for DetectorLiveness {
     }
 }
 
+/// A write to a dead peer's TCP connection (Open MPI's TCP transport, between nodes) raises
+/// SIGPIPE in the writing thread, whose default action ends the process silently: a survivor,
+/// the head included, died after a worker on another node did. With fault tolerance on, every
+/// rank ignores SIGPIPE (the write fails with EPIPE, which Open MPI handles as the peer's
+/// failure). README, Limits: a program writing to a closed pipe sees EPIPE instead of dying.
+/// A handler the program installs later replaces this.
+fn survive_broken_connections() {
+    // SAFETY: setting a signal's disposition to SIG_IGN has no memory effects; called once at
+    // start-up, before the program's main.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+}
+
 /// Print a start-up error once (on rank 0, or wherever the rank is unknown), then exit.
 fn startup_error(msg: std::fmt::Arguments<'_>) -> ! {
     let rank = std::env::var("OMPI_COMM_WORLD_RANK").unwrap_or_default();
@@ -321,6 +333,9 @@ pub(crate) fn init() -> Result<(), String> {
     }
     let timeout_ms = ft_cfg.timeout.as_millis();
     let recovery = ft_cfg.enabled;
+    if recovery {
+        survive_broken_connections();
+    }
     let det = Arc::new(Detector::start(&world, ft_cfg).map_err(|e| format!("cannot start the failure detector: {e}"))?);
     let me = comm.rank();
     det.on_notice(move |n| on_notice(me, n, timeout_ms));

@@ -89,8 +89,9 @@ fn the_example_runs_across_nodes() {
     assert!(!stderr(&o).contains("failed"), "{}", describe(&o));
 }
 
+/// Also the test of SIGPIPE being ignored: before, a survivor (the head, or another worker)
+/// writing to the dead worker's TCP connection died of SIGPIPE, silently, in 2 of 4 runs.
 #[test]
-#[ignore = "the head sometimes dies after a worker on another node is killed: see HEAD_DIES below"]
 fn a_worker_killed_on_another_node_is_found_by_the_heartbeat_and_recovered() {
     let Some(c) = Cluster::up(4) else { return };
     let o = c.matmul(&["1024", "256"], &[("OMPCLUSTER_FT_INJECT", "kill:rank=2:after_tasks=20")]);
@@ -116,7 +117,6 @@ fn a_worker_frozen_on_another_node_does_not_keep_the_job_running() {
 }
 
 #[test]
-#[ignore = "the head sometimes dies after a worker on another node is killed: see HEAD_DIES below"]
 fn checkpoints_on_a_directory_every_node_shares() {
     let Some(c) = Cluster::up(4) else { return };
     let ck = c.shared().join("ckpt");
@@ -139,10 +139,3 @@ fn checkpoints_on_a_directory_every_node_shares() {
     assert!(savers.iter().any(|&r| r > 0), "no worker on another node saved into the shared directory: {savers:?}");
 }
 
-// HEAD_DIES: the two tests with a worker killed on another node are not run by default. In
-// about 1 run in 10 with the machine loaded (2 failures of about 30 runs, 2026-11-26), the head
-// itself died some time after the kill, with nothing on stderr from it ("rank 0 is dead" from
-// the workers, "rank 0 ... ended without exiting normally" from the launcher); in another run
-// a second worker was declared dead 1 s (the detector's adopt timeout) after the first, and the
-// head ran the rest itself, rightly. Not understood yet; run them with
-// `cargo test --release -p ompcluster-tests --test multinode -- --include-ignored`.
