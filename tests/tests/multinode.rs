@@ -62,7 +62,12 @@ impl Cluster {
     /// Runs the matmul example over the nodes; fails the test if a process of the job
     /// outlives it.
     fn matmul(&self, args: &[&str], envs: &[(&str, &str)]) -> Output {
-        let job = Job::spawn_with(4, &self.options(), ompcluster_tests::matmul_example(), args, envs);
+        self.run(ompcluster_tests::matmul_example(), args, envs)
+    }
+
+    /// Runs `prog` with 4 ranks, one per node, as [`Cluster::matmul`] does.
+    fn run(&self, prog: &Path, args: &[&str], envs: &[(&str, &str)]) -> Output {
+        let job = Job::spawn_with(4, &self.options(), prog, args, envs);
         let marker = job.marker().to_string();
         let out = job.wait(Duration::from_secs(120));
         let left: Vec<i32> = job_members(&marker);
@@ -81,10 +86,22 @@ fn correct(o: &Output) {
     assert!(o.status.success() && stdout(o).contains("result correct"), "{}", describe(o));
 }
 
+/// The Cholesky example, compiled once.
+fn cholesky() -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cholesky/cholesky.c");
+    let out = ompcluster_tests::work_dir().join("cholesky-multinode");
+    let o = Command::new("clang-16").args(ompcluster_tests::OFFLOAD_FLAGS).arg(&src).arg("-lm").arg("-o").arg(&out).output().expect("clang-16");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
 #[test]
-fn the_example_runs_across_nodes() {
+fn the_examples_run_across_nodes() {
     let Some(c) = Cluster::up(4) else { return };
     let o = c.matmul(&["1024", "256"], &[]);
+    correct(&o);
+    assert!(!stderr(&o).contains("failed"), "{}", describe(&o));
+    let o = c.run(&cholesky(), &["1024", "128"], &[]);
     correct(&o);
     assert!(!stderr(&o).contains("failed"), "{}", describe(&o));
 }

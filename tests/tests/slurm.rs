@@ -73,4 +73,29 @@ fn the_example_job_runs_under_slurm_and_survives_a_worker_killed_in_it() {
     );
     assert!(o.status.success() && text.contains("result correct"), "the job failed\n{}\n--- job output ---\n{text}", describe(&o));
     assert!(text.contains("recovered from the loss of rank 2"), "no recovery inside the job\n{text}");
+
+    // Without the launcher: srun starts the ranks itself through PMIx (Debian's Open MPI has
+    // it), the plugin found on LD_LIBRARY_PATH, ob1 over shared memory and TCP as the
+    // launcher would choose. (Failure-free only: after a worker's death srun ends the step as
+    // failed although the result is right; README "Under Slurm".)
+    let plugin_dir = repo().join("target/release/ompcluster-plugin");
+    assert!(plugin_dir.join("libomptarget.rtl.ppc64.so").exists(), "the launcher has not linked the plugin for libomptarget yet");
+    let exe = dir.path().join("build-examples/matmul");
+    let out = dir.path().join("srun.out");
+    let o = Command::new("timeout")
+        .arg("300")
+        .arg("sbatch")
+        .arg("--wait")
+        .args(["--nodes=1", "--ntasks=2", "--time=00:10:00"])
+        .arg(format!("--chdir={}", dir.path().display()))
+        .arg(format!("--output={}", out.display()))
+        .arg(format!(
+            "--wrap=srun --mpi=pmix --overcommit -n 3 env LD_LIBRARY_PATH={} OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp {} 512 128",
+            plugin_dir.display(),
+            exe.display()
+        ))
+        .output()
+        .expect("run sbatch");
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    assert!(o.status.success() && text.contains("result correct"), "srun --mpi=pmix failed\n{}\n--- job output ---\n{text}", describe(&o));
 }
