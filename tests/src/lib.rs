@@ -662,11 +662,19 @@ pub fn env_refs(v: &[(String, String)]) -> Vec<(&str, &str)> {
 /// The matmul example (`examples/matmul/matmul.c`), compiled once per test binary run.
 pub fn matmul_example() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/matmul/matmul.c");
-        let out = work_dir().join("matmul");
-        let o = Command::new("clang-16").args(OFFLOAD_FLAGS).arg(&src).args(["-lm", "-o"]).arg(&out).output().expect("run clang-16");
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        out
-    })
+    BIN.get_or_init(|| compile_example("matmul"))
+}
+
+/// The Cholesky example (`examples/cholesky/cholesky.c`), compiled once per test binary run.
+pub fn cholesky_example() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| compile_example("cholesky"))
+}
+
+fn compile_example(name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../examples/{name}/{name}.c"));
+    let out = work_dir().join(name);
+    let o = Command::new("clang-16").args(OFFLOAD_FLAGS).arg(&src).args(["-lm", "-o"]).arg(&out).output().expect("run clang-16");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    out
 }

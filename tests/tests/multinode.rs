@@ -86,22 +86,13 @@ fn correct(o: &Output) {
     assert!(o.status.success() && stdout(o).contains("result correct"), "{}", describe(o));
 }
 
-/// The Cholesky example, compiled once.
-fn cholesky() -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cholesky/cholesky.c");
-    let out = ompcluster_tests::work_dir().join("cholesky-multinode");
-    let o = Command::new("clang-16").args(ompcluster_tests::OFFLOAD_FLAGS).arg(&src).arg("-lm").arg("-o").arg(&out).output().expect("clang-16");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    out
-}
-
 #[test]
 fn the_examples_run_across_nodes() {
     let Some(c) = Cluster::up(4) else { return };
     let o = c.matmul(&["1024", "256"], &[]);
     correct(&o);
     assert!(!stderr(&o).contains("failed"), "{}", describe(&o));
-    let o = c.run(&cholesky(), &["1024", "128"], &[]);
+    let o = c.run(ompcluster_tests::cholesky_example(), &["1024", "128"], &[]);
     correct(&o);
     assert!(!stderr(&o).contains("failed"), "{}", describe(&o));
 }

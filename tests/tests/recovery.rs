@@ -443,21 +443,7 @@ fn failure_free_report_has_no_failures() {
 /// runs, the same machine code on the same inputs).
 #[test]
 fn cholesky_example_survives_kills_and_freezes() {
-    static EXE: OnceLock<PathBuf> = OnceLock::new();
-    let exe = EXE.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cholesky/cholesky.c");
-        let out = ompcluster_tests::work_dir().join("cholesky");
-        let o = std::process::Command::new("clang-16")
-            .args(ompcluster_tests::OFFLOAD_FLAGS)
-            .arg(&src)
-            .arg("-lm")
-            .arg("-o")
-            .arg(&out)
-            .output()
-            .expect("clang-16");
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        out
-    });
+    let exe = ompcluster_tests::cholesky_example();
     let args = ["2048", "128"];
     let masked = |o: &Output| {
         let out = stdout(o);
