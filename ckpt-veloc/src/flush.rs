@@ -4,8 +4,10 @@
 //! caller's [`FlushHandle`], the store (which keeps the slot to wait for
 //! flushes still running at exit) and the [`FlushCompleter`] owned by the
 //! thread doing the work. The slot is a mutex-protected [`SlotState`] plus a
-//! condition variable; the completer moves the state from `InProgress` to
-//! `Done` exactly once and notifies all waiters. If the completer is dropped
+//! condition variable; the first of the completer and a store's watchdog
+//! (the VeloC store fails a flush its engine stopped advancing) moves the
+//! state from `InProgress` to `Done`, once, and notifies all waiters; a later
+//! result is dropped. If the completer is dropped
 //! without completing (the flusher thread panicked or was torn down), its
 //! `Drop` stores [`FlushError::FlusherGone`], so a waiter can never hang on
 //! a flush that nobody will finish.
@@ -139,20 +141,33 @@ pub(crate) struct FlushCompleter {
 }
 
 impl FlushCompleter {
-    /// Stores the result and wakes every waiter.
+    /// Stores the result and wakes every waiter (unless the slot was already failed by a
+    /// watchdog: the first result stands).
     pub(crate) fn complete(mut self, r: Result<FlushOutcome, FlushError>) {
         if let Some(slot) = self.slot.take() {
-            *slot.state.lock() = SlotState::Done(r);
-            slot.cv.notify_all();
+            slot.finish(r);
         }
+    }
+}
+
+impl FlushSlot {
+    /// Ends the flush with `r` if it is still in progress; wakes every waiter. Returns
+    /// whether `r` was stored.
+    pub(crate) fn finish(&self, r: Result<FlushOutcome, FlushError>) -> bool {
+        let mut st = self.state.lock();
+        if !matches!(*st, SlotState::InProgress) {
+            return false;
+        }
+        *st = SlotState::Done(r);
+        self.cv.notify_all();
+        true
     }
 }
 
 impl Drop for FlushCompleter {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
-            *slot.state.lock() = SlotState::Done(Err(FlushError::FlusherGone { ckpt: self.ckpt }));
-            slot.cv.notify_all();
+            slot.finish(Err(FlushError::FlusherGone { ckpt: self.ckpt }));
         }
     }
 }

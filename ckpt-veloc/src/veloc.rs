@@ -35,6 +35,15 @@
 //! checkpoint waits until the previous flush is done. Whoever holds the lock first (waiter,
 //! next save, `wait_all`, `Drop`) completes the in-flight flush; the others find nothing left
 //! to do.
+//!
+//! VeloC's waits have no timeout, and its async engine has been seen to lose a request: the
+//! client waits forever for a completion while the daemon idles. So every flush has a
+//! watchdog thread: when the checkpoint's files in the persistent directory have not grown
+//! for [`STALL`], it fails the flush (the head then drops that checkpoint) and marks the store
+//! *wedged*: the waiter still holds `inner` inside VeloC, so from then on no call waits for
+//! `inner` (every locker gives up once the store is wedged), saves and flushes fail at once,
+//! and closing leaves the node without `VELOC_Finalize` (the last rank still stops the
+//! daemon). Recovery then relies on the other levels (lineage, the head's copies).
 
 use std::collections::HashSet;
 use std::ffi::{c_char, c_int, c_uint, CStr, CString};
@@ -44,9 +53,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::config::StoreConfig;
 use crate::error::{FlushError, OpenError, SaveError};
@@ -67,11 +76,17 @@ const VELOC_SUCCESS: c_int = 0;
 /// Whether a VeloC client exists in this process.
 static OPEN: AtomicBool = AtomicBool::new(false);
 
+/// How long a flush may go without its checkpoint's persistent files growing before the
+/// watchdog declares VeloC's engine stuck.
+pub(crate) const STALL: Duration = Duration::from_secs(30);
+
 /// The VeloC store. See the module documentation.
 pub struct VelocStore {
     rank: Rank,
     persistent: PathBuf,
     inner: Arc<Mutex<Inner>>,
+    /// Set by a flush's watchdog when VeloC stopped completing it (module documentation).
+    wedged: Arc<AtomicBool>,
     /// This rank's part in the job's use of VeloC on the node; left after `VELOC_Finalize`
     /// (by `close` or `Drop`, whichever comes first).
     session: Mutex<Option<NodeSession>>,
@@ -194,6 +209,7 @@ impl VelocStore {
                 in_flight: None,
                 slots: Vec::new(),
             })),
+            wedged: Arc::new(AtomicBool::new(false)),
             session: Mutex::new(Some(session)),
         })
     }
@@ -410,7 +426,7 @@ impl CheckpointStore for VelocStore {
             SaveError::Veloc(format!("checkpoint id {ckpt} does not fit VeloC's int version"))
         })?;
         let checksum = Checksum::of(bytes);
-        let mut g = self.inner.lock();
+        let mut g = self.lock().ok_or_else(|| SaveError::Veloc(WEDGED.into()))?;
         if g.last_flushed.is_some_and(|f| ckpt <= f) {
             return Err(SaveError::Closed { ckpt });
         }
@@ -448,7 +464,7 @@ impl CheckpointStore for VelocStore {
     }
 
     fn flush(&self, ckpt: CkptId) -> Result<FlushHandle, FlushError> {
-        let mut g = self.inner.lock();
+        let mut g = self.lock().ok_or_else(|| FlushError::Veloc { ckpt, message: WEDGED.into() })?;
         if g.last_flushed.is_some_and(|f| ckpt <= f) {
             return Err(FlushError::AlreadyFlushed { ckpt });
         }
@@ -456,7 +472,7 @@ impl CheckpointStore for VelocStore {
         let start = Instant::now();
         let (handle, completer, slot) = new_flush(ckpt);
         g.slots.retain(|s| !s.is_done());
-        g.slots.push(slot);
+        g.slots.push(slot.clone());
         let empty = || FlushOutcome {
             ckpt,
             rank: self.rank,
@@ -468,13 +484,23 @@ impl CheckpointStore for VelocStore {
             Phase::Collecting(c) if c.ckpt == ckpt => {
                 g.hand_over(c, Some(completer), start);
                 drop(g);
+                let dir = self.persistent.join(layout::ckpt_dir(ckpt));
+                let wedged = self.wedged.clone();
+                let rank = self.rank;
+                let watched = slot.clone();
+                let watching = std::thread::Builder::new()
+                    .name(format!("veloc-watch-r{rank}"))
+                    .spawn(move || watch(&watched, ckpt, rank, &dir, &wedged));
                 let inner = self.inner.clone();
                 let spawned = std::thread::Builder::new()
                     .name(format!("veloc-wait-r{}", self.rank))
                     .spawn(move || inner.lock().finish_in_flight());
-                if spawned.is_err() {
-                    // No thread: complete it here (blocking) rather than never.
-                    self.inner.lock().finish_in_flight();
+                if spawned.is_err() || watching.is_err() {
+                    // No thread: complete it here (blocking) rather than never. Without a
+                    // watchdog this wait is unbounded, as is VeloC's own.
+                    if let Some(mut g) = self.lock() {
+                        g.finish_in_flight();
+                    }
                 }
             }
             Phase::Collecting(c) if c.ckpt > ckpt => {
@@ -494,18 +520,20 @@ impl CheckpointStore for VelocStore {
     }
 
     fn discard(&self, ckpt: CkptId) {
-        let mut g = self.inner.lock();
+        let Some(mut g) = self.lock() else { return };
         if matches!(&g.phase, Phase::Collecting(c) if c.ckpt == ckpt) {
             g.abandon();
         }
     }
 
     fn wait_all(&self) {
-        let slots = {
-            let mut g = self.inner.lock();
+        let Some(slots) = self.lock().map(|mut g| {
             g.finish_in_flight();
             g.slots.clone()
+        }) else {
+            return;
         };
+        // Each is completed by its waiter or failed by its watchdog: bounded.
         for s in slots {
             s.wait_done(None);
         }
@@ -517,7 +545,48 @@ impl CheckpointStore for VelocStore {
     }
 }
 
+/// What a save or flush on a wedged store fails with.
+const WEDGED: &str = "VeloC's engine stopped completing this rank's checkpoints (see the message above); this rank saves no more checkpoints";
+
+/// A flush's watchdog: fails the flush of `ckpt` in `slot` and marks the store `wedged` when
+/// the checkpoint's files in `dir` have not grown for [`STALL`] (module documentation).
+fn watch(slot: &FlushSlot, ckpt: CkptId, rank: Rank, dir: &Path, wedged: &AtomicBool) {
+    let size = || -> u64 {
+        std::fs::read_dir(dir)
+            .map(|d| d.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum())
+            .unwrap_or(0)
+    };
+    let (mut seen, mut since) = (size(), Instant::now());
+    while !slot.wait_done(Some(Instant::now() + Duration::from_millis(500))) {
+        let now = size();
+        if now != seen {
+            (seen, since) = (now, Instant::now());
+        } else if since.elapsed() >= STALL {
+            let message = format!(
+                "VeloC's engine made no progress on checkpoint {ckpt} for {} s (a lost request or a stopped daemon); this rank saves no more checkpoints",
+                STALL.as_secs()
+            );
+            wedged.store(true, Ordering::SeqCst);
+            if slot.finish(Err(FlushError::Veloc { ckpt, message: message.clone() })) {
+                eprintln!("ompcluster: rank {rank}: {message}");
+            }
+            return;
+        }
+    }
+}
+
 impl VelocStore {
+    /// `inner`, unless the store is wedged (then `None`, also while waiting for it: the
+    /// holder may never let go).
+    fn lock(&self) -> Option<MutexGuard<'_, Inner>> {
+        while !self.wedged.load(Ordering::SeqCst) {
+            if let Some(g) = self.inner.try_lock_for(Duration::from_millis(100)) {
+                return Some(g);
+            }
+        }
+        None
+    }
+
     /// Completes what is in flight, finalises VeloC and leaves the node session (the last
     /// rank of the job on the node stops the daemon). Once only.
     fn shut_down(&self) {
@@ -525,13 +594,19 @@ impl VelocStore {
         if session.is_none() {
             return;
         }
-        let mut g = self.inner.lock();
-        g.abandon();
-        g.finish_in_flight();
-        // SAFETY: the client was initialised in `open` and is finalised once (the session
-        // is taken below, under the same lock); `1` drains VeloC's pending work first.
-        let _ = unsafe { sys::VELOC_Finalize(1) };
-        drop(g);
+        match self.lock() {
+            Some(mut g) => {
+                g.abandon();
+                g.finish_in_flight();
+                // SAFETY: the client was initialised in `open` and is finalised once (the
+                // session is taken below, under the same lock); `1` drains VeloC's pending
+                // work first.
+                let _ = unsafe { sys::VELOC_Finalize(1) };
+            }
+            // A VeloC call never returned: finalising would wait on it too. Leave the node
+            // without it (the last rank stops the daemon).
+            None => tracing::warn!(rank = self.rank, "leaving VeloC without VELOC_Finalize: its engine is stuck"),
+        }
         drop(session.take());
     }
 }

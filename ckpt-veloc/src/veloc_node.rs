@@ -210,14 +210,18 @@ fn running_daemon(paths: &NodePaths) -> Option<Proc> {
 }
 
 /// Stops `p` (SIGTERM: VeloC's daemon then removes its IPC objects and pid file), SIGKILL
-/// if it has not ended after `DAEMON_WAIT`.
+/// if it has not ended after `DAEMON_WAIT`. SIGCONT follows SIGTERM: a stopped daemon would
+/// otherwise keep it pending until SIGKILL.
 fn stop(p: Proc) {
     for sig in [libc::SIGTERM, libc::SIGKILL] {
         if !p.alive() {
             return;
         }
         // SAFETY: signalling a process identified by pid and start time just now.
-        unsafe { libc::kill(p.pid as libc::pid_t, sig) };
+        unsafe {
+            libc::kill(p.pid as libc::pid_t, sig);
+            libc::kill(p.pid as libc::pid_t, libc::SIGCONT);
+        }
         let deadline = Instant::now() + DAEMON_WAIT;
         while p.alive() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));

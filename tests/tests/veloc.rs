@@ -161,3 +161,29 @@ fn a_job_killed_with_its_daemon_leaves_nothing_that_stops_the_next() {
     assert!(next.status.success() && stdout(&next).contains("result correct"), "{}", describe(&next));
     assert!(daemons().is_empty(), "the daemon outlived the job: {:?}", daemons());
 }
+
+#[test]
+fn a_stopped_daemon_fails_the_checkpoints_and_the_job_still_ends_right() {
+    // VeloC's waits have no timeout, and its async engine has been seen to lose a request
+    // (the client waited forever while the daemon idled). A daemon stopped with SIGSTOP looks
+    // the same to the clients: the flush's watchdog must fail the checkpoint, and the job
+    // must go on and end.
+    let a = tempfile::tempdir().unwrap();
+    let prog = matmul();
+    let mut job = Job::spawn(4, &prog, &["2048", "256"], &env_refs(&veloc_env(a.path(), "async")));
+    wait_for_a_version(&mut job, &a.path().join("p"));
+    let running = daemons();
+    assert_eq!(running.len(), 1, "one daemon for the job's node: {running:?}");
+    // SAFETY: signalling the daemon of this test's own job.
+    unsafe { libc::kill(running[0] as i32, libc::SIGSTOP) };
+    let out = job.wait(Duration::from_secs(240));
+    assert!(out.status.success() && stdout(&out).contains("result correct"), "{}", describe(&out));
+    assert!(stderr(&out).contains("VeloC's engine made no progress on checkpoint"), "the stall was not noticed: {}", describe(&out));
+    // Every rank ended by itself, and the job stopped its daemon itself.
+    assert!(!stderr(&out).contains("still running"), "{}", describe(&out));
+    assert!(!stderr(&out).contains("stopped the VeloC backend"), "{}", describe(&out));
+    assert!(daemons().is_empty(), "the stopped daemon outlived the job: {:?}", daemons());
+    // What was published before the stall is intact.
+    let v = Command::new(ompcluster_tests::launcher().with_file_name("ompcluster-ckpt")).arg("verify").arg(a.path().join("p")).output().unwrap();
+    assert!(v.status.success(), "{}", describe(&v));
+}
