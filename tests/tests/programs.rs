@@ -243,6 +243,26 @@ fn concurrent_regions_from_host_threads() {
     }
 }
 
+/// Blocks kept on the device, one independent in-place task per block per step (issue 24):
+/// every worker of 3 runs between 15 % and 60 % of the tasks, with blocks of 512 KiB and of
+/// 32 KiB (before, one worker ran all of them: the first wave followed the first task's
+/// worker, and one move never looked worth more than one task). Every run is checked.
+#[test]
+fn resident_blocks_spread_over_the_workers() {
+    let prog = compile("resident_stencil.c");
+    for doubles in ["65536", "4096"] {
+        for _ in 0..2 {
+            let (o, r) = run_with_report(4, &prog, &["6", doubles, "400"], &[]);
+            assert!(o.status.success() && stdout(&o).contains("result correct"), "{}", describe(&o));
+            assert_eq!(r.tasks_executed, 2400, "{r:?}");
+            for w in ["1", "2", "3"] {
+                let n = r.tasks_per_worker.get(w).copied().unwrap_or(0);
+                assert!((360..=1440).contains(&n), "{doubles} doubles per block: worker {w} ran {n} of 2400 tasks: {r:?}");
+            }
+        }
+    }
+}
+
 /// Slow independent nowait regions (60 x 50 ms) from 4 threads: all run, spread over workers.
 #[test]
 fn slow_nowait_tasks_spread_over_workers() {

@@ -6,7 +6,11 @@
 //! buffer marks it `writing` on its worker while it runs, and every region that reaches a
 //! buffer so marked runs on that worker (design note: `Buffer::writing`). Which buffers a
 //! region may write is predicted per kernel ([`WriteSet`]): those it maps `from`, those its
-//! earlier runs changed, and all it reaches while it never completed a run.
+//! earlier runs changed, and all it reaches while it never completed a run. That last rule
+//! would send every run of a new kernel to the first one's worker (they all reach its image's
+//! data), so while a first run is in flight the kernel's other runs wait for it, up to
+//! [`LEARNING_WAIT`]: a program's first wave of tasks spreads over the workers, and the
+//! data it leaves there (blocks kept on the device) stays spread.
 //!
 //! A prediction can be wrong (a write that depends on the data): then two regions changed one
 //! buffer in two copies, which are merged, or one of which is undone and run again
@@ -29,6 +33,10 @@ pub(crate) struct WriteSet {
 fn arg_mask(i: usize) -> u64 {
     1 << i.min(63)
 }
+
+/// How long a run of a kernel whose write set is unknown waits for a first run in flight to
+/// teach it (see `launch_once`).
+const LEARNING_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Most times a region runs again because its change could not be merged (see `launch`).
 const MAX_RUNS_AGAIN: u32 = 32;
@@ -88,12 +96,23 @@ impl Cluster {
         // What can it reach, where is it, and where must it run? Placement and the marking of
         // the buffers it writes happen under one lock, so two concurrent writers of a buffer
         // always see each other.
-        let history = *kernel.writes.lock();
         let translated: Vec<(u64, u64)> = begins.iter().zip(hosts).filter(|(_, &h)| h != 0).map(|(&d, &h)| (d, h)).collect();
         let roots: Vec<u64> = args.iter().chain(begins).copied().collect();
-        let (w, reach, assume_written, marked, reach_args) = {
+        // How long a run waits for this kernel's first run to teach what it writes.
+        let learn_until = Instant::now() + LEARNING_WAIT;
+        let (w, reach, assume_written, marked, reach_args, learning) = {
             let mut bufs = self.buffers.lock();
             loop {
+                // A run of a kernel whose write set is unknown marks everything it reaches as
+                // written, and every other run reaching any of it (its image's data: all of
+                // them) would follow it to its worker. The first run teaches the write set:
+                // until it is done, the others wait, a bounded time (a region may wait on
+                // another one running at the same time).
+                if kernel.learning.load(Ordering::Relaxed) > 0 && Instant::now() < learn_until {
+                    self.moved.wait_until(&mut bufs, learn_until);
+                    continue;
+                }
+                let history = *kernel.writes.lock();
                 // Decided with the buffers borrowed (looked up once each); None: wait for
                 // another region first.
                 let placed = {
@@ -167,7 +186,11 @@ impl Cluster {
                         }
                     }
                 }
-                break (w, reach, assume_written, may_write, reach_args);
+                let learning = history.is_none();
+                if learning {
+                    kernel.learning.fetch_add(1, Ordering::Relaxed);
+                }
+                break (w, reach, assume_written, may_write, reach_args, learning);
             }
         };
         self.in_flight[w as usize].fetch_add(1, Ordering::Relaxed);
@@ -185,7 +208,12 @@ impl Cluster {
         self.in_flight[w as usize].fetch_sub(1, Ordering::Relaxed);
         // The kernel is done with its copies (`changed`: which it changed; all, if unknown).
         // Returns the buffers the program deleted meanwhile that no region uses any more.
+        // Called once on every path, under the `buffers` lock, and followed by a wake-up.
         let release_writes = |bufs: &mut Buffers, changed: Option<&[bool]>| {
+            if learning {
+                // Its marks are gone: the runs waiting for it may be placed.
+                kernel.learning.fetch_sub(1, Ordering::Relaxed);
+            }
             let mut deleted = Vec::new();
             for (j, ((a, ..), m)) in reach.iter().zip(&marked).enumerate() {
                 bufs.kernel_done(*a, w, changed.is_none_or(|c| c[j]));

@@ -135,6 +135,8 @@ struct Kernel {
     last_ns: std::sync::atomic::AtomicU64,
     /// What its runs so far changed (None until one completed): see `launch.rs`.
     writes: Mutex<Option<launch::WriteSet>>,
+    /// Runs in flight placed while `writes` was None; changed under the `buffers` lock.
+    learning: std::sync::atomic::AtomicU32,
     /// Arguments (a `launch.rs` argument mask) whose buffers, mapped `from`, libomptarget
     /// retrieved right after a run: their new contents come back with the EXECUTE's reply.
     /// Unlearned when bytes so sent were replaced before being retrieved.
