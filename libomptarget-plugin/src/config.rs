@@ -27,6 +27,9 @@ pub struct Config {
     pub report: Option<PathBuf>,
     /// Where to write the task graph as DOT at exit (`OMPCLUSTER_GRAPH`).
     pub graph: Option<PathBuf>,
+    /// Where to write the full log of recorded tasks at exit, one JSON line per task in
+    /// record order (`OMPCLUSTER_TASKS`; `task_graph::LogLine`).
+    pub tasks: Option<PathBuf>,
     /// Where to write the run's timeline at exit, in the Chrome trace-event format
     /// (`OMPCLUSTER_TRACE`; the `timeline` crate).
     pub trace: Option<PathBuf>,
@@ -158,6 +161,7 @@ impl Config {
             policy,
             report: var("OMPCLUSTER_REPORT").map(PathBuf::from),
             graph: var("OMPCLUSTER_GRAPH").map(PathBuf::from),
+            tasks: var("OMPCLUSTER_TASKS").map(PathBuf::from),
             trace: var("OMPCLUSTER_TRACE").map(PathBuf::from),
             verbose: flag("OMPCLUSTER_VERBOSE")?,
             ft_reexec: match var("OMPCLUSTER_FT_REEXEC").as_deref().map(str::trim) {

@@ -250,6 +250,8 @@ pub(crate) struct Buffers {
     budget: u64,
     /// Bytes held in `Buffer::sent_back` (at most [`SENT_BACK_BUDGET`]).
     sent_back_bytes: u64,
+    /// Buffer id -> size, of every buffer made since [`Buffers::remember_sizes`].
+    sizes: Option<HashMap<u64, u64>>,
 }
 
 /// Most bytes the head holds of versions sent back with EXECUTE replies and not retrieved yet.
@@ -270,7 +272,19 @@ impl Buffers {
             retained: 0,
             budget: 0,
             sent_back_bytes: 0,
+            sizes: None,
         }
+    }
+
+    /// Remember the size of every buffer made from now on, deleted ones included: the full
+    /// task log (`OMPCLUSTER_TASKS`) names buffers long gone when it is written.
+    pub(crate) fn remember_sizes(&mut self) {
+        self.sizes.get_or_insert_with(HashMap::default);
+    }
+
+    /// The size of buffer `id`, if remembered (see [`Buffers::remember_sizes`]).
+    pub(crate) fn size_of(&self, id: u64) -> Option<u64> {
+        self.sizes.as_ref()?.get(&id).copied()
     }
 
     /// Hold `bytes`, the contents of `version` of the buffer at `addr` that the kernel that
@@ -571,6 +585,9 @@ impl Buffers {
     fn insert(&mut self, addr: u64, host: u64, size: u64, span: u64, global_of: Option<u32>) -> &mut Buffer {
         let id = self.next_id;
         self.next_id += 1;
+        if let Some(sizes) = &mut self.sizes {
+            sizes.insert(id, size);
+        }
         self.by_id.insert(id, addr);
         self.order.insert(addr);
         self.by_addr.entry(addr).or_insert(Buffer::new(id, addr, host, size, span, global_of))

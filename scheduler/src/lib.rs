@@ -10,7 +10,13 @@
 //!   not 64 ns.
 //!
 //! The scheduler knows nothing of MPI or libomptarget: the caller tells it, per worker, how
-//! many bytes are missing and how many tasks are in flight.
+//! many bytes are missing and how many tasks are in flight. So the same placement runs in a
+//! simulation too ([`simulate`]: a recorded task log replayed on any number of workers; the
+//! `ompcluster-placement-sim` command).
+
+mod sim;
+
+pub use sim::{simulate, Costs, Placement, ReadLogError, RecordedGraph, SimOutcome};
 
 use parking_lot::Mutex;
 use std::str::FromStr;

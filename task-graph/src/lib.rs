@@ -5,10 +5,14 @@
 //! Failure recovery walks this graph: [`TaskGraph::lost_work`] finds the tasks to re-run to
 //! rebuild versions that were lost, stopping at versions that are still available, and
 //! [`TaskGraph::prune`] bounds the record to what recovery can still need.
+//!
+//! Apart from that record, a graph made with [`TaskGraph::with_log`] keeps a full log of every
+//! task in record order, never pruned ([`LogLine`]: the `OMPCLUSTER_TASKS` file), for
+//! replaying a run's tasks elsewhere (the `scheduler` crate's placement simulation).
 
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::visit::{EdgeRef, IntoEdgeReferences};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 // The maps are keyed by (buffer, version) pairs the runtime made itself, never by input an
 // adversary chooses: the fast Fx hash, not SipHash (each region records several lookups).
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -19,7 +23,7 @@ use std::fmt::Write as _;
 pub type BufferId = u64;
 
 /// One version of one buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Access {
     /// The buffer.
     pub buffer: BufferId,
@@ -83,6 +87,77 @@ pub struct TaskRecord {
     /// Blocks device code allocated in it (start, whole pages reserved), in order: a
     /// re-execution is given the same addresses.
     pub allocs: Vec<(u64, u64)>,
+}
+
+/// One buffer version a logged task read or wrote, with the buffer's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoggedAccess {
+    /// The buffer.
+    pub buffer: BufferId,
+    /// The version.
+    pub version: u64,
+    /// The buffer's size in bytes.
+    pub bytes: u64,
+}
+
+/// One task of the full log (see [`TaskGraph::with_log`]), as one line of the
+/// `OMPCLUSTER_TASKS` file: what a placement simulation needs to replay it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogLine {
+    /// Task id ([`TaskRecord::id`]).
+    pub id: u64,
+    /// Kernel symbol, or what another operation is (see [`Op`]).
+    pub kernel: std::sync::Arc<str>,
+    /// A kernel or another operation.
+    pub op: OpKind,
+    /// Worker rank that ran it.
+    pub worker: i32,
+    /// Versions it could read.
+    pub reads: Vec<LoggedAccess>,
+    /// Versions it produced.
+    pub writes: Vec<LoggedAccess>,
+    /// Time inside the kernel, seconds.
+    pub kernel_s: f64,
+    /// Start of the launch, seconds since start-up.
+    pub start_s: f64,
+    /// End of the launch, seconds since start-up.
+    pub end_s: f64,
+}
+
+/// Which [`Op`] a logged task is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    /// [`Op::Kernel`].
+    Kernel,
+    /// [`Op::HostUpdate`].
+    HostUpdate,
+    /// [`Op::DeviceCopy`].
+    DeviceCopy,
+}
+
+impl From<&Op> for OpKind {
+    fn from(op: &Op) -> Self {
+        match op {
+            Op::Kernel => OpKind::Kernel,
+            Op::HostUpdate { .. } => OpKind::HostUpdate,
+            Op::DeviceCopy { .. } => OpKind::DeviceCopy,
+        }
+    }
+}
+
+/// A task of the full log as kept in memory: buffer sizes are added when it is written out.
+#[derive(Debug)]
+struct Logged {
+    id: u64,
+    kernel: std::sync::Arc<str>,
+    op: OpKind,
+    worker: i32,
+    reads: Vec<Access>,
+    writes: Vec<Access>,
+    kernel_s: f64,
+    start_s: f64,
+    end_s: f64,
 }
 
 /// Why one task depends on another.
@@ -150,12 +225,39 @@ pub struct TaskGraph {
     /// Tasks with an id that are not in the record: pruned, or never kept (they made no
     /// version).
     pruned: u64,
+    /// Every task recorded, if a full log is kept ([`TaskGraph::with_log`]).
+    log: Option<Vec<Logged>>,
 }
 
 impl TaskGraph {
     /// An empty graph.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty graph that also keeps a full log of the tasks it records, those that made no
+    /// version and those later pruned included ([`TaskGraph::log`]). It costs a copy of each
+    /// task's versions for the rest of the run.
+    pub fn with_log() -> Self {
+        TaskGraph { log: Some(Vec::new()), ..Self::default() }
+    }
+
+    /// The full log, in record order, if one is kept, with each buffer's size from `size`.
+    pub fn log<'a>(&'a self, size: &'a dyn Fn(BufferId) -> u64) -> Option<impl Iterator<Item = LogLine> + 'a> {
+        let sized = move |v: &[Access]| -> Vec<LoggedAccess> { v.iter().map(|a| LoggedAccess { buffer: a.buffer, version: a.version, bytes: size(a.buffer) }).collect() };
+        self.log.as_ref().map(|log| {
+            log.iter().map(move |t| LogLine {
+                id: t.id,
+                kernel: t.kernel.clone(),
+                op: t.op,
+                worker: t.worker,
+                reads: sized(&t.reads),
+                writes: sized(&t.writes),
+                kernel_s: t.kernel_s,
+                start_s: t.start_s,
+                end_s: t.end_s,
+            })
+        })
     }
 
     /// Number of recorded tasks (pruned ones excluded).
@@ -180,6 +282,19 @@ impl TaskGraph {
         task.id = self.next_id;
         self.next_id += 1;
         let id = task.id;
+        if let Some(log) = &mut self.log {
+            log.push(Logged {
+                id,
+                kernel: task.kernel.clone(),
+                op: OpKind::from(&task.op),
+                worker: task.worker,
+                reads: task.reads.clone(),
+                writes: task.writes.clone(),
+                kernel_s: task.kernel_s,
+                start_s: task.start_s,
+                end_s: task.end_s,
+            });
+        }
         if task.writes.is_empty() {
             self.pruned += 1;
             return id;
@@ -525,6 +640,30 @@ mod tests {
         // A version whose producer was pruned and which is not available cannot be rebuilt.
         let w = g.lost_work(&[Access { buffer: 9, version: 1 }].into(), &|_| false);
         assert_eq!(w.unrecoverable, vec![Access { buffer: 9, version: 1 }]);
+    }
+
+    #[test]
+    fn the_full_log_keeps_every_task_in_record_order() {
+        let mut g = TaskGraph::new();
+        g.record(task("f", 1, &[(1, 0)], &[(1, 1)]));
+        assert!(g.log(&|_| 0).is_none(), "no log unless asked");
+
+        let mut g = TaskGraph::with_log();
+        g.record(task("f", 1, &[(1, 0)], &[(1, 1)]));
+        g.record(task("empty", 2, &[(1, 1)], &[]));
+        g.record(task("g", 2, &[(1, 1), (2, 3)], &[(2, 4)]));
+        // Pruning the record leaves the log whole.
+        assert_eq!(g.prune(&BTreeSet::new(), &|_| true, u64::MAX), 2);
+        let size = |b: BufferId| b * 100;
+        let lines: Vec<LogLine> = g.log(&size).unwrap().collect();
+        assert_eq!(lines.iter().map(|l| (l.id, &*l.kernel, l.worker)).collect::<Vec<_>>(), vec![(0, "f", 1), (1, "empty", 2), (2, "g", 2)]);
+        assert_eq!(lines[2].reads[1], LoggedAccess { buffer: 2, version: 3, bytes: 200 });
+        assert_eq!(lines[2].writes, vec![LoggedAccess { buffer: 2, version: 4, bytes: 200 }]);
+        assert!(lines[1].writes.is_empty());
+        // One JSON object per line, read back as written.
+        let json = serde_json::to_string(&lines[2]).unwrap();
+        assert!(json.starts_with(r#"{"id":2,"kernel":"g","op":"kernel","worker":2,"reads":[{"buffer":1,"version":1,"bytes":100}"#), "{json}");
+        assert_eq!(serde_json::from_str::<LogLine>(&json).unwrap(), lines[2]);
     }
 
     #[test]

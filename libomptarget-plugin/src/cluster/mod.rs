@@ -267,6 +267,9 @@ impl Cluster {
         let (base, size) = heap.buffer_space();
         let mut buffers = Buffers::new(base, size);
         buffers.set_retention_budget(if recovery { cfg.ft_retain } else { 0 });
+        if cfg.tasks.is_some() {
+            buffers.remember_sizes();
+        }
         let start = Instant::now();
         Cluster {
             tags: Arc::new(TagAllocator::new(comm.tag_ub())),
@@ -281,7 +284,7 @@ impl Cluster {
             images: Mutex::new(Vec::new()),
             sched: Scheduler::new(cfg.policy),
             in_flight: (0..n).map(|_| AtomicU32::new(0)).collect(),
-            graph: Mutex::new(TaskGraph::new()),
+            graph: Mutex::new(if cfg.tasks.is_some() { TaskGraph::with_log() } else { TaskGraph::new() }),
             stats: Stats::new(n),
             trace: cfg.trace.as_ref().map(|_| Arc::new(timeline::Recorder::new(start))),
             start,
@@ -462,7 +465,23 @@ impl Cluster {
         }
     }
 
-    /// Stop the workers and write the report and the graph. Idempotent.
+    /// Write the full log of recorded tasks (`OMPCLUSTER_TASKS`): one JSON line per task, in
+    /// record order, with the size of each buffer it read or wrote.
+    fn write_task_log(&self, path: &std::path::Path) -> std::io::Result<()> {
+        use std::io::Write as _;
+        // The buffers, then the graph: the order a launch takes them in.
+        let bufs = self.buffers.lock();
+        let graph = self.graph.lock();
+        let size = |id| bufs.size_of(id).unwrap_or(0);
+        let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+        for line in graph.log(&size).into_iter().flatten() {
+            serde_json::to_writer(&mut out, &line)?;
+            out.write_all(b"\n")?;
+        }
+        out.flush()
+    }
+
+    /// Stop the workers and write the report, the graph and the task log. Idempotent.
     pub(crate) fn shutdown(&self) {
         if let Some(cp) = &self.ckpt {
             cp.wait(); // a flush in progress needs the workers
@@ -540,6 +559,11 @@ impl Cluster {
         if let Some(path) = &self.cfg.graph {
             if let Err(e) = std::fs::write(path, self.graph.lock().to_dot()) {
                 eprintln!("ompcluster: cannot write task graph {}: {e}", path.display());
+            }
+        }
+        if let Some(path) = &self.cfg.tasks {
+            if let Err(e) = self.write_task_log(path) {
+                eprintln!("ompcluster: cannot write task log {}: {e}", path.display());
             }
         }
         if let Some(cp) = &self.ckpt {
