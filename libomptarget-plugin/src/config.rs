@@ -58,6 +58,10 @@ pub struct Config {
     /// Spare workers (`OMPCLUSTER_FT_SPARES`, default 0): the last this many ranks run no
     /// region until a worker dies; then one takes its place.
     pub spares: u32,
+    /// How workers find what a kernel wrote (`OMPCLUSTER_WRITE_DETECTION`: `auto`, the
+    /// default, tracks written pages where the system allows it and hashes otherwise;
+    /// `pages` requires page tracking; `hash` hashes every buffer a kernel can reach).
+    pub write_detection: event_system::worker::written::Detection,
 }
 
 /// How recovery re-runs lost tasks.
@@ -150,7 +154,12 @@ impl Config {
         };
         let buddy_share_percent = number("OMPCLUSTER_FT_BUDDY_SHARE", 10, 1..=100, "a percentage")?;
         let spares = number("OMPCLUSTER_FT_SPARES", 0, 0..=65_535, "a number of ranks")? as u32;
+        let write_detection = match var("OMPCLUSTER_WRITE_DETECTION") {
+            None => event_system::worker::written::Detection::Auto,
+            Some(v) => v.parse().map_err(|e: String| bad("OMPCLUSTER_WRITE_DETECTION", &v, e))?,
+        };
         Ok(Config {
+            write_detection,
             buddy_interval_ms,
             buddy_memory,
             buddy_share_percent,

@@ -104,6 +104,37 @@ pub struct Report {
     /// When every worker had died and the head started running the target regions itself,
     /// seconds since start-up (`tasks_per_worker["0"]` counts what it ran).
     pub continued_on_head_at_seconds: Option<f64>,
+    /// How the workers found what kernels wrote.
+    pub write_detection: WriteDetection,
+}
+
+/// How the workers find what a kernel wrote (`OMPCLUSTER_WRITE_DETECTION`; see
+/// `event_system::worker::written`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct WriteDetection {
+    /// Workers that track written pages.
+    pub pages: Vec<i32>,
+    /// Workers that hash every buffer a kernel can reach.
+    pub hashing: Vec<i32>,
+    /// The head's own mechanism, with the reason when it hashes (workers on the head's node
+    /// have the same).
+    pub head: String,
+}
+
+static WRITE_DETECTION: std::sync::OnceLock<WriteDetection> = std::sync::OnceLock::new();
+
+/// Notes which ranks track pages (`tracking[r]`, rank 0 the head); says so on stderr if
+/// `say`.
+pub(crate) fn set_write_detection(tracking: &[bool], say: bool) {
+    let w = WriteDetection {
+        pages: (1..tracking.len()).filter(|&r| tracking[r]).map(|r| r as i32).collect(),
+        hashing: (1..tracking.len()).filter(|&r| !tracking[r]).map(|r| r as i32).collect(),
+        head: event_system::worker::written::mechanism(),
+    };
+    if say {
+        eprintln!("ompcluster: write detection: pages on workers {:?}, hashing on workers {:?}; on the head's node: {}", w.pages, w.hashing, w.head);
+    }
+    let _ = WRITE_DETECTION.set(w);
 }
 
 /// This process's peak resident memory, bytes.
@@ -155,6 +186,7 @@ impl Report {
             tasks_recorded: 0,
             head_max_rss_bytes: 0,
             continued_on_head_at_seconds: None,
+            write_detection: WRITE_DETECTION.get().cloned().unwrap_or_default(),
         }
     }
 

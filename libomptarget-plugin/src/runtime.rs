@@ -274,17 +274,28 @@ pub(crate) fn init() -> Result<(), String> {
             startup_error(format_args!("invalid setting OMPCLUSTER_FT_INJECT: {e}"));
         }
     }
+    // How this rank finds what kernels write (`OMPCLUSTER_WRITE_DETECTION`), decided before
+    // any buffer is backed.
+    use event_system::worker::written;
+    let required = written::init(cfg.write_detection);
+    if let Err(e) = &required {
+        eprintln!("ompcluster: rank {}: {e}", comm.rank());
+    }
     // Every rank's host and process, so that a rank declared dead can be fenced for good
-    // (killed by a live rank on its host).
-    let procs = {
+    // (killed by a live rank on its host), and whether it tracks written pages.
+    let (procs, tracking) = {
         let me = event_system::process::me();
-        let mine = [host_id(), u64::from(me.pid), me.start];
-        let mut all = vec![0u64; 3 * world.size() as usize];
+        let mine = [host_id(), u64::from(me.pid), me.start, u64::from(written::tracking())];
+        let mut all = vec![0u64; 4 * world.size() as usize];
         world.all_gather_into(&mine[..], &mut all[..]);
-        all.chunks_exact(3)
-            .map(|c| (c[0], event_system::process::Victim { pid: c[1] as u32, start: c[2] }))
-            .collect::<Vec<_>>()
+        let procs = all.chunks_exact(4).map(|c| (c[0], event_system::process::Victim { pid: c[1] as u32, start: c[2] })).collect::<Vec<_>>();
+        let tracking: Vec<bool> = all.chunks_exact(4).map(|c| c[3] == 1).collect();
+        (procs, tracking)
     };
+    if cfg.write_detection == written::Detection::Pages && tracking.iter().skip(1).any(|&t| !t) {
+        startup_error(format_args!("OMPCLUSTER_WRITE_DETECTION=pages, but page tracking does not work on every worker (each says why above)"));
+    }
+    crate::report::set_write_detection(&tracking, cfg.verbose && comm.rank() == 0);
     // Every rank opens its checkpoint store now, so that an unusable directory stops the job
     // before `main`, with the reason, rather than at the first checkpoint.
     let mut cp_cfg = cp_cfg;

@@ -496,6 +496,8 @@ pub struct Report {
     pub merges: u64,
     /// Messages the head received (replies and data).
     pub head_messages_received: u64,
+    /// How the workers found what kernels wrote (`pages`, `hashing`: worker ranks; `head`).
+    pub write_detection: serde_json::Value,
 }
 
 impl Report {

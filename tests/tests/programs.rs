@@ -243,6 +243,39 @@ fn concurrent_regions_from_host_threads() {
     }
 }
 
+/// The edges of finding what a kernel wrote (issue 24), with page tracking and with hashing:
+/// the same bytes written back (no new version), a few pages of a 32 MiB buffer over many
+/// rounds while it moves between workers (round robin), a buffer written whole then sparsely,
+/// writes through a stored pointer, by the threads of a parallel region, to an image's
+/// global, and to memory device code allocated. Both ways give the same, right result.
+#[test]
+fn what_kernels_write_is_found_exactly() {
+    let prog = compile("write_detection.c");
+    let dir = tempfile::tempdir_in(ompcluster_tests::work_dir()).unwrap();
+    for mode in ["pages", "hash"] {
+        let log = dir.path().join(format!("tasks-{mode}.jsonl"));
+        let log_s = log.to_string_lossy().into_owned();
+        let (o, r) = run_with_report(4, &prog, &["6"], &[("OMPCLUSTER_WRITE_DETECTION", mode), ("OMPCLUSTER_SCHEDULER", "roundrobin"), ("OMPCLUSTER_TASKS", &log_s)]);
+        assert!(o.status.success() && stdout(&o).contains("write_detection: PASS"), "{mode}: {}", describe(&o));
+        let (on, off) = if mode == "pages" { ("pages", "hashing") } else { ("hashing", "pages") };
+        assert_eq!(r.write_detection[on], serde_json::json!([1, 2, 3]), "{mode}: {r:?}");
+        assert_eq!(r.write_detection[off], serde_json::json!([]), "{mode}: {r:?}");
+        let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let runs = |f: &str| lines.iter().filter(|l| l["kernel"].as_str().is_some_and(|k| k.contains(&format!("_{f}_l")))).collect::<Vec<_>>();
+        let same = runs("same_bytes");
+        assert_eq!(same.len(), 2, "{mode}: {lines:?}");
+        assert!(same.iter().all(|l| l["writes"].as_array().unwrap().is_empty()), "{mode}: writing the same bytes back made a version: {same:?}");
+        for f in ["sparse_writes", "dense_writes", "parallel_writes", "global_write", "through_pointer", "device_memory"] {
+            let r = runs(f);
+            assert!(!r.is_empty() && r.iter().any(|l| !l["writes"].as_array().unwrap().is_empty()), "{mode}: {f} made no version: {r:?}");
+        }
+    }
+    // A mechanism that does not exist is refused before the program starts.
+    let o = run(3, &prog, &["1"], &[("OMPCLUSTER_WRITE_DETECTION", "soft-dirty")]);
+    assert_eq!(o.status.code(), Some(2), "{}", describe(&o));
+    assert!(ompcluster_tests::stderr(&o).contains("OMPCLUSTER_WRITE_DETECTION"), "{}", describe(&o));
+}
+
 /// Blocks kept on the device, one independent in-place task per block per step (issue 24):
 /// every worker of 3 runs between 15 % and 60 % of the tasks, with blocks of 512 KiB and of
 /// 32 KiB (before, one worker ran all of them: the first wave followed the first task's

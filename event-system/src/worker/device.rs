@@ -8,7 +8,8 @@ use super::memory::Memory;
 use crate::heap::SymmetricHeap;
 use crate::protocol::{self, Allocated, FoundPointers, Patch, Region};
 use super::device_alloc::{self, KernelRun};
-use parking_lot::RwLock;
+use super::written::{self, Pages};
+use parking_lot::{Mutex, RwLock};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -34,13 +35,19 @@ pub struct Ran {
 }
 
 /// What [`Device::execute`] notes of one region before the call.
-struct Before {
-    /// The pieces (offsets) whose changes count; `None`: all of it.
-    pieces: Option<Vec<(usize, usize)>>,
-    /// Their hash (0 for a region surely written).
-    hash: u64,
-    /// A copy of an image's data, to report what the kernel changed in it.
-    snapshot: Option<Vec<u8>>,
+enum Before {
+    /// Its written pages are tracked (`written.rs`): the change count after the scan before
+    /// the call (`None` if the scan failed: the region then counts as changed).
+    Tracked { pages: Arc<Mutex<Pages>>, start: Option<u64> },
+    /// Hashed whole.
+    Hashed {
+        /// The pieces (offsets) whose changes count; `None`: all of it.
+        pieces: Option<Vec<(usize, usize)>>,
+        /// Their hash (0 for a region surely written).
+        hash: u64,
+        /// A copy of an image's data, to report what the kernel changed in it.
+        snapshot: Option<Vec<u8>>,
+    },
 }
 
 /// Memory and images of one process.
@@ -75,8 +82,9 @@ impl Device {
     /// i is surely written (its hash is not needed). Device addresses lie in `lo..hi`.
     /// `replay`: the blocks a first run allocated, for a re-execution (see `device_alloc.rs`).
     ///
-    /// Around the call, each region is hashed (but those assumed written) to learn which ones
-    /// the kernel changed, changed regions are scanned for device pointers, and the changes
+    /// Around the call, the written pages of each tracked buffer are rehashed (`written.rs`),
+    /// every other region is hashed whole (but those assumed written), to learn which ones
+    /// the kernel changed; changed regions are scanned for device pointers, and the changes
     /// to small image data regions are diffed (see [`Ran`]).
     ///
     /// # Safety
@@ -113,13 +121,19 @@ impl Device {
                 .zip(ptrs)
                 .zip(assume_written)
                 .map(|((r, &p), &aw)| {
+                    if let (Some(t), Some(pages)) = (written::tracker(), mem.tracked(r.addr, r.size)) {
+                        // SAFETY: the caller guarantees the buffer is held here for the call.
+                        let start = unsafe { pages.lock().before(t, (lo, hi)) };
+                        let start = start.map_err(|e| tracing::warn!(addr = r.addr, "page scan failed, region counted as changed: {e}")).ok();
+                        return Before::Tracked { pages, start };
+                    }
                     let pieces = mem.pieces_to_hash(r.addr, r.size);
                     // SAFETY (here and below): the caller guarantees every pointer is to the
                     // held bytes of its region (the pieces lie inside it) for the whole call.
                     let hash = if aw { 0 } else { unsafe { exec::hash(p, r.size as usize, pieces.as_deref()) } };
                     let snapshot = (!aw && r.size <= MAX_PATCHED && mem.is_image_data(r.addr))
                         .then(|| unsafe { std::slice::from_raw_parts(p, r.size as usize) }.to_vec());
-                    Before { pieces, hash, snapshot }
+                    Before::Hashed { pieces, hash, snapshot }
                 })
                 .collect()
         };
@@ -144,15 +158,38 @@ impl Device {
         let mut pointers = Vec::new();
         let mut patches = Vec::new();
         for (i, ((r, &p), (&aw, b))) in regions.iter().zip(ptrs).zip(assume_written.iter().zip(before)).enumerate() {
-            let c = aw || unsafe { exec::hash(p, r.size as usize, b.pieces.as_deref()) } != b.hash;
-            if c {
-                pointers.push(unsafe { protocol::scan_pointers(p, r.size as usize, lo, hi) });
-                if let Some(old) = b.snapshot {
-                    let now = unsafe { std::slice::from_raw_parts(p, old.len()) };
-                    let whole = [(0, old.len())];
-                    patches.push((i as u32, protocol::diff(&old, now, b.pieces.as_deref().unwrap_or(&whole))));
+            let c = match b {
+                Before::Tracked { pages, start } => {
+                    let t = written::tracker().expect("a tracked region means a tracker");
+                    let mut pages = pages.lock();
+                    // SAFETY: as above (the buffer is held here for the whole call).
+                    let after = unsafe { pages.after(t, (lo, hi), start.unwrap_or(u64::MAX)) };
+                    let c = aw || after.as_ref().copied().unwrap_or_else(|e| {
+                        tracing::warn!(addr = r.addr, "page scan failed, region counted as changed: {e}");
+                        true
+                    });
+                    if c {
+                        // SAFETY: as above.
+                        pointers.push(match after {
+                            Ok(_) => unsafe { pages.pointers(r.size, (lo, hi)) },
+                            Err(_) => unsafe { protocol::scan_pointers(p, r.size as usize, lo, hi) },
+                        });
+                    }
+                    c
                 }
-            }
+                Before::Hashed { pieces, hash, snapshot } => {
+                    let c = aw || unsafe { exec::hash(p, r.size as usize, pieces.as_deref()) } != hash;
+                    if c {
+                        pointers.push(unsafe { protocol::scan_pointers(p, r.size as usize, lo, hi) });
+                        if let Some(old) = snapshot {
+                            let now = unsafe { std::slice::from_raw_parts(p, old.len()) };
+                            let whole = [(0, old.len())];
+                            patches.push((i as u32, protocol::diff(&old, now, pieces.as_deref().unwrap_or(&whole))));
+                        }
+                    }
+                    c
+                }
+            };
             changed.push(c);
         }
         Ok(Ran { changed, pointers, seconds, patches, allocated, freed })

@@ -4,13 +4,19 @@
 //! An image's range is fixed for the life of the process: ALLOC of a range overlapping it and
 //! DELETE of it are refused, so the head can never unmap loaded code or data by mistake.
 
+use super::written::{self, Pages};
 use crate::heap::HeapRange;
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Backed ranges and loaded images of one worker.
 #[derive(Debug, Default)]
 pub(crate) struct Memory {
     backed: BTreeMap<u64, u64>,
+    /// The backed buffers whose written pages are tracked (`written.rs`): all of them when
+    /// this process tracks pages, unless registering one failed (it is hashed).
+    tracked: BTreeMap<u64, Arc<Mutex<Pages>>>,
     /// Whole image ranges (start -> length): nobody else may use them.
     images: BTreeMap<u64, u64>,
     /// The writable data of each image (start -> length), usable like a backed buffer.
@@ -57,12 +63,27 @@ impl Memory {
         }
         heap.back(addr, size).map_err(|e| e.to_string())?;
         self.backed.insert(addr, size);
+        if let Some(t) = written::tracker() {
+            match Pages::new(t, addr, size) {
+                Ok(p) => {
+                    self.tracked.insert(addr, Arc::new(Mutex::new(p)));
+                }
+                Err(e) => tracing::warn!(addr, size, "buffer hashed instead of page-tracked: {e}"),
+            }
+        }
         Ok(())
+    }
+
+    /// The page tracking of the buffer `[addr, addr+size)`, if it is a tracked backed buffer.
+    pub(crate) fn tracked(&self, addr: u64, size: u64) -> Option<Arc<Mutex<Pages>>> {
+        let len = *self.backed.get(&addr)?;
+        (size <= len).then(|| self.tracked.get(&addr).cloned()).flatten()
     }
 
     /// Release a backed buffer (never an image: images are not in `backed`).
     pub(crate) fn release(&mut self, heap: &HeapRange, addr: u64) -> Result<(), String> {
         let size = self.backed.remove(&addr).ok_or_else(|| format!("delete of unknown buffer {addr:#x}"))?;
+        self.tracked.remove(&addr);
         heap.release(addr, size).map_err(|e| e.to_string())
     }
 

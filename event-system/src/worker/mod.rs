@@ -10,6 +10,7 @@ mod images;
 mod loader;
 mod memory;
 mod output;
+pub mod written;
 
 pub use device::{LocalDevice, Ran};
 pub use output::{flush_stderr, write_all};
