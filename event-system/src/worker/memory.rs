@@ -14,8 +14,9 @@ use std::sync::Arc;
 #[derive(Debug, Default)]
 pub(crate) struct Memory {
     backed: BTreeMap<u64, u64>,
-    /// The backed buffers whose written pages are tracked (`written.rs`): all of them when
-    /// this process tracks pages, unless registering one failed (it is hashed).
+    /// The backed buffers whose written pages are tracked (`written.rs`): those of at least
+    /// `TRACK_MIN` bytes when this process tracks pages, unless registering one failed (it
+    /// is hashed).
     tracked: BTreeMap<u64, Arc<Mutex<Pages>>>,
     /// Whole image ranges (start -> length): nobody else may use them.
     images: BTreeMap<u64, u64>,
@@ -63,7 +64,7 @@ impl Memory {
         }
         heap.back(addr, size).map_err(|e| e.to_string())?;
         self.backed.insert(addr, size);
-        if let Some(t) = written::tracker() {
+        if let Some(t) = written::tracker().filter(|_| size >= written::TRACK_MIN) {
             match Pages::new(t, addr, size) {
                 Ok(p) => {
                     self.tracked.insert(addr, Arc::new(Mutex::new(p)));

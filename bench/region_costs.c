@@ -1,0 +1,95 @@
+// What one target region costs (issue 24): the program times its own offloaded part (after
+// a warm-up region, so start-up is left out) and prints one line "us_per_region X".
+//   region_costs resident BYTES REGIONS   one host thread, synchronous regions, each adding
+//                                         1 to every element of a buffer kept on the device
+//   region_costs readbig REGIONS          each region reads a 16 MiB resident buffer and
+//                                         adds its sums into a 4 KiB one
+//   region_costs threads BYTES REGIONS    4 host threads, each REGIONS synchronous regions
+//                                         on its own resident buffer
+// Every mode checks its result on the host and exits 1 if it is wrong.
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static double now(void) { return omp_get_wtime(); }
+
+static int resident(long bytes, int regions) {
+  long n = bytes / sizeof(double);
+  double *a = calloc(n, sizeof(double));
+#pragma omp target enter data map(to: a[0:n])
+#pragma omp target map(alloc: a[0:n])
+  for (long i = 0; i < n; i++) a[i] += 1.0;
+  double t0 = now();
+  for (int r = 0; r < regions; r++) {
+#pragma omp target map(alloc: a[0:n])
+    for (long i = 0; i < n; i++) a[i] += 1.0;
+  }
+  double t = now() - t0;
+#pragma omp target exit data map(from: a[0:n])
+  int ok = a[0] == regions + 1 && a[n - 1] == regions + 1;
+  printf("us_per_region %.3f\n", t / regions * 1e6);
+  free(a);
+  return !ok;
+}
+
+static int readbig(int regions) {
+  long n = (16L << 20) / sizeof(double), m = 4096 / sizeof(double);
+  double *big = malloc(n * sizeof(double)), *acc = calloc(m, sizeof(double));
+  for (long i = 0; i < n; i++) big[i] = (double)(i % 7);
+#pragma omp target enter data map(to: big[0:n], acc[0:m])
+  double t0 = 0;
+  for (int r = -1; r < regions; r++) {
+    if (r == 0) t0 = now();
+#pragma omp target map(alloc: big[0:n], acc[0:m])
+    for (long j = 0; j < m; j++) {
+      double s = 0;
+      for (long i = j * (n / m); i < (j + 1) * (n / m); i++) s += big[i];
+      acc[j] += s;
+    }
+  }
+  double t = now() - t0;
+#pragma omp target exit data map(from: acc[0:m]) map(delete: big[0:n])
+  double want = 0;
+  for (long i = 0; i < n / m; i++) want += big[i];
+  int ok = acc[0] == want * (regions + 1);
+  printf("us_per_region %.3f\n", t / regions * 1e6);
+  return !ok;
+}
+
+static int threads(long bytes, int regions) {
+  long n = bytes / sizeof(double);
+  int bad = 0;
+  double t0 = now();
+#pragma omp parallel num_threads(4) reduction(+: bad)
+  {
+    double *a = calloc(n, sizeof(double));
+#pragma omp target enter data map(to: a[0:n])
+    for (int r = 0; r < regions; r++) {
+#pragma omp target map(alloc: a[0:n])
+      for (long i = 0; i < n; i++) a[i] += 1.0;
+    }
+#pragma omp target exit data map(from: a[0:n])
+    bad += a[0] != regions || a[n - 1] != regions;
+    free(a);
+  }
+  double t = now() - t0;
+  printf("us_per_region %.3f\n", t / regions * 1e6);
+  return bad != 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: region_costs resident BYTES REGIONS | readbig REGIONS | threads BYTES REGIONS\n");
+    return 2;
+  }
+  if (omp_get_num_devices() < 1) {
+    fprintf(stderr, "region_costs: no offload device (host fallback is never timed)\n");
+    return 3;
+  }
+  if (!strcmp(argv[1], "resident") && argc == 4) return resident(atol(argv[2]), atoi(argv[3]));
+  if (!strcmp(argv[1], "readbig")) return readbig(atoi(argv[2]));
+  if (!strcmp(argv[1], "threads") && argc == 4) return threads(atol(argv[2]), atoi(argv[3]));
+  fprintf(stderr, "region_costs: unknown mode %s\n", argv[1]);
+  return 2;
+}
