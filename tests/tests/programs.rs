@@ -255,8 +255,10 @@ fn what_kernels_write_is_found_exactly() {
     for mode in ["pages", "hash"] {
         let log = dir.path().join(format!("tasks-{mode}.jsonl"));
         let log_s = log.to_string_lossy().into_owned();
-        let (o, r) = run_with_report(4, &prog, &["6"], &[("OMPCLUSTER_WRITE_DETECTION", mode), ("OMPCLUSTER_SCHEDULER", "roundrobin"), ("OMPCLUSTER_TASKS", &log_s)]);
+        let (o, r) = run_with_report(4, &prog, &["6"], &[("OMPCLUSTER_WRITE_DETECTION", mode), ("OMPCLUSTER_SCHEDULER", "roundrobin"), ("OMPCLUSTER_TASKS", &log_s), ("OMPCLUSTER_VERBOSE", "1")]);
         assert!(o.status.success() && stdout(&o).contains("write_detection: PASS"), "{mode}: {}", describe(&o));
+        let said = if mode == "pages" { "write detection: pages on workers [1, 2, 3], hashing on workers []" } else { "write detection: pages on workers [], hashing on workers [1, 2, 3]" };
+        assert!(ompcluster_tests::stderr(&o).contains(said), "{mode}: {}", describe(&o));
         let (on, off) = if mode == "pages" { ("pages", "hashing") } else { ("hashing", "pages") };
         assert_eq!(r.write_detection[on], serde_json::json!([1, 2, 3]), "{mode}: {r:?}");
         assert_eq!(r.write_detection[off], serde_json::json!([]), "{mode}: {r:?}");
