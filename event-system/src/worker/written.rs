@@ -64,8 +64,8 @@ impl std::str::FromStr for Detection {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s.trim() {
-            "" | "auto" => Ok(Detection::Auto),
-            "pages" | "pagemap" => Ok(Detection::Pages),
+            "auto" => Ok(Detection::Auto),
+            "pages" => Ok(Detection::Pages),
             "hash" => Ok(Detection::Hash),
             other => Err(format!("{other:?}: expected auto, pages or hash")),
         }
