@@ -1,8 +1,8 @@
 //! Which pages of a buffer a kernel changed, at a cost that follows what it writes.
 //!
 //! Hashing every buffer a kernel can reach before and after the call costs two passes over
-//! all of them, however little the kernel writes. Instead, every buffer a worker backs is
-//! write-protected through a userfaultfd in asynchronous write-protect mode (Linux 6.7+):
+//! all of them, however little the kernel writes. Instead, every buffer of at least
+//! [`TRACK_MIN`] bytes a worker backs is write-protected through a userfaultfd in asynchronous write-protect mode (Linux 6.7+):
 //! the first write to a protected page only clears its protection, inside the kernel's page
 //! fault, with no signal and no thread of ours involved. The `PAGEMAP_SCAN` ioctl then lists
 //! the pages written since the last scan and protects them again, atomically. Each tracked
