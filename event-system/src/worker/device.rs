@@ -8,7 +8,7 @@ use super::memory::Memory;
 use crate::heap::SymmetricHeap;
 use crate::protocol::{self, Allocated, FoundPointers, Patch, Region};
 use super::device_alloc::{self, KernelRun};
-use super::written::{self, Pages};
+use super::written::{self, Pages, Tracker};
 use parking_lot::{Mutex, RwLock};
 use std::sync::Arc;
 use std::time::Instant;
@@ -38,7 +38,7 @@ pub struct Ran {
 enum Before {
     /// Its written pages are tracked (`written.rs`): the change count after the scan before
     /// the call (`None` if the scan failed: the region then counts as changed).
-    Tracked { pages: Arc<Mutex<Pages>>, start: Option<u64> },
+    Tracked { tracker: &'static Tracker, pages: Arc<Mutex<Pages>>, start: Option<u64> },
     /// Hashed whole.
     Hashed {
         /// The pieces (offsets) whose changes count; `None`: all of it.
@@ -125,7 +125,7 @@ impl Device {
                         // SAFETY: the caller guarantees the buffer is held here for the call.
                         let start = unsafe { pages.lock().before(t, (lo, hi)) };
                         let start = start.map_err(|e| tracing::warn!(addr = r.addr, "page scan failed, region counted as changed: {e}")).ok();
-                        return Before::Tracked { pages, start };
+                        return Before::Tracked { tracker: t, pages, start };
                     }
                     let pieces = mem.pieces_to_hash(r.addr, r.size);
                     // SAFETY (here and below): the caller guarantees every pointer is to the
@@ -159,8 +159,7 @@ impl Device {
         let mut patches = Vec::new();
         for (i, ((r, &p), (&aw, b))) in regions.iter().zip(ptrs).zip(assume_written.iter().zip(before)).enumerate() {
             let c = match b {
-                Before::Tracked { pages, start } => {
-                    let t = written::tracker().expect("a tracked region means a tracker");
+                Before::Tracked { tracker: t, pages, start } => {
                     let mut pages = pages.lock();
                     // SAFETY: as above (the buffer is held here for the whole call).
                     let after = unsafe { pages.after(t, (lo, hi), start.unwrap_or(u64::MAX)) };
