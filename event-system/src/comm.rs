@@ -16,6 +16,7 @@ use crate::protocol::{self, ProtocolError};
 use mpi::ffi;
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 use thiserror::Error;
 
 /// Tag of control messages (head -> worker events).
@@ -119,6 +120,11 @@ fn null_request() -> ffi::MPI_Request {
     // SAFETY: reading an immutable constant exported by the MPI shim library.
     unsafe { ffi::RSMPI_REQUEST_NULL }
 }
+
+/// How long an MPI error on a call addressed to a peer waits for the failure detector to
+/// declare that peer dead (see [`Comm::peer_error`]): longer than the detector's default
+/// timeout (3 s) by far.
+const PEER_ERROR_WAIT: Duration = Duration::from_secs(60);
 
 fn check(call: &'static str, code: c_int) -> Result<(), CommError> {
     if code == 0 {
@@ -231,6 +237,26 @@ impl Comm {
         self.fragment
     }
 
+    /// An MPI call addressed to `peer` failed with `e`. Over TCP a peer's death shows as an
+    /// error of the next call to it (a broken connection), sometimes before the failure
+    /// detector has declared it dead: such an error is the peer's death if the detector
+    /// declares it within [`PEER_ERROR_WAIT`]; any other error, or one whose peer stays
+    /// alive, is returned as it is.
+    fn peer_error(&self, e: CommError, peer: i32, live: &dyn Liveness) -> CommError {
+        if !matches!(e, CommError::Mpi { .. }) {
+            return e;
+        }
+        let deadline = Instant::now() + PEER_ERROR_WAIT;
+        let mut backoff = Backoff::for_wait();
+        while Instant::now() < deadline {
+            if live.is_dead(peer) {
+                return CommError::PeerDead(peer);
+            }
+            backoff.snooze();
+        }
+        e
+    }
+
     /// Wait for all `reqs` to complete, giving up if `peer` is declared dead.
     fn wait_all(
         &self,
@@ -254,11 +280,15 @@ impl Comm {
                     ffi::RSMPI_STATUSES_IGNORE,
                 )
             };
-            check("MPI_Testall", code)?;
-            if flag != 0 {
-                return Ok(());
-            }
-            if !backoff.spinning() && live.is_dead(peer) {
+            let failed = match check("MPI_Testall", code) {
+                Ok(()) if flag != 0 => return Ok(()),
+                Ok(()) => false,
+                Err(e) => match self.peer_error(e, peer, live) {
+                    CommError::PeerDead(_) => true,
+                    e => return Err(e),
+                },
+            };
+            if failed || (!backoff.spinning() && live.is_dead(peer)) {
                 for r in reqs.iter_mut() {
                     // SAFETY: cancelling and freeing requests we own; completed ones are
                     // already MPI_REQUEST_NULL, which both calls skip.
@@ -344,7 +374,8 @@ impl Comm {
         // SAFETY: the caller guarantees `ptr..ptr+len` is readable until the request completes.
         check("MPI_Isend", unsafe {
             ffi::MPI_Isend(ptr.cast_mut().cast(), len as c_int, ffi::RSMPI_UINT8_T, dst, tag, self.raw, &mut req)
-        })?;
+        })
+        .map_err(|e| self.peer_error(e, dst, live))?;
         self.sent.fetch_add(1, Ordering::Relaxed);
         self.wait_all(std::slice::from_mut(&mut req), dst, live, Backoff::for_wait())
     }
@@ -374,7 +405,7 @@ impl Comm {
         // SAFETY: MPI_Status is plain old data; zeroed is a valid initial value.
         let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
         // SAFETY: the request was posted by `post_recv` into `buf`, which `p` still owns.
-        check("MPI_Test", unsafe { ffi::MPI_Test(&mut p.req, &mut flag, &mut status) })?;
+        check("MPI_Test", unsafe { ffi::MPI_Test(&mut p.req, &mut flag, &mut status) }).map_err(|e| self.peer_error(e, p.src, live))?;
         if flag == 0 {
             return Ok(None);
         }
@@ -536,7 +567,7 @@ impl Comm {
                     Direction::Recv => ffi::MPI_Irecv(p, n as c_int, ffi::RSMPI_UINT8_T, peer, tag, self.raw, &mut req),
                 }
             };
-            check(dir.call(), code)?;
+            check(dir.call(), code).map_err(|e| self.peer_error(e, peer, live))?;
             reqs.push(req);
         }
         match dir {
