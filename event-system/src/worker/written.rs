@@ -414,7 +414,7 @@ mod tests {
             assert_ne!(p, libc::MAP_FAILED);
             Map(p.cast(), len)
         }
-        fn bytes(&self) -> &mut [u8] {
+        fn bytes(&mut self) -> &mut [u8] {
             // SAFETY: the mapping is live and only this test uses it.
             unsafe { std::slice::from_raw_parts_mut(self.0, self.1) }
         }
@@ -431,7 +431,7 @@ mod tests {
     #[test]
     fn a_change_is_seen_once_and_the_same_bytes_written_back_are_no_change() {
         let t = tracker_here();
-        let m = Map::new(64);
+        let mut m = Map::new(64);
         let mut p = Pages::new(t, m.0 as u64, m.1 as u64).unwrap();
         // SAFETY (all calls): the mapping is live and readable.
         let s = unsafe { p.before(t, NO_DEVICE) }.unwrap();
@@ -451,7 +451,7 @@ mod tests {
     #[test]
     fn a_dense_writer_is_unprotected_while_it_runs_and_still_seen() {
         let t = tracker_here();
-        let m = Map::new(32);
+        let mut m = Map::new(32);
         let mut p = Pages::new(t, m.0 as u64, m.1 as u64).unwrap();
         for round in 1..=4u8 {
             // SAFETY: as above.
@@ -473,7 +473,7 @@ mod tests {
     #[test]
     fn pointers_follow_the_pages_that_hold_them() {
         let t = tracker_here();
-        let m = Map::new(8);
+        let mut m = Map::new(8);
         let mut p = Pages::new(t, m.0 as u64, m.1 as u64).unwrap();
         let bounds = (0x1000_0000, 0x2000_0000);
         // SAFETY: as above.
@@ -495,7 +495,7 @@ mod tests {
         // The heap keeps small released ranges mapped (zeroed when backed again): the same
         // range is registered a second time.
         let t = tracker_here();
-        let m = Map::new(4);
+        let mut m = Map::new(4);
         let mut p = Pages::new(t, m.0 as u64, m.1 as u64).unwrap();
         m.bytes()[10] = 1;
         m.bytes().fill(0);
