@@ -27,6 +27,18 @@ pub struct JobClaim {
 /// Claim `dir` (which exists) for this job, `var` being the variable that chose it; see the
 /// module's documentation.
 pub fn claim_for_job(dir: &Path, var: &'static str) -> Result<JobClaim, OpenError> {
+    let lock = lock_dir(dir, var)?;
+    let cleared = manifest::clear(dir).map_err(|source| OpenError::Clear { path: dir.to_path_buf(), source })?;
+    Ok(JobClaim { _lock: lock, cleared })
+}
+
+/// Claim `dir` like [`claim_for_job`], keeping what an earlier job left: the job resumes
+/// from it (`ompcluster-run --resume`).
+pub fn claim_for_resume(dir: &Path, var: &'static str) -> Result<JobClaim, OpenError> {
+    Ok(JobClaim { _lock: lock_dir(dir, var)?, cleared: PruneReport::default() })
+}
+
+fn lock_dir(dir: &Path, var: &'static str) -> Result<File, OpenError> {
     let path = dir.join(LOCK_FILE);
     let lock = OpenOptions::new()
         .read(true)
@@ -44,8 +56,7 @@ pub fn claim_for_job(dir: &Path, var: &'static str) -> Result<JobClaim, OpenErro
             _ => OpenError::NotWritable { role: "persistent", var, path: dir.to_path_buf(), source: e },
         });
     }
-    let cleared = manifest::clear(dir).map_err(|source| OpenError::Clear { path: dir.to_path_buf(), source })?;
-    Ok(JobClaim { _lock: lock, cleared })
+    Ok(lock)
 }
 
 #[cfg(test)]

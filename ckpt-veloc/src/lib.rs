@@ -64,7 +64,7 @@ pub use embedded::EmbeddedStore;
 pub use error::{ConfigError, FlushError, LoadError, ManifestError, OpenError, SaveError};
 pub use flush::{FlushHandle, FlushOutcome, FlushStatus};
 pub use interval::IntervalPolicy;
-pub use job::{claim_for_job, JobClaim};
+pub use job::{claim_for_job, claim_for_resume, JobClaim};
 pub use manifest::{
     flushed_records, latest_version, list_versions, load_record, load_record_into, load_region,
     manifest_path, prune, clear, CheckpointMap, Manifest, PruneReport, Published, MANIFEST_FORMAT,
