@@ -145,6 +145,7 @@ impl Checkpointer {
         saved: &[SaveItem],
         head_items: Vec<SaveItem>,
         pause: Duration,
+        journal: Option<Arc<crate::journal::Journal>>,
         workers: impl FnOnce(Result<FlushHandle, FlushError>, &mut dyn FnMut()) -> Result<Vec<RegionRecord>, String> + Send + 'static,
     ) {
         {
@@ -198,6 +199,10 @@ impl Checkpointer {
                     p.map.forget(d);
                 }
                 p.deleted.clear();
+                if let Some(j) = &journal {
+                    // The manifest is published only once its log is durable.
+                    j.write(ckpt, p.map.iter().map(|r| r.region), keep.get())?;
+                }
                 p.map.publish(&dir, ckpt, keep).map_err(|e| e.to_string())?;
                 for &(id, _, _, version) in &saved {
                     if p.map.get(id).is_some() {
@@ -211,6 +216,9 @@ impl Checkpointer {
                 Ok(())
             });
             if let Err(e) = result {
+                if let Some(j) = &journal {
+                    j.abandon(ckpt);
+                }
                 eprintln!("ompcluster: checkpoint {ckpt} failed: {e}");
                 store.discard(ckpt);
                 // What it was to save is unsaved again: the next checkpoint saves it.
@@ -231,6 +239,22 @@ impl Checkpointer {
                 let _ = old.join();
             }
         }
+    }
+
+    /// A resumed job: its checkpoints are numbered after the earlier job's last, `last`
+    /// (retention keeps the newest manifests).
+    pub(crate) fn continue_after(&self, last: u64) {
+        let mut i = self.inner.lock();
+        i.next_ckpt = i.next_ckpt.max(last + 1);
+    }
+
+    /// A resumed job adopts an earlier job's saved region `rec` as `version` of its buffer
+    /// `id`: recovery can load it, the next manifests list it, and it is not saved again.
+    pub(crate) fn adopt(&self, id: u64, version: u64, rec: RegionRecord) {
+        self.inner.lock().saved.insert(id, version);
+        let mut p = self.published.lock();
+        p.map.record([RegionRecord { region: id, ..rec }]);
+        p.versions.insert(id, version);
     }
 
     /// Was a buffer the published manifest lists freed since (so the next manifest differs)?
@@ -351,7 +375,7 @@ mod tests {
         let item = (7, data.as_ptr() as u64, data.len() as u64, 3);
         assert!(cp.saved_versions().is_empty());
         let id = cp.begin();
-        cp.end_pause(id, &[item], vec![], Duration::ZERO, |_, saved| {
+        cp.end_pause(id, &[item], vec![], Duration::ZERO, None, |_, saved| {
             saved();
             Err("rank 2: disk full".into())
         });
@@ -364,7 +388,7 @@ mod tests {
 
         // The same buffer in a checkpoint that works: saved by the head, published.
         let id = cp.begin();
-        cp.end_pause(id, &[item], vec![item], Duration::ZERO, |own, saved| {
+        cp.end_pause(id, &[item], vec![item], Duration::ZERO, None, |own, saved| {
             saved();
             Ok(own.and_then(|h| h.wait()).map_err(|e| e.to_string())?.records)
         });

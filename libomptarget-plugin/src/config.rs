@@ -14,6 +14,9 @@ pub struct ConfigError {
     why: String,
 }
 
+/// Why `OMPCLUSTER_RESUME=1` (`ompcluster-run --resume`) is refused without checkpoints.
+pub const RESUME_NEEDS_CHECKPOINTS: &str = "resuming (--resume, OMPCLUSTER_RESUME=1) needs checkpoints: set OMPCLUSTER_CP_ENABLE=1, and OMPCLUSTER_CP_PERSISTENT (or the working directory) as for the job that died";
+
 /// Plugin settings.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -35,6 +38,9 @@ pub struct Config {
     pub trace: Option<PathBuf>,
     /// Print one line per offloading event on stderr (`OMPCLUSTER_VERBOSE=1`).
     pub verbose: bool,
+    /// Resume from the checkpoints and log an earlier job left (`OMPCLUSTER_RESUME=1`, set by
+    /// `ompcluster-run --resume`; see `cluster/resume.rs`).
+    pub resume: bool,
     /// How recovery re-runs lost tasks (`OMPCLUSTER_FT_REEXEC`: `parallel` (default) or
     /// `sequential`, one after another as the OCFTL thesis does, for comparison).
     pub ft_reexec: Reexec,
@@ -173,6 +179,7 @@ impl Config {
             tasks: var("OMPCLUSTER_TASKS").map(PathBuf::from),
             trace: var("OMPCLUSTER_TRACE").map(PathBuf::from),
             verbose: flag("OMPCLUSTER_VERBOSE")?,
+            resume: flag("OMPCLUSTER_RESUME")?,
             ft_reexec: match var("OMPCLUSTER_FT_REEXEC").as_deref().map(str::trim) {
                 None | Some("parallel") => Reexec::Parallel,
                 Some("sequential") => Reexec::Sequential,

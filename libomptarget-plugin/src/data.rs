@@ -65,6 +65,9 @@ pub(crate) struct Buffer {
     pub(crate) span: u64,
     /// 0: zero-filled as allocated; each change makes a new version.
     pub(crate) version: u64,
+    /// The current version's content key (`crate::journal::key`): how its contents were made.
+    /// A new version gets a fresh key unless its maker sets one.
+    pub(crate) key: u64,
     /// Ranks holding the current version (HEAD = the head's staging copy).
     pub(crate) holders: BTreeSet<i32>,
     /// Ranks whose copy holds an older version, unchanged since (rank -> that version):
@@ -144,6 +147,7 @@ impl Buffer {
             size,
             span,
             version: 0,
+            key: crate::journal::key::zero(size),
             holders: BTreeSet::new(),
             stale: BTreeMap::new(),
             backed: BTreeSet::new(),
@@ -363,6 +367,7 @@ impl Buffers {
             }
             b.holders = holders;
             b.version += 1;
+            b.key = crate::journal::key::fresh();
             b.version
         })
     }

@@ -15,6 +15,7 @@ pub mod config;
 mod crash_status;
 mod data;
 pub mod inject;
+pub mod journal;
 pub mod mpi_noise;
 pub mod report;
 mod runtime;

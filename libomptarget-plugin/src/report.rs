@@ -106,6 +106,10 @@ pub struct Report {
     pub continued_on_head_at_seconds: Option<f64>,
     /// How the workers found what kernels wrote.
     pub write_detection: WriteDetection,
+    /// What the log for resuming holds (with checkpoints on): entries and bytes published.
+    pub resume_log: Option<crate::journal::JournalStats>,
+    /// A resumed job (`ompcluster-run --resume`): what it skipped, where it switched to live and why.
+    pub resume: Option<crate::cluster::ResumeRecord>,
 }
 
 /// How the workers find what a kernel wrote (`OMPCLUSTER_WRITE_DETECTION`; see
@@ -187,6 +191,8 @@ impl Report {
             head_max_rss_bytes: 0,
             continued_on_head_at_seconds: None,
             write_detection: WRITE_DETECTION.get().cloned().unwrap_or_default(),
+            resume_log: None,
+            resume: None,
         }
     }
 

@@ -244,6 +244,9 @@ pub(crate) fn init() -> Result<(), String> {
     let rank_hint: u32 = std::env::var("OMPI_COMM_WORLD_RANK").ok().and_then(|r| r.parse().ok()).unwrap_or(0);
     let cp_cfg = ckpt_veloc::StoreConfig::from_env(rank_hint)
         .unwrap_or_else(|e| startup_error(format_args!("invalid checkpoint setting: {e}")));
+    if cfg.resume && !cp_cfg.enabled {
+        startup_error(format_args!("{}", crate::config::RESUME_NEEDS_CHECKPOINTS));
+    }
     let (universe, level) = mpi::initialize_with_threading(mpi::Threading::Multiple)
         .ok_or("MPI was already initialised: a program run by ompcluster-run must not call MPI_Init itself")?;
     if level != mpi::Threading::Multiple {
@@ -312,7 +315,11 @@ pub(crate) fn init() -> Result<(), String> {
                     ckpt_veloc::StoreKind::Embedded => ckpt_veloc::vars::PERSISTENT,
                     ckpt_veloc::StoreKind::Veloc => ckpt_veloc::vars::VELOC_PERSISTENT,
                 };
-                let claim = ckpt_veloc::claim_for_job(s.persistent_dir(), var)?;
+                // A resumed job keeps what the earlier one left: it resumes from it.
+                let claim = match cfg.resume {
+                    true => ckpt_veloc::claim_for_resume(s.persistent_dir(), var)?,
+                    false => ckpt_veloc::claim_for_job(s.persistent_dir(), var)?,
+                };
                 if !claim.cleared.removed_versions.is_empty() {
                     eprintln!(
                         "ompcluster: removed {} checkpoint(s) an earlier job left in {}",

@@ -37,6 +37,10 @@ struct Args {
     /// Print the mpirun command instead of running it.
     #[arg(long)]
     dry_run: bool,
+    /// Resume a job that died: run the program again (same arguments, same checkpoint
+    /// directory) and skip the target regions its checkpoints and log cover.
+    #[arg(long)]
+    resume: bool,
 
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM [ARGS]")]
@@ -291,6 +295,9 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => return fail(format!("invalid setting: {e}")),
     };
+    if args.resume && !cp.enabled {
+        return fail(ompcluster_plugin::config::RESUME_NEEDS_CHECKPOINTS.to_string());
+    }
     if cp.enabled && !args.dry_run {
         if let Err(e) = cp.check_dirs() {
             return fail(format!("cannot use the checkpoint directories: {e}"));
@@ -372,6 +379,10 @@ fn main() -> ExitCode {
     }
     for (k, _) in &veloc_env {
         cmd.arg("-x").arg(k);
+    }
+    if args.resume {
+        cmd.env("OMPCLUSTER_RESUME", "1");
+        cmd.arg("-x").arg("OMPCLUSTER_RESUME");
     }
     cmd.args(&args.mpirun_args);
     cmd.arg("-np").arg(args.np.to_string());

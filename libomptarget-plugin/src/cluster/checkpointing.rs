@@ -21,9 +21,14 @@ impl Cluster {
         }
         let saved = cp.saved_versions();
         let mut plan: BTreeMap<i32, Vec<SaveItem>> = BTreeMap::new();
+        // The content keys of what it saves, for the log (`journal.rs`).
+        let mut keys = Vec::new();
         {
             let bufs = self.buffers.lock();
             for b in bufs.iter().filter(|b| b.version > b.pristine_version() && saved.get(&b.id) != Some(&b.version)) {
+                if self.journal.is_some() {
+                    keys.push((b.id, b.addr, b.size, b.key));
+                }
                 match self.current_holder(b) {
                     Some(r) => plan.entry(r).or_default().push((b.id, b.addr, b.size, b.version)),
                     // A rank died since the check above: as above, not now.
@@ -38,6 +43,10 @@ impl Cluster {
             return;
         }
         let ckpt = cp.begin();
+        if let Some(j) = &self.journal {
+            // Every request before the pause has completed: its entries go with this checkpoint.
+            j.cut(ckpt, self.start.elapsed().as_secs_f64(), self.graph.lock().recorded(), keys);
+        }
         let mut posted = Vec::new();
         let mut post_failed = None;
         for (&r, items) in plan.iter().filter(|(&r, _)| r != HEAD) {
@@ -63,7 +72,7 @@ impl Cluster {
         let (comm, live, trace) = (self.comm.clone(), self.live.clone(), self.trace.clone());
         let paused = self.trace_now();
         self.log(format_args!("CHECKPOINT {ckpt}: {} regions, pause {:.3} ms", items.len(), pause.as_secs_f64() * 1e3));
-        cp.end_pause(ckpt, &items, head_items, pause, move |own_flush, saved| {
+        cp.end_pause(ckpt, &items, head_items, pause, self.journal.clone(), move |own_flush, saved| {
             // Each worker answers twice on its tag: saved (Ok), then flushed (Flushed). Every
             // answer is collected, even after a failure, so that none is left behind.
             let mut failed = post_failed;

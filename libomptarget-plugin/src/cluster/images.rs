@@ -31,11 +31,12 @@ impl Cluster {
             }
         }
         let base = self.buffers.lock().reserve_image(extent)?;
+        let image_key = crate::journal::key::of_image(image);
         for (i, e) in table_entries.iter_mut().enumerate() {
             let name = e.name_str().expect("checked above");
             if e.size == 0 {
                 let token = tokens.as_ptr() as usize + i;
-                new_kernels.push((token, Arc::new(Kernel { image: idx, index: kernels.len() as u32, name: name.as_str().into(), last_ns: u64::MAX.into(), writes: Mutex::new(None), learning: 0.into(), send_back: 0.into() })));
+                new_kernels.push((token, Arc::new(Kernel { image: idx, index: kernels.len() as u32, name: name.as_str().into(), image_key, last_ns: u64::MAX.into(), writes: Mutex::new(None), learning: 0.into(), send_back: 0.into() })));
                 kernels.push(name);
                 e.addr = token as *mut libc::c_void;
             } else {
@@ -76,7 +77,10 @@ impl Cluster {
             // The head runs the regions itself: it loads the image here too.
             if let Some((start, end)) = data {
                 // Loading gives it its initial data (version 1) here.
-                self.buffers.lock().add_image_data(base + start, end - start, idx).version = 1;
+                let mut bufs = self.buffers.lock();
+                let b = bufs.add_image_data(base + start, end - start, idx);
+                b.version = 1;
+                b.key = crate::journal::key::image(image_key, b.addr, b.size);
             }
             self.load_here(dev, idx, &source)?;
         } else if loaded.is_empty() {
@@ -88,6 +92,7 @@ impl Cluster {
             let mut bufs = self.buffers.lock();
             let b = bufs.add_image_data(addr, end - start, idx);
             b.version = 1;
+            b.key = crate::journal::key::image(image_key, b.addr, b.size);
             b.holders = loaded.iter().copied().collect();
             b.backed = b.holders.clone();
             if self.retains() {

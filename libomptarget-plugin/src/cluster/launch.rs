@@ -76,6 +76,13 @@ impl Cluster {
     /// pointer (0 for by-value arguments): see [`Buffers::by_translation`] for why both.
     /// `mapped_from[i]` says argument i was mapped `from` (its buffer is surely written).
     pub(crate) fn launch(&self, entry: usize, args: &[u64], begins: &[u64], hosts: &[u64], mapped_from: &[bool]) -> Result<()> {
+        if self.fast_forward() {
+            // A resumed job: the log may hold this region (`resume.rs`).
+            let kernel = self.kernels.read().get(&entry).cloned().ok_or(ClusterError::UnknownKernel(entry))?;
+            if let resume::Skip::Done = self.skip_launch(&kernel, args, begins, hosts)? {
+                return Ok(());
+            }
+        }
         let mut again = 0;
         loop {
             match self.resilient(|| self.launch_once(entry, args, begins, hosts, mapped_from)) {
@@ -100,7 +107,7 @@ impl Cluster {
         let roots: Vec<u64> = args.iter().chain(begins).copied().collect();
         // How long a run waits for this kernel's first run to teach what it writes.
         let learn_until = Instant::now() + LEARNING_WAIT;
-        let (w, reach, assume_written, marked, reach_args, learning) = {
+        let (w, reach, assume_written, marked, reach_args, learning, task_key) = {
             let mut bufs = self.buffers.lock();
             loop {
                 // A run of a kernel whose write set is unknown marks everything it reaches as
@@ -171,10 +178,15 @@ impl Cluster {
                             })
                             .collect();
                         let assume_written: Vec<bool> = reached.iter().map(|&(.., from)| from).collect();
-                        Some((w, reach, assume_written, may_write, reach_args))
+                        // Its content key, for the log (`journal.rs`).
+                        let task_key = self.journal.is_some().then(|| {
+                            let mut keyed: Vec<(u64, u64)> = reached.iter().map(|(b, ..)| (b.addr, b.key)).collect();
+                            crate::journal::key::task(kernel.image_key, &kernel.name, args, &mut keyed)
+                        });
+                        Some((w, reach, assume_written, may_write, reach_args, task_key))
                     }
                 };
-                let Some((w, reach, assume_written, may_write, reach_args)) = placed else {
+                let Some((w, reach, assume_written, may_write, reach_args, task_key)) = placed else {
                     self.moved.wait(&mut bufs);
                     continue;
                 };
@@ -190,7 +202,7 @@ impl Cluster {
                 if learning {
                     kernel.learning.fetch_add(1, Ordering::Relaxed);
                 }
-                break (w, reach, assume_written, may_write, reach_args, learning);
+                break (w, reach, assume_written, may_write, reach_args, learning, task_key);
             }
         };
         self.in_flight[w as usize].fetch_add(1, Ordering::Relaxed);
@@ -237,7 +249,10 @@ impl Cluster {
             self.moved.notify_all();
             self.finish_deletes(deleted)?;
         }
-        let Executed { changed, pointers, seconds: kernel_s, patches, allocated, freed, traced, returned } = result?;
+        let Executed { changed, pointers, seconds: kernel_s, patches, allocated, freed, traced, returned, output, errors } = result?;
+        // It ran over the versions it was placed over, allocated and freed nothing, and ran
+        // on a worker: it may go in the log (if nothing below rules it out).
+        let mut clean = task_key.is_some() && w != HEAD && allocated.is_empty() && freed.is_empty() && reach.iter().zip(&snaps).all(|(r, s)| r.3 == s.version);
         let mut returned: HashMap<usize, Vec<u8>> = returned.into_iter().collect();
         // Kernels whose bytes sent back were replaced before anyone retrieved them.
         let mut unlearn: Vec<(usize, u64)> = Vec::new();
@@ -259,6 +274,8 @@ impl Cluster {
         // Record the new versions.
         let mut reads = Vec::with_capacity(reach.len());
         let mut writes = Vec::new();
+        // Addresses of the versions it made (for the log).
+        let mut logged: Vec<u64> = Vec::new();
         // Changes to merge into a version another worker made meanwhile; again if one more
         // appeared before the lock was taken to record them.
         let mut merged = BTreeSet::new();
@@ -299,6 +316,7 @@ impl Cluster {
                 }
                 let f = found.next().unwrap_or(FoundPointers::Many);
                 if merged.contains(&i) {
+                    clean = false;
                     // Its changes were applied to the current version (see
                     // `merge_concurrent_changes`); this worker's copy holds no recorded version.
                     if let Some(b) = bufs.get_mut(*addr) {
@@ -310,6 +328,7 @@ impl Cluster {
                 if let Some(b) = bufs.get_mut(*addr) {
                     if b.version != *version && !b.holders.contains(&w) && b.global_of.is_some() {
                         if let Some(p) = patches.remove(&i) {
+                            clean = false;
                             // The globals and statics of one image are one buffer: regions
                             // writing different ones at the same time on different workers
                             // change different bytes. Patch this kernel's bytes into the
@@ -325,6 +344,7 @@ impl Cluster {
                     // state). For recovery, this one ran after it, over that version: re-run
                     // from the version it started from, it would lose the other's changes.
                     let alone = b.commits_from.get(&w).copied().unwrap_or(0) == snaps[i].commits_start;
+                    clean &= alone && b.version == *version;
                     if alone {
                         b.points_to = PointsTo::from(f);
                     } else {
@@ -360,7 +380,24 @@ impl Cluster {
                         let _ = self.heap.discard(addr, span);
                     }
                     writes.push(Access { buffer: id, version: v });
+                    logged.push(addr);
                 }
+            }
+            if let (true, Some(key)) = (clean, task_key) {
+                // What it changed is a function of what it read: deterministic keys, and an
+                // entry in the log (anything else keeps the fresh keys of `new_version`).
+                let mut written = Vec::with_capacity(logged.len());
+                for &addr in &logged {
+                    if let Some(b) = bufs.get_mut(addr) {
+                        b.key = crate::journal::key::written(key, addr);
+                        let ptrs = match &b.points_to {
+                            PointsTo::Some(p) => Some(p.iter().copied().collect()),
+                            PointsTo::All => None,
+                        };
+                        written.push((addr, ptrs));
+                    }
+                }
+                self.log_task(crate::journal::TaskEntry { key, kernel: kernel.name.to_string(), writes: written, output, errors, kernel_s });
             }
             let allocs = self.adopt_blocks(&mut bufs, w, allocated, &mut reads, &mut writes);
             let record = TaskRecord {
@@ -604,6 +641,8 @@ impl Cluster {
                     event_system::write_all(1, &output);
                     event_system::write_all(2, &self.once_per_job(w, &errors));
                 }
+                // Kept for the log only (`journal.rs`).
+                let (output, errors) = if self.journal.is_some() { (output, errors) } else { (Vec::new(), Vec::new()) };
                 // Only regions asked back, changed, in increasing order.
                 let valid = returned.windows(2).all(|p| p[0] < p[1])
                     && returned.iter().all(|&i| (i as usize) < n && asked[i as usize] && changed[i as usize] && sizes[i as usize] <= MAX_SEND_BACK);
@@ -623,7 +662,7 @@ impl Cluster {
                     }
                     back.push((i, bytes));
                 }
-                Ok(Executed { changed, pointers, seconds, patches, allocated, freed, traced: None, returned: back })
+                Ok(Executed { changed, pointers, seconds, patches, allocated, freed, traced: None, returned: back, output, errors })
             }
             Reply::Error(msg) => Err(ClusterError::Worker { rank: w, msg }),
             Reply::PeerDead(peer) => Err(ClusterError::PeerDead(peer)),

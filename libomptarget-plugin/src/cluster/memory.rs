@@ -93,6 +93,9 @@ impl Cluster {
         if let Some(cp) = &self.ckpt {
             cp.forget(b.id);
         }
+        if let Some(j) = &self.journal {
+            j.forget(b.id);
+        }
         let region = Region { addr: b.addr, size: b.span };
         for &r in b.backed.iter().filter(|&&r| r != HEAD && !self.live.is_dead(r)) {
             match self.post(r, Event::Delete(region)) {
@@ -268,6 +271,9 @@ impl Cluster {
     /// # Safety
     /// `host..host+len` must be readable.
     pub(crate) unsafe fn submit(&self, tgt: u64, host: *const u8, len: u64) -> Result<()> {
+        if self.fast_forward() {
+            self.live_for(&[tgt])?;
+        }
         self.resilient(|| {
             let _gate = self.enter()?;
             // SAFETY: forwarded contract (each attempt reads the same host bytes again).
@@ -301,9 +307,17 @@ impl Cluster {
                 b.points_to.add(found);
             }
             let before = Access { buffer: b.id, version: b.version };
+            // Its content key: the old one plus these bytes (`journal.rs`).
+            let key = self.journal.is_some().then(|| {
+                // SAFETY: the caller guarantees `host..host+len` is readable.
+                crate::journal::key::submit(b.key, tgt - addr, unsafe { std::slice::from_raw_parts(host, len as usize) })
+            });
             let worker = targets.first().copied().unwrap_or(HEAD);
             let on_head = targets.contains(&HEAD);
             let v = bufs.new_version(addr, targets.into_iter().collect()).expect("live buffer");
+            if let (Some(key), Some(b)) = (key, bufs.get_mut(addr)) {
+                b.key = key;
+            }
             made = (!on_head && self.retains()).then_some((before, v, worker));
         }
         drop(bufs);
@@ -473,6 +487,10 @@ impl Cluster {
     /// # Safety
     /// `host..host+len` must be writable and not accessed by others meanwhile.
     pub(crate) unsafe fn retrieve(&self, host: *mut u8, tgt: u64, len: u64) -> Result<()> {
+        // SAFETY: forwarded contract.
+        if self.fast_forward() && unsafe { self.retrieve_from_log(host, tgt, len)? } {
+            return Ok(());
+        }
         self.resilient(|| {
             let _gate = self.enter()?;
             // SAFETY: forwarded contract (a repeated attempt overwrites the same host bytes).
@@ -488,9 +506,11 @@ impl Cluster {
         if len == 0 {
             return Ok(());
         }
-        let (src, made_by) = {
+        let (src, made_by, key) = {
             let mut bufs = self.buffers.lock();
             let b = bufs.containing_range(tgt, len).ok_or(ClusterError::UnknownAddress(tgt))?;
+            // What the log keeps of it (`journal.rs`): small retrieves, by content key.
+            let key = (self.journal.is_some() && len <= crate::journal::RETRIEVE_LOG_MAX).then(|| crate::journal::key::retrieved(b.key, tgt - b.addr, len));
             // The kernel that made this version sent it back with its reply.
             let (addr, at) = (b.addr, (tgt - b.addr) as usize);
             let sent_back = b.sent_back.as_ref().filter(|(v, _)| *v == b.version).and_then(|(_, bytes)| bytes.get(at..at + len as usize));
@@ -505,13 +525,15 @@ impl Cluster {
                 }
                 self.stats.add_retrieved(len);
                 self.log(format_args!("RETRIEVE {tgt:#x} {len} bytes, sent back with the EXECUTE reply"));
+                // SAFETY: the caller guarantees the host range is ours; it holds `len` bytes now.
+                unsafe { self.log_retrieve(key, host, len) };
                 return Ok(());
             }
             if b.version == 0 {
-                (None, None)
+                (None, None, key)
             } else {
                 let made_by = b.made_by.filter(|(v, ..)| *v == b.version).map(|(_, e, m)| (e, m));
-                (Some(self.current_holder(b).ok_or(ClusterError::Lost(b.addr))?), made_by)
+                (Some(self.current_holder(b).ok_or(ClusterError::Lost(b.addr))?), made_by, key)
             }
         };
         if let (Some(w), Some((entry, args))) = (src, made_by) {
@@ -536,11 +558,28 @@ impl Cluster {
             }
         }
         self.log(format_args!("RETRIEVE {tgt:#x} {len} bytes from {src:?}"));
+        // SAFETY: the caller guarantees the host range is ours; it holds `len` bytes now.
+        unsafe { self.log_retrieve(key, host, len) };
         Ok(())
+    }
+
+    /// Log what a retrieve gave the host, under `key` (see `journal.rs`).
+    ///
+    /// # Safety
+    /// `host..host+len` must be readable.
+    unsafe fn log_retrieve(&self, key: Option<u64>, host: *const u8, len: u64) {
+        if let (Some(key), Some(j)) = (key, &self.journal) {
+            // SAFETY: forwarded contract.
+            let bytes = unsafe { std::slice::from_raw_parts(host, len as usize) }.to_vec();
+            j.push(crate::journal::Entry::Retrieve { key, bytes });
+        }
     }
 
     /// Device-to-device copy inside the cluster device (`omp_target_memcpy`).
     pub(crate) fn copy(&self, src: u64, dst: u64, len: u64) -> Result<()> {
+        if self.fast_forward() {
+            self.live_for(&[src, dst])?;
+        }
         self.resilient(|| self.copy_once(src, dst, len))
     }
 

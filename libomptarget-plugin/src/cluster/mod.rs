@@ -48,9 +48,11 @@ mod merge;
 mod movement;
 mod on_head;
 mod recovery;
+mod resume;
 
 pub use buddy::BuddyStats;
 pub use recovery::{FailureRecord, RecoveryRecord, SpareRecord};
+pub use resume::ResumeRecord;
 
 /// Liveness on the head: the failure detector's view, plus the ranks fenced here; a rank once
 /// dead stays dead.
@@ -131,6 +133,8 @@ struct Kernel {
     image: u32,
     index: u32,
     name: Arc<str>,
+    /// The key of its image's bytes (`journal::key::of_image`).
+    image_key: u64,
     /// Duration of its last run, nanoseconds (u64::MAX before the first run).
     last_ns: std::sync::atomic::AtomicU64,
     /// What its runs so far changed (None until one completed): see `launch.rs`.
@@ -161,6 +165,9 @@ struct Executed {
     freed: Vec<u64>,
     /// Regions whose new contents came back with the reply: (region index, bytes).
     returned: Vec<(usize, Vec<u8>)>,
+    /// What it printed (kept only for the log, `journal.rs`).
+    output: Vec<u8>,
+    errors: Vec<u8>,
 }
 
 /// Kernels whose last run took less than this run on the worker's polling thread.
@@ -202,6 +209,15 @@ pub struct Cluster {
     /// Failures are recovered from (fault tolerance on); otherwise a failure ends the job.
     recovery: bool,
     ckpt: Option<Checkpointer>,
+    /// The log published with every checkpoint, for resuming (on with checkpoints).
+    journal: Option<Arc<crate::journal::Journal>>,
+    /// A resumed job's fast-forward (`resume.rs`), and whether it is still fast-forwarding.
+    replay: Mutex<resume::Replay>,
+    replaying: AtomicBool,
+    /// What the checkpoint resumed from holds, by address, once fast-forwarding is over.
+    adoptable: std::sync::OnceLock<HashMap<u64, crate::journal::Checkpointed>>,
+    /// What a resumed job did, for the report.
+    resume_record: Mutex<Option<ResumeRecord>>,
     /// Bytes of all live device buffers (for the checkpoint interval).
     device_bytes: AtomicU64,
     /// Host allocations (`alloc_host`): address -> extent.
@@ -271,7 +287,13 @@ impl Cluster {
             buffers.remember_sizes();
         }
         let start = Instant::now();
+        let (journal, replay, resume_record) = resume::start(&cfg, ckpt.as_ref());
         Cluster {
+            replaying: AtomicBool::new(matches!(replay, resume::Replay::FastForward(_))),
+            journal,
+            adoptable: std::sync::OnceLock::new(),
+            replay: Mutex::new(replay),
+            resume_record: Mutex::new(resume_record),
             tags: Arc::new(TagAllocator::new(comm.tag_ub())),
             ft: Arc::new(Handler::new()),
             recovery,
@@ -401,7 +423,8 @@ impl Cluster {
     fn enter(&self) -> Result<parking_lot::RwLockReadGuard<'_, ()>> {
         self.check_running()?;
         if let Some(cp) = &self.ckpt {
-            if cp.due(self.device_bytes.load(Ordering::Relaxed)) {
+            // While fast-forwarding, versions no rank holds cannot be saved: no checkpoint.
+            if !self.fast_forward() && cp.due(self.device_bytes.load(Ordering::Relaxed)) {
                 self.checkpoint(cp);
             }
         }
@@ -483,6 +506,7 @@ impl Cluster {
 
     /// Stop the workers and write the report, the graph and the task log. Idempotent.
     pub(crate) fn shutdown(&self) {
+        self.resume_ended();
         if let Some(cp) = &self.ckpt {
             cp.wait(); // a flush in progress needs the workers
         }
@@ -537,6 +561,8 @@ impl Cluster {
             report.tasks_recorded = self.graph.lock().len() as u64;
             report.head_max_rss_bytes = crate::report::max_rss_bytes();
             report.continued_on_head_at_seconds = self.local.get().map(|(_, at)| *at);
+            report.resume_log = self.journal.as_ref().map(|j| j.stats());
+            report.resume = self.resume_record.lock().clone();
             if let Some(cp) = &self.ckpt {
                 let p = cp.published.lock();
                 report.checkpoints = p.checkpoints;

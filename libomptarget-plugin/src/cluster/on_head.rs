@@ -80,6 +80,8 @@ impl Cluster {
             freed: ran.freed,
             traced: None,
             returned: Vec::new(),
+            output: Vec::new(),
+            errors: Vec::new(),
         })
     }
 

@@ -425,7 +425,9 @@ impl Cluster {
             attempts,
             plans: out.plans,
         };
-        eprintln!(
+        if dead.is_empty() {
+            // A resumed job switching to live (`resume.rs`) says what it did itself.
+        } else { eprintln!(
             "ompcluster: recovered from the loss of rank{} {} in {:.3} s: {} buffer version(s) lost; {} task(s) re-run on ranks {:?}{}; {} version(s) from checkpoints, {} from buddy copies, {} from live copies, {} rebuilt",
             if dead.len() > 1 { "s" } else { "" },
             dead.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", "),
@@ -438,7 +440,7 @@ impl Cluster {
             rec.buffers_from_buddy_copies,
             rec.buffers_from_live_copies,
             rec.buffers_rebuilt,
-        );
+        ); }
         self.trace(traced, Cat::Recovery, HEAD, "recovery", || {
             vec![
                 ("dead", json!(rec.dead)),

@@ -1,0 +1,351 @@
+//! Resuming a job that died (`ompcluster-run --resume`): the program runs again from `main`,
+//! and the head fast-forwards through what the log of the newest checkpoint covers.
+//!
+//! While fast-forwarding, a region whose key ([`crate::journal::key::task`]) the log holds is
+//! not run: the buffers it changed get a new version that no rank holds, with the key and
+//! pointers its first run left, the task is recorded like any other (recovery can re-run it),
+//! and what it printed is printed again. Allocations, submits and deletes run as usual (a
+//! submit is staged on the head, which sends nothing to a worker). A retrieve of a version no
+//! rank holds is answered from the log, if it logged those bytes.
+//!
+//! The first request the log cannot answer (a region it does not hold, a retrieve it has no
+//! bytes for, a submit into or a device copy from a version no rank holds) switches the job to
+//! live, once, under the gate's write side: every version the newest checkpoint holds (same
+//! address, same key) is adopted as a checkpointed version of this job, and the versions no
+//! rank holds are rebuilt by the recovery algorithm, as after the loss of every worker, from
+//! the checkpoint first and by re-running logged regions otherwise. Then the request runs live.
+//! Key matching makes this exact: a version is given the bytes of the first run's version only
+//! if it has its key, which names how its contents were made.
+//!
+//! Lock order: the gate, then `replay`, then `buffers`.
+
+use super::*;
+use crate::journal::{self, Entry, Loaded, TaskEntry};
+
+/// Where a resumed job is.
+pub(crate) enum Replay {
+    /// Not resuming, or switched to live.
+    Live,
+    /// Fast-forwarding through an earlier job's log.
+    FastForward(Box<Loaded>),
+}
+
+/// What the report says about a resumed job.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ResumeRecord {
+    /// The checkpoint it resumed from (None: nothing could be resumed).
+    pub checkpoint: Option<u64>,
+    /// Regions not run: the log held them.
+    pub regions_skipped: u64,
+    /// Retrieves answered from the log.
+    pub retrieves_from_log: u64,
+    /// The region (record index) at which it switched to live, if it did.
+    pub switched_live_at_region: Option<u64>,
+    /// When it switched, seconds since start-up.
+    pub switched_live_at_seconds: Option<f64>,
+    /// Why it switched (or why nothing was resumed).
+    pub reason: String,
+    /// Versions adopted from the checkpoint.
+    pub versions_adopted: u64,
+    /// Versions recovery loaded from the checkpoint at the switch.
+    pub versions_loaded: u64,
+    /// Versions rebuilt by re-running logged regions at the switch.
+    pub versions_rebuilt: u64,
+    /// Regions the first job had run at the checkpoint resumed from.
+    pub first_job_regions: u64,
+    /// Seconds into the first job at that checkpoint.
+    pub first_job_seconds: f64,
+    /// Seconds of kernels the skipped regions took in the first job.
+    pub skipped_kernel_seconds: f64,
+}
+
+use serde::Serialize;
+
+/// The log and the resume state a head starts with: with checkpoints on, a log; with
+/// `OMPCLUSTER_RESUME=1`, what the newest checkpoint's log holds.
+pub(super) fn start(cfg: &Config, ckpt: Option<&Checkpointer>) -> (Option<Arc<journal::Journal>>, Replay, Option<ResumeRecord>) {
+    let Some(cp) = ckpt else { return (None, Replay::Live, None) };
+    let dir = cp.store.persistent_dir();
+    let journal = match journal::Journal::new(dir, !cfg.resume) {
+        Ok(j) => Some(Arc::new(j)),
+        Err(e) => {
+            eprintln!("ompcluster: cannot keep the log for resuming in {}: {e}; a job resumed from these checkpoints will run from the start", dir.join(journal::LOG_DIR).display());
+            None
+        }
+    };
+    if !cfg.resume {
+        return (journal, Replay::Live, None);
+    }
+    match Loaded::read(dir) {
+        Ok(l) => {
+            let mut differs = Vec::new();
+            if l.other_argv {
+                differs.push("its arguments differ");
+            }
+            if l.other_exe {
+                differs.push("its executable differs");
+            }
+            eprintln!(
+                "ompcluster: resuming from checkpoint {} ({} regions logged; the first job had run {} regions in {:.3} s){}",
+                l.checkpoint,
+                l.tasks.len(),
+                l.regions,
+                l.at_seconds,
+                if differs.is_empty() { String::new() } else { format!("; {} from the first job's: what no longer matches runs live", differs.join(" and ")) }
+            );
+            cp.continue_after(l.checkpoint);
+            let rec = ResumeRecord { checkpoint: Some(l.checkpoint), first_job_regions: l.regions, first_job_seconds: l.at_seconds, ..Default::default() };
+            (journal, Replay::FastForward(Box::new(l)), Some(rec))
+        }
+        Err(why) => {
+            eprintln!("ompcluster: resume: {why}; running from the start");
+            (journal, Replay::Live, Some(ResumeRecord { reason: why, ..Default::default() }))
+        }
+    }
+}
+
+/// What a fast-forwarding launch did.
+pub(super) enum Skip {
+    /// The log held it: not run.
+    Done,
+    /// Run it live (the job switched).
+    Live,
+}
+
+/// Fast-forwarding ends after this many regions in a row that the log did not hold (the
+/// program took another path: what is left of the log will not be used).
+const LIVE_IN_A_ROW: u64 = 1000;
+
+impl Cluster {
+    /// Is the job fast-forwarding?
+    pub(super) fn fast_forward(&self) -> bool {
+        self.replaying.load(Ordering::Acquire)
+    }
+
+    /// A region of `kernel` while fast-forwarding: skipped if the log holds its key, else the
+    /// versions no rank holds are rebuilt if it needs one, and the caller runs it live.
+    pub(super) fn skip_launch(&self, kernel: &Kernel, args: &[u64], begins: &[u64], hosts: &[u64]) -> Result<Skip> {
+        let needs_rebuild = {
+            let _gate = self.enter()?;
+            let mut replay = self.replay.lock();
+            let Replay::FastForward(log) = &mut *replay else { return Ok(Skip::Live) };
+            let mut bufs = self.buffers.lock();
+            let translated: Vec<(u64, u64)> = begins.iter().zip(hosts).filter(|(_, &h)| h != 0).map(|(&d, &h)| (d, h)).collect();
+            let roots: Vec<u64> = args.iter().chain(begins).copied().collect();
+            let reached = bufs.reachable(&roots, &translated, kernel.image);
+            let mut keyed: Vec<(u64, u64)> = reached.iter().filter_map(|a| bufs.get(*a).map(|b| (b.addr, b.key))).collect();
+            let key = journal::key::task(kernel.image_key, &kernel.name, args, &mut keyed);
+            let logged = log.tasks.get(&key).is_some_and(|t| t.writes.iter().all(|(a, _)| reached.contains(a)));
+            if logged {
+                let t = log.tasks.remove(&key).expect("looked up above");
+                log.live_in_a_row = 0;
+                let mut reads = Vec::with_capacity(reached.len());
+                let mut writes = Vec::new();
+                for a in &reached {
+                    if let Some(b) = bufs.get(*a) {
+                        reads.push(Access { buffer: b.id, version: b.version });
+                    }
+                }
+                for (addr, ptrs) in &t.writes {
+                    let v = bufs.new_version(*addr, BTreeSet::new()).expect("a reached buffer is live");
+                    let b = bufs.get_mut(*addr).expect("a reached buffer is live");
+                    b.key = journal::key::written(key, *addr);
+                    b.points_to = match ptrs {
+                        Some(p) => PointsTo::Some(p.iter().copied().collect()),
+                        None => PointsTo::All,
+                    };
+                    writes.push(Access { buffer: b.id, version: v });
+                }
+                drop(bufs);
+                let now = self.start.elapsed().as_secs_f64();
+                self.graph.lock().record(TaskRecord {
+                    id: 0,
+                    kernel: kernel.name.clone(),
+                    image: kernel.image,
+                    index: kernel.index,
+                    args: args.to_vec(),
+                    // It ran on no rank of this job.
+                    worker: HEAD,
+                    reads,
+                    writes,
+                    start_s: now,
+                    end_s: now,
+                    kernel_s: 0.0,
+                    op: task_graph::Op::Kernel,
+                    allocs: Vec::new(),
+                });
+                if let Some(r) = self.resume_record.lock().as_mut() {
+                    r.regions_skipped += 1;
+                    r.skipped_kernel_seconds += t.kernel_s;
+                }
+                if !t.output.is_empty() || !t.errors.is_empty() {
+                    // SAFETY: flushing all C streams is always allowed.
+                    unsafe { libc::fflush(std::ptr::null_mut()) };
+                    event_system::write_all(1, &t.output);
+                    event_system::write_all(2, &t.errors);
+                }
+                self.log(format_args!("RESUME skipped {} (logged)", kernel.name));
+                let done = log.tasks.is_empty();
+                if let Some(j) = &self.journal {
+                    j.push(Entry::Task(t));
+                }
+                drop(replay);
+                if done {
+                    drop(_gate);
+                    self.end_fast_forward("every region the log holds was skipped")?;
+                }
+                return Ok(Skip::Done);
+            }
+            log.live_in_a_row += 1;
+            let region = self.graph.lock().recorded();
+            let mut rec = self.resume_record.lock();
+            if let Some(r) = rec.as_mut().filter(|r| r.switched_live_at_region.is_none()) {
+                let why = format!("the log does not hold this run of {} (an input, an argument or the program differs, or the first job had not run it before its checkpoint)", kernel.name);
+                eprintln!("ompcluster: resume: live from region #{region} at {:.3} s: {why}; {} region(s) skipped so far", self.start.elapsed().as_secs_f64(), r.regions_skipped);
+                r.switched_live_at_region = Some(region);
+                r.switched_live_at_seconds = Some(self.start.elapsed().as_secs_f64());
+                r.reason = why;
+            }
+            drop(rec);
+            if log.live_in_a_row >= LIVE_IN_A_ROW {
+                drop(bufs);
+                drop(replay);
+                drop(_gate);
+                self.end_fast_forward(&format!("{LIVE_IN_A_ROW} regions in a row were not in the log"))?;
+                return Ok(Skip::Live);
+            }
+            reached.iter().any(|&a| bufs.get(a).is_some_and(|b| b.version > 0 && b.holders.is_empty()))
+        };
+        if needs_rebuild {
+            self.rebuild_unheld()?;
+        }
+        Ok(Skip::Live)
+    }
+
+    /// A retrieve while fast-forwarding: answered from the log if the version no rank holds
+    /// has those bytes logged (true), else that version is rebuilt if needed (false: the
+    /// caller retrieves as usual).
+    ///
+    /// # Safety
+    /// `host..host+len` must be writable and not accessed by others meanwhile.
+    pub(super) unsafe fn retrieve_from_log(&self, host: *mut u8, tgt: u64, len: u64) -> Result<bool> {
+        {
+            let _gate = self.enter()?;
+            let replay = self.replay.lock();
+            let Replay::FastForward(log) = &*replay else { return Ok(false) };
+            let bufs = self.buffers.lock();
+            let Some(b) = bufs.containing_range(tgt, len) else { return Ok(false) };
+            if b.version == 0 || !b.holders.is_empty() {
+                return Ok(false);
+            }
+            let key = journal::key::retrieved(b.key, tgt - b.addr, len);
+            if let Some(bytes) = log.retrieves.get(&key).filter(|b| b.len() as u64 == len) {
+                // SAFETY: the caller guarantees the host range is writable; `bytes` has `len`
+                // bytes.
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), host, bytes.len()) };
+                if let Some(j) = &self.journal {
+                    j.push(Entry::Retrieve { key, bytes: bytes.clone() });
+                }
+                if let Some(r) = self.resume_record.lock().as_mut() {
+                    r.retrieves_from_log += 1;
+                }
+                self.log(format_args!("RESUME retrieve {tgt:#x} {len} bytes from the log"));
+                return Ok(true);
+            }
+        }
+        self.rebuild_unheld()?;
+        Ok(false)
+    }
+
+    /// A submit into, or a device copy from, the buffers at `addrs` while fast-forwarding:
+    /// if one holds a version no rank has, it is rebuilt first.
+    pub(super) fn live_for(&self, addrs: &[u64]) -> Result<()> {
+        let unheld = {
+            let bufs = self.buffers.lock();
+            addrs.iter().any(|&a| bufs.containing(a).is_some_and(|b| b.version > 0 && b.holders.is_empty()))
+        };
+        if unheld {
+            self.rebuild_unheld()?;
+        }
+        Ok(())
+    }
+
+    /// Fast-forwarding is over: the log is dropped and every version no rank holds is
+    /// rebuilt, so that checkpoints can be taken again.
+    fn end_fast_forward(&self, why: &str) -> Result<()> {
+        let gate = self.ft.exclusive(State::Restarting);
+        let Replay::FastForward(log) = std::mem::replace(&mut *self.replay.lock(), Replay::Live) else { return Ok(()) };
+        // What the checkpoint holds stays adoptable: a version made while fast-forwarding may
+        // still have no holder.
+        let _ = self.adoptable.set(log.by_addr);
+        self.replaying.store(false, Ordering::Release);
+        let region = self.graph.lock().recorded();
+        let skipped = self.resume_record.lock().as_ref().map_or(0, |r| r.regions_skipped);
+        eprintln!("ompcluster: resume: fast-forward over at region #{region} ({why}); {skipped} region(s) skipped");
+        drop(gate);
+        self.rebuild_unheld()
+    }
+
+    /// Give every version no rank holds a holder again, under the gate's write side: the
+    /// checkpoint's versions are adopted (same address, same key), and the recovery algorithm
+    /// restores them and re-runs logged regions for the others, as after the loss of every
+    /// worker.
+    fn rebuild_unheld(&self) -> Result<()> {
+        let _gate = self.ft.exclusive(State::Restarting);
+        let mut adopted = 0;
+        if let (Some(cp), Some(j)) = (&self.ckpt, &self.journal) {
+            let replay = self.replay.lock();
+            let bufs = self.buffers.lock();
+            let by_addr = match &*replay {
+                Replay::FastForward(log) => Some(&log.by_addr),
+                Replay::Live => self.adoptable.get(),
+            };
+            for b in bufs.iter().filter(|b| !b.deleted && b.version > b.pristine_version() && b.holders.is_empty()) {
+                if let Some(c) = by_addr.and_then(|m| m.get(&b.addr)).filter(|c| c.key == b.key && c.record.size == b.size) {
+                    if !cp.holds(b.id, b.version) {
+                        cp.adopt(b.id, b.version, c.record.clone());
+                        j.adopt(b.id, b.addr, b.size, b.key);
+                        adopted += 1;
+                    }
+                }
+            }
+        }
+        if self.buffers.lock().unheld().next().is_none() {
+            return Ok(());
+        }
+        let before = self.recoveries.lock().len();
+        let region = self.graph.lock().recorded();
+        if let Err(e) = self.recover(&BTreeSet::new()) {
+            let msg = format!("cannot resume: the state at region #{region} cannot be rebuilt: {e}");
+            eprintln!("ompcluster: {msg}; ending the job");
+            return Err(ClusterError::Unrecoverable(msg));
+        }
+        let (loaded, rebuilt) = self.recoveries.lock().get(before).map_or((0, 0), |r| (r.buffers_from_checkpoints, r.buffers_rebuilt));
+        if let Some(r) = self.resume_record.lock().as_mut() {
+            r.versions_adopted += adopted;
+            r.versions_loaded += loaded;
+            r.versions_rebuilt += rebuilt;
+        }
+        self.log(format_args!("RESUME rebuilt: {adopted} adopted, {loaded} loaded, {rebuilt} rebuilt"));
+        Ok(())
+    }
+
+    /// The program ended: if it was still fast-forwarding, say so (what the log held beyond
+    /// it was not reached: the program took a shorter path).
+    pub(super) fn resume_ended(&self) {
+        if let Replay::FastForward(log) = &*self.replay.lock() {
+            let skipped = self.resume_record.lock().as_ref().map_or(0, |r| r.regions_skipped);
+            eprintln!(
+                "ompcluster: resume: the program ended while fast-forwarding: {skipped} region(s) skipped, {} region(s) of the log not reached",
+                log.tasks.len()
+            );
+        }
+    }
+
+    /// The log entry of a region that ran cleanly (see `launch.rs`).
+    pub(super) fn log_task(&self, t: TaskEntry) {
+        if let Some(j) = &self.journal {
+            j.push(Entry::Task(t));
+        }
+    }
+}
