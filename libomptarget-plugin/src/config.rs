@@ -41,6 +41,12 @@ pub struct Config {
     /// Resume from the checkpoints and log an earlier job left (`OMPCLUSTER_RESUME=1`, set by
     /// `ompcluster-run --resume`; see `cluster/resume.rs`).
     pub resume: bool,
+    /// Keep the log for resuming with checkpoints (`OMPCLUSTER_CP_LOG`, default 1; 0: a job
+    /// resumed from this one's checkpoints runs from the start).
+    pub cp_log: bool,
+    /// With checkpoints, take a final one on SIGTERM (`OMPCLUSTER_CP_ON_SIGTERM`, default 1;
+    /// see `sigterm.rs`).
+    pub cp_on_sigterm: bool,
     /// How recovery re-runs lost tasks (`OMPCLUSTER_FT_REEXEC`: `parallel` (default) or
     /// `sequential`, one after another as the OCFTL thesis does, for comparison).
     pub ft_reexec: Reexec,
@@ -180,6 +186,8 @@ impl Config {
             trace: var("OMPCLUSTER_TRACE").map(PathBuf::from),
             verbose: flag("OMPCLUSTER_VERBOSE")?,
             resume: flag("OMPCLUSTER_RESUME")?,
+            cp_log: var("OMPCLUSTER_CP_LOG").is_none() || flag("OMPCLUSTER_CP_LOG")?,
+            cp_on_sigterm: var("OMPCLUSTER_CP_ON_SIGTERM").is_none() || flag("OMPCLUSTER_CP_ON_SIGTERM")?,
             ft_reexec: match var("OMPCLUSTER_FT_REEXEC").as_deref().map(str::trim) {
                 None | Some("parallel") => Reexec::Parallel,
                 Some("sequential") => Reexec::Sequential,

@@ -19,3 +19,4 @@ pub mod journal;
 pub mod mpi_noise;
 pub mod report;
 mod runtime;
+pub mod sigterm;

@@ -190,6 +190,13 @@ pub(crate) fn write_exit_status(status: i32) {
     }
 }
 
+/// Tell the launcher that the program ended by signal `sig` (the head only).
+pub(crate) fn write_signal_status(sig: i32) {
+    if let Some(p) = STATUS_FILE.get() {
+        let _ = std::fs::write(p, format!("signal {sig}\n"));
+    }
+}
+
 /// Dead ranks that may still be processes on other hosts, which the head cannot kill.
 static UNREACHABLE: parking_lot::Mutex<Vec<i32>> = parking_lot::Mutex::new(Vec::new());
 
@@ -341,6 +348,7 @@ pub(crate) fn init() -> Result<(), String> {
     } else {
         None
     };
+    let cp_on_sigterm = cp_cfg.enabled && cfg.cp_on_sigterm;
     let mine = i32::from(!cp_cfg.enabled || store.is_some());
     let mut all = 0i32;
     world.all_reduce_into(&mine, &mut all, SystemOperation::min());
@@ -372,6 +380,16 @@ pub(crate) fn init() -> Result<(), String> {
     if let Some(Runtime::Head(c)) = RUNTIME.get() {
         if recovery {
             c.start_handler().map_err(|e| format!("cannot start the recovery handler thread: {e}"))?;
+        }
+    }
+    // A final checkpoint on SIGTERM (`sigterm.rs`): the head takes it, the workers wait.
+    if cp_on_sigterm {
+        let installed = match RUNTIME.get() {
+            Some(Runtime::Head(c)) => crate::sigterm::install_head(|| c.final_checkpoint()),
+            _ => crate::sigterm::install_worker(),
+        };
+        if let Err(e) = installed {
+            eprintln!("ompcluster: rank {me}: cannot handle SIGTERM ({e}): no final checkpoint on SIGTERM");
         }
     }
     Ok(())

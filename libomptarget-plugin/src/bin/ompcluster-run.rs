@@ -65,14 +65,18 @@ fn read_status(f: &Path) -> Option<(String, Vec<String>)> {
 /// Wait for mpirun to end. Once the status file says how the program ended (an exit status,
 /// or the signal it died of) and the job is still running `grace` later (or
 /// [`UNREACHABLE_GRACE`] later, if dead ranks out of the head's reach remain), ask mpirun to
-/// stop it (SIGTERM, then SIGKILL 10 s later).
-fn wait_for_job(mut child: std::process::Child, status_file: Option<&Path>, grace: std::time::Duration) -> std::io::Result<std::process::ExitStatus> {
+/// stop it (`stop`: SIGTERM, or SIGINT where mpirun runs with SIGTERM blocked; then SIGKILL 10 s
+/// later).
+fn wait_for_job(mut child: std::process::Child, status_file: Option<&Path>, grace: std::time::Duration, stop: libc::c_int) -> std::io::Result<std::process::ExitStatus> {
     use std::time::{Duration, Instant};
     let mut ended: Option<(Instant, String, Vec<String>)> = None;
     let mut termed_at: Option<Instant> = None;
     loop {
         if let Some(st) = child.try_wait()? {
             return Ok(st);
+        }
+        if TERM.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            pass_sigterm(child.id());
         }
         if ended.is_none() {
             // "started" until the head writes how the program ended.
@@ -98,16 +102,100 @@ fn wait_for_job(mut child: std::process::Child, status_file: Option<&Path>, grac
                     );
                 }
                 // SAFETY: kill has no memory-safety preconditions; the pid is our child's.
-                unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+                unsafe { libc::kill(child.id() as libc::pid_t, stop) };
                 termed_at = Some(Instant::now());
             }
             (_, Some(t)) if t.elapsed() > Duration::from_secs(10) => {
+                // mpirun's own kill timeout may be longer (a final checkpoint on SIGTERM):
+                // its processes on this host go first, stopped ones included.
+                for p in descendants(child.id()) {
+                    // SAFETY: kill has no memory-safety preconditions; these are our job's.
+                    unsafe { libc::kill(p as libc::pid_t, libc::SIGKILL) };
+                }
                 child.kill()?;
                 return child.wait();
             }
             _ => {}
         }
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A SIGTERM reached the launcher (see [`pass_sigterm`]).
+static TERM: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_sigterm(_sig: libc::c_int) {
+    TERM.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// With a final checkpoint on SIGTERM, mpirun runs with SIGTERM blocked: on SIGTERM it would
+/// abort the job at once (it prints `Abort is in progress`), before the head's checkpoint.
+/// mpirun unblocks signals in the ranks it starts, so that the ranks still get SIGTERM (from
+/// Slurm, which signals every process of the step, or from this launcher, below).
+fn block_sigterm_in(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: sigemptyset, sigaddset and sigprocmask are async-signal-safe and touch only
+    // the local set.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+}
+
+/// A SIGTERM sent to the launcher goes to the program's head (rank 0), which takes a final
+/// checkpoint and leaves; the launcher goes on waiting for the job and exits with its status.
+/// Called from the waiting loop once [`TERM`] is set: rank 0 among mpirun's descendants on
+/// this host; if it runs on another host, mpirun is told to abort the job (SIGINT).
+fn pass_sigterm(mpirun: u32) {
+    let head = descendants(mpirun).into_iter().find(|&p| {
+        std::fs::read(format!("/proc/{p}/environ")).is_ok_and(|e| e.split(|&b| b == 0).any(|v| v == b"OMPI_COMM_WORLD_RANK=0"))
+    });
+    match head {
+        Some(pid) => {
+            eprintln!("ompcluster-run: SIGTERM: passed to the program's head (pid {pid}) for a final checkpoint");
+            // SAFETY: kill has no memory-safety preconditions; the pid is rank 0 of our job.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+        }
+        None => {
+            eprintln!("ompcluster-run: SIGTERM: the program's head does not run on this host; stopping the job (send SIGTERM to rank 0 for a final checkpoint)");
+            // SAFETY: as above; the pid is our child's.
+            unsafe { libc::kill(mpirun as libc::pid_t, libc::SIGINT) };
+        }
+    }
+}
+
+/// The processes below `pid` (children first), from `/proc`.
+fn descendants(pid: u32) -> Vec<u32> {
+    let parent_of = |p: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+        stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+    };
+    let all: Vec<u32> = std::fs::read_dir("/proc").into_iter().flatten().flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect();
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i];
+        out.extend(all.iter().copied().filter(|&c| parent_of(c) == Some(p)));
+        i += 1;
+    }
+    out.remove(0);
+    out
+}
+
+/// Catch SIGTERM (see [`pass_sigterm`]).
+fn catch_sigterm() {
+    // SAFETY: a zeroed sigaction is valid; the handler only stores to an atomic.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigterm as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGTERM, &sa, std::ptr::null_mut());
     }
 }
 
@@ -380,6 +468,14 @@ fn main() -> ExitCode {
     for (k, _) in &veloc_env {
         cmd.arg("-x").arg(k);
     }
+    // A final checkpoint on SIGTERM (the plugin's `sigterm.rs`): mpirun must not SIGKILL the
+    // ranks 1 s after it forwards SIGTERM (its default), before the head's checkpoint is done.
+    let on_sigterm = cp.enabled && ompcluster_plugin::config::Config::from_env().map(|c| c.cp_on_sigterm).unwrap_or(true);
+    if on_sigterm {
+        let timeout = ompcluster_plugin::sigterm::GRACE.as_secs() + 10;
+        cmd.args(["--mca", "odls_base_sigkill_timeout", &timeout.to_string()]);
+        block_sigterm_in(&mut cmd);
+    }
     if args.resume {
         cmd.env("OMPCLUSTER_RESUME", "1");
         cmd.arg("-x").arg("OMPCLUSTER_RESUME");
@@ -409,13 +505,16 @@ fn main() -> ExitCode {
         cmd.stderr(std::process::Stdio::piped());
     }
     let status = cmd.spawn().and_then(|mut child| {
+        if on_sigterm {
+            catch_sigterm();
+        }
         let noise = child.stderr.take().map(|err| {
             std::thread::spawn(move || {
                 use std::os::fd::AsRawFd;
                 ompcluster_plugin::mpi_noise::copy_filtered(err.as_raw_fd(), 2, std::time::Duration::from_millis(100))
             })
         });
-        let st = wait_for_job(child, status_file.as_deref(), grace);
+        let st = wait_for_job(child, status_file.as_deref(), grace, if on_sigterm { libc::SIGINT } else { libc::SIGTERM });
         // What is still in the pipe; bounded: a process the job left behind may hold it open.
         if let Some(h) = noise {
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);

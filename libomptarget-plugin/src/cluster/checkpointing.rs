@@ -3,14 +3,28 @@
 use super::*;
 
 impl Cluster {
+    /// SIGTERM (`crate::sigterm`): take a checkpoint now, whatever the interval, and wait
+    /// until it is published. Nothing while fast-forwarding (versions no rank holds cannot
+    /// be saved: a resume of this job starts from the checkpoint this one resumed from).
+    pub(crate) fn final_checkpoint(&self) {
+        let Some(cp) = &self.ckpt else { return };
+        if self.fast_forward() {
+            eprintln!("ompcluster: SIGTERM while fast-forwarding a resumed job: no final checkpoint");
+            return;
+        }
+        cp.wait(); // a checkpoint in progress first
+        self.checkpoint(cp, true);
+        cp.wait();
+    }
+
     /// Take a consistent checkpoint: pause offloading, decide who saves which changed buffer,
     /// tell the saving workers, resume; the saves that follow and the flush run in the
     /// background (design note in `checkpoint.rs`).
-    pub(super) fn checkpoint(&self, cp: &Checkpointer) {
+    pub(super) fn checkpoint(&self, cp: &Checkpointer, force: bool) {
         let t0 = Instant::now();
         let traced = self.trace_now();
         let gate = self.ft.exclusive(State::Checkpointing);
-        if !cp.due(self.device_bytes.load(Ordering::Relaxed)) {
+        if !force && !cp.due(self.device_bytes.load(Ordering::Relaxed)) {
             return; // another thread took it while we waited
         }
         // A failure not yet recovered from: no checkpoint now (a buffer whose only holders
@@ -38,7 +52,7 @@ impl Cluster {
         }
         // Nothing changed or freed since the last checkpoint: a new version would publish the
         // same state (before the program maps anything, an empty one). The interval restarts.
-        if plan.is_empty() && !cp.forgot_any() {
+        if plan.is_empty() && !cp.forgot_any() && !force {
             cp.skip();
             return;
         }

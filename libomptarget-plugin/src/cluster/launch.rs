@@ -179,7 +179,7 @@ impl Cluster {
                             .collect();
                         let assume_written: Vec<bool> = reached.iter().map(|&(.., from)| from).collect();
                         // Its content key, for the log (`journal.rs`).
-                        let task_key = self.journal.is_some().then(|| {
+                        let task_key = self.keyed.then(|| {
                             let mut keyed: Vec<(u64, u64)> = reached.iter().map(|(b, ..)| (b.addr, b.key)).collect();
                             crate::journal::key::task(kernel.image_key, &kernel.name, args, &mut keyed)
                         });
@@ -634,12 +634,13 @@ impl Cluster {
         let tag = self.post(w, event)?;
         match self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref())? {
             Reply::Executed { changed, pointers, seconds, patches, output, errors, allocated, freed, returned } if changed.len() == n => {
+                let errors = if errors.is_empty() { errors } else { self.once_per_job(w, &errors) };
                 if !output.is_empty() || !errors.is_empty() {
                     // What the region printed, after what the program printed before it.
                     // SAFETY: flushing all C streams is always allowed.
                     unsafe { libc::fflush(std::ptr::null_mut()) };
                     event_system::write_all(1, &output);
-                    event_system::write_all(2, &self.once_per_job(w, &errors));
+                    event_system::write_all(2, &errors);
                 }
                 // Kept for the log only (`journal.rs`).
                 let (output, errors) = if self.journal.is_some() { (output, errors) } else { (Vec::new(), Vec::new()) };

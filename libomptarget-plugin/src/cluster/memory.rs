@@ -308,7 +308,7 @@ impl Cluster {
             }
             let before = Access { buffer: b.id, version: b.version };
             // Its content key: the old one plus these bytes (`journal.rs`).
-            let key = self.journal.is_some().then(|| {
+            let key = self.keyed.then(|| {
                 // SAFETY: the caller guarantees `host..host+len` is readable.
                 crate::journal::key::submit(b.key, tgt - addr, unsafe { std::slice::from_raw_parts(host, len as usize) })
             });

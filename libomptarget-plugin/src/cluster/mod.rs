@@ -214,6 +214,10 @@ pub struct Cluster {
     /// A resumed job's fast-forward (`resume.rs`), and whether it is still fast-forwarding.
     replay: Mutex<resume::Replay>,
     replaying: AtomicBool,
+    /// Versions get content keys (`journal.rs`): with the log, or when resuming.
+    keyed: bool,
+    /// A resumed job (`OMPCLUSTER_RESUME=1` with a log to fast-forward through).
+    resumed: bool,
     /// What the checkpoint resumed from holds, by address, once fast-forwarding is over.
     adoptable: std::sync::OnceLock<HashMap<u64, crate::journal::Checkpointed>>,
     /// What a resumed job did, for the report.
@@ -290,6 +294,8 @@ impl Cluster {
         let (journal, replay, resume_record) = resume::start(&cfg, ckpt.as_ref());
         Cluster {
             replaying: AtomicBool::new(matches!(replay, resume::Replay::FastForward(_))),
+            keyed: journal.is_some() || matches!(replay, resume::Replay::FastForward(_)),
+            resumed: matches!(replay, resume::Replay::FastForward(_)),
             journal,
             adoptable: std::sync::OnceLock::new(),
             replay: Mutex::new(replay),
@@ -425,7 +431,7 @@ impl Cluster {
         if let Some(cp) = &self.ckpt {
             // While fast-forwarding, versions no rank holds cannot be saved: no checkpoint.
             if !self.fast_forward() && cp.due(self.device_bytes.load(Ordering::Relaxed)) {
-                self.checkpoint(cp);
+                self.checkpoint(cp, false);
             }
         }
         Ok(self.ft.enter())
@@ -436,8 +442,16 @@ impl Cluster {
     /// partial first attempt does no harm: nothing is recorded until it completes, and a
     /// repeated transfer writes the same bytes again.
     fn resilient<T>(&self, mut request: impl FnMut() -> Result<T>) -> Result<T> {
+        let mut rebuilt = 0;
         loop {
             let err = match request() {
+                // A resumed job: a version a skipped region made, needed by a request that
+                // started before another made it (`resume.rs`), is rebuilt, then it runs again.
+                Err(ClusterError::Lost(_)) if self.resumed && rebuilt < 3 && self.live.dead_ranks().is_subset(&self.ft.recovered()) => {
+                    rebuilt += 1;
+                    self.rebuild_unheld()?;
+                    continue;
+                }
                 Err(e) if self.recovery => e,
                 done => return done,
             };

@@ -67,6 +67,7 @@ pub(super) fn start(cfg: &Config, ckpt: Option<&Checkpointer>) -> (Option<Arc<jo
     let Some(cp) = ckpt else { return (None, Replay::Live, None) };
     let dir = cp.store.persistent_dir();
     let journal = match journal::Journal::new(dir, !cfg.resume) {
+        Ok(_) if !cfg.cp_log => None,
         Ok(j) => Some(Arc::new(j)),
         Err(e) => {
             eprintln!("ompcluster: cannot keep the log for resuming in {}: {e}; a job resumed from these checkpoints will run from the start", dir.join(journal::LOG_DIR).display());
@@ -289,11 +290,30 @@ impl Cluster {
     /// Give every version no rank holds a holder again, under the gate's write side: the
     /// checkpoint's versions are adopted (same address, same key), and the recovery algorithm
     /// restores them and re-runs logged regions for the others, as after the loss of every
-    /// worker.
-    fn rebuild_unheld(&self) -> Result<()> {
+    /// worker. A worker that dies meanwhile is recovered from by the handler (whose recovery
+    /// rebuilds what no rank holds too), then this looks again.
+    pub(super) fn rebuild_unheld(&self) -> Result<()> {
+        loop {
+            match self.rebuild_unheld_once() {
+                Err(ft_handler::RecoverError::NewFailure(r)) if self.recovery => {
+                    self.ft.notify(r);
+                    self.ft.wait_recovered(&[r].into()).map_err(ClusterError::Unrecoverable)?;
+                }
+                Err(e) => {
+                    let region = self.graph.lock().recorded();
+                    let msg = format!("cannot resume: the state at region #{region} cannot be rebuilt: {e}");
+                    eprintln!("ompcluster: {msg}; ending the job");
+                    return Err(ClusterError::Unrecoverable(msg));
+                }
+                Ok(()) => return Ok(()),
+            }
+        }
+    }
+
+    fn rebuild_unheld_once(&self) -> std::result::Result<(), ft_handler::RecoverError> {
         let _gate = self.ft.exclusive(State::Restarting);
         let mut adopted = 0;
-        if let (Some(cp), Some(j)) = (&self.ckpt, &self.journal) {
+        if let Some(cp) = &self.ckpt {
             let replay = self.replay.lock();
             let bufs = self.buffers.lock();
             let by_addr = match &*replay {
@@ -304,7 +324,9 @@ impl Cluster {
                 if let Some(c) = by_addr.and_then(|m| m.get(&b.addr)).filter(|c| c.key == b.key && c.record.size == b.size) {
                     if !cp.holds(b.id, b.version) {
                         cp.adopt(b.id, b.version, c.record.clone());
-                        j.adopt(b.id, b.addr, b.size, b.key);
+                        if let Some(j) = &self.journal {
+                            j.adopt(b.id, b.addr, b.size, b.key);
+                        }
                         adopted += 1;
                     }
                 }
@@ -314,12 +336,12 @@ impl Cluster {
             return Ok(());
         }
         let before = self.recoveries.lock().len();
-        let region = self.graph.lock().recorded();
-        if let Err(e) = self.recover(&BTreeSet::new()) {
-            let msg = format!("cannot resume: the state at region #{region} cannot be rebuilt: {e}");
-            eprintln!("ompcluster: {msg}; ending the job");
-            return Err(ClusterError::Unrecoverable(msg));
+        // Dead ranks not yet recovered from are the handler's (it waits for this gate).
+        let dead: BTreeSet<i32> = self.live.dead_ranks().difference(&self.ft.recovered()).copied().filter(|&r| r != HEAD).collect();
+        if let Some(&r) = dead.iter().next() {
+            return Err(ft_handler::RecoverError::NewFailure(r));
         }
+        self.recover(&BTreeSet::new())?;
         let (loaded, rebuilt) = self.recoveries.lock().get(before).map_or((0, 0), |r| (r.buffers_from_checkpoints, r.buffers_rebuilt));
         if let Some(r) = self.resume_record.lock().as_mut() {
             r.versions_adopted += adopted;
