@@ -538,3 +538,66 @@ fn a_completed_job_resumed_skips_everything_it_can() {
         assert!(skipped * 2 >= regions, "{what}: skipped {skipped} of {regions} regions: {res}\n{}", describe(&o));
     }
 }
+
+/// Workers killed while a resumed job runs: during the rebuild of what it skipped (a recovery
+/// of its own: `during=recovery`), and after its first region run live. Each is recovered
+/// from as usual, and the output is the failure-free one.
+#[test]
+fn a_worker_killed_while_resuming_is_recovered() {
+    let case = stencil();
+    let (expected, _) = fresh(&case, case.args, &[], "failure-free, no checkpoints");
+    for (what, inject, rank) in [("during the rebuild", "kill:rank=2:during=recovery", 2u64), ("after it went live", "kill:rank=3:after_tasks=1", 3)] {
+        let dir = scratch_dir();
+        let ck = dir.path().join("ckpt");
+        kill_head(&case, case.args, &ck);
+        let mut envs = checkpointing(&ck);
+        envs.push(("OMPCLUSTER_FT_INJECT".into(), inject.into()));
+        let label = format!("{} {:?}, --resume, worker {rank} killed {what}", case.name, case.args);
+        let (o, r) = run_report(&case, case.args, &envs, true, &label);
+        assert!(
+            o.status.success() && (case.mask)(&stdout(&o)) == (case.mask)(&expected),
+            "{label}: the resumed job failed or printed something else than a fresh run\n--- a fresh run printed ---\n{expected}\n{}",
+            describe(&o)
+        );
+        let res = r["resume"].clone();
+        assert_resumed(&label, &o, &res, None);
+        let failed: Vec<u64> = r["failures"].as_array().map(|f| f.iter().filter_map(|x| x["rank"].as_u64()).collect()).unwrap_or_default();
+        assert_eq!(failed, vec![rank], "{label}: the report's failures: {r}\n{}", describe(&o));
+        let recovered = r["recoveries"].as_array().is_some_and(|v| v.iter().any(|x| x["dead"].as_array().is_some_and(|d| d.iter().any(|y| y.as_u64() == Some(rank)))));
+        assert!(recovered, "{label}: no recovery from the loss of rank {rank}: {r}\n{}", describe(&o));
+    }
+}
+
+/// SIGTERM (what Slurm sends ahead of a time limit, and what `scancel` sends) to the launcher at
+/// a moment that differs from run to run, with a checkpoint interval longer than the run: the
+/// head takes a final checkpoint with its log and leaves, the job ends, and the resumed job
+/// skips every region the first job had run by then.
+#[test]
+fn a_job_stopped_by_sigterm_resumes_skipping_what_it_had_done() {
+    let case = stencil();
+    let (expected, _) = fresh(&case, case.args, &[], "failure-free, no checkpoints");
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64;
+    for i in 0..2u64 {
+        // Between 0.6 and 2.0 s after the start: the program runs about 3 s.
+        let after = Duration::from_millis(600 + (nanos / 1000 + i * 700) % 1400);
+        let dir = scratch_dir();
+        let ck = dir.path().join("ckpt");
+        let mut envs = ompcluster_tests::ckpt_env(&ck, "1000");
+        envs.push(("OMPCLUSTER_CP_ENABLE".into(), "1".into()));
+        let what = format!("{} {:?}, SIGTERM to the launcher {after:?} after the start", case.name, case.args);
+        let job = Job::spawn(NP, &case.prog, case.args, &env_refs(&envs));
+        std::thread::sleep(after);
+        // SAFETY: kill has no memory-safety preconditions; the pid is this test's launcher.
+        assert_eq!(unsafe { libc::kill(job.pid(), libc::SIGTERM) }, 0, "{what}: cannot send SIGTERM");
+        let o = end_of(job, DEATH_BOUND, &what);
+        assert!(!o.status.success() && !stdout(&o).contains(case.done), "{what}: the job was not stopped (too late?)\n{}", describe(&o));
+        assert!(stderr(&o).contains("ompcluster: SIGTERM: final checkpoint done"), "{what}: no final checkpoint\n{}", describe(&o));
+        assert_eq!(manifests(&ck).len(), 1, "{what}: one checkpoint, the final one, expected: {:?}\n{}", manifests(&ck), describe(&o));
+        let (o, res, _) = resume(&case, case.args, &ck, &expected, &format!("after SIGTERM {after:?} after the start"));
+        let label = format!("{what}, resumed");
+        assert_resumed(&label, &o, &res, None);
+        let done = res["first_job_regions"].as_u64().unwrap_or(0);
+        assert!(done > 0, "{label}: the first job had run no region at its final checkpoint: {res}\n{}", describe(&o));
+        assert_eq!(res["regions_skipped"].as_u64(), Some(done), "{label}: not every region done before the signal was skipped: {res}\n{}", describe(&o));
+    }
+}
