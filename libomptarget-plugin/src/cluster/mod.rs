@@ -447,9 +447,10 @@ impl Cluster {
             let err = match request() {
                 // A resumed job: a version a skipped region made, needed by a request that
                 // started before another made it (`resume.rs`), is rebuilt, then it runs again.
-                Err(ClusterError::Lost(_)) if self.resumed && rebuilt < 3 && self.live.dead_ranks().is_subset(&self.ft.recovered()) => {
+                Err(ClusterError::Lost(addr)) if self.resumed && rebuilt < 3 && self.live.dead_ranks().is_subset(&self.ft.recovered()) => {
                     rebuilt += 1;
-                    self.rebuild_unheld()?;
+                    let id = self.buffers.lock().get(addr).map(|b| b.id);
+                    self.rebuild_unheld(id.map(|id| [id].into()))?;
                     continue;
                 }
                 Err(e) if self.recovery => e,

@@ -119,6 +119,9 @@ impl Device for HeadDevice {
 struct Rebuild<'a> {
     c: &'a Cluster,
     side: Side,
+    /// Rebuild only the current versions of these buffers (ids) that no rank holds (a resumed
+    /// job, `resume.rs`), not every one.
+    only: Option<&'a BTreeSet<u64>>,
 }
 
 /// Where versions are, for the plan: the buffer and record locks are held.
@@ -158,7 +161,8 @@ impl algo::Cluster for Rebuild<'_> {
         let c = self.c;
         let live: Vec<i32> = c.workers().collect();
         c.fence(dead, &live)?;
-        let lost = c.buffers.lock().forget_ranks(dead);
+        let mut lost = c.buffers.lock().forget_ranks(dead);
+        lost.retain(|a| self.only.is_none_or(|o| o.contains(&a.buffer)));
         c.inject_due(|t| *t == crate::inject::Trigger::DuringRecovery);
         for &r in dead {
             c.inject.rearm(r, crate::inject::Trigger::DuringRecovery);
@@ -189,7 +193,7 @@ impl algo::Cluster for Rebuild<'_> {
     }
 
     fn unheld(&self) -> BTreeSet<Access> {
-        self.c.buffers.lock().unheld().collect()
+        self.c.buffers.lock().unheld().filter(|a| self.only.is_none_or(|o| o.contains(&a.buffer))).collect()
     }
 
     fn with_view<R>(&self, bad: &BTreeSet<Access>, f: impl FnOnce(&TaskGraph, &dyn View) -> R) -> R {
@@ -369,6 +373,12 @@ impl Cluster {
 
     /// Rebuild what the `dead` ranks took with them (see the module's documentation).
     pub(super) fn recover(&self, dead: &BTreeSet<i32>) -> std::result::Result<(), RecoverError> {
+        self.recover_only(dead, None)
+    }
+
+    /// [`Cluster::recover`], rebuilding of the versions no rank holds only those of the
+    /// buffers `only` names (all, if None).
+    pub(super) fn recover_only(&self, dead: &BTreeSet<i32>, only: Option<&BTreeSet<u64>>) -> std::result::Result<(), RecoverError> {
         let t0 = Instant::now();
         let traced = self.trace_now();
         let at_seconds = self.start.elapsed().as_secs_f64();
@@ -377,7 +387,7 @@ impl Cluster {
         }
         let attempts = self.attempts.fetch_add(1, Ordering::Relaxed) + 1;
         let policy = algo::Policy { parallel: self.cfg.ft_reexec == Reexec::Parallel, ..Default::default() };
-        let ops = Rebuild { c: self, side: Mutex::new(HashMap::default()) };
+        let ops = Rebuild { c: self, side: Mutex::new(HashMap::default()), only };
         // (`spares` is held across the algorithm: only this thread takes it.)
         let outcome = algo::recover(&ops, dead, policy, &mut self.spares.lock());
         let out = match outcome {

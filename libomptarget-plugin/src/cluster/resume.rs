@@ -215,10 +215,10 @@ impl Cluster {
                 self.end_fast_forward(&format!("{LIVE_IN_A_ROW} regions in a row were not in the log"))?;
                 return Ok(Skip::Live);
             }
-            reached.iter().any(|&a| bufs.get(a).is_some_and(|b| b.version > 0 && b.holders.is_empty()))
+            reached.iter().filter_map(|&a| bufs.get(a).filter(|b| b.version > 0 && b.holders.is_empty()).map(|b| b.id)).collect::<BTreeSet<u64>>()
         };
-        if needs_rebuild {
-            self.rebuild_unheld()?;
+        if !needs_rebuild.is_empty() {
+            self.rebuild_unheld(Some(needs_rebuild))?;
         }
         Ok(Skip::Live)
     }
@@ -230,7 +230,7 @@ impl Cluster {
     /// # Safety
     /// `host..host+len` must be writable and not accessed by others meanwhile.
     pub(super) unsafe fn retrieve_from_log(&self, host: *mut u8, tgt: u64, len: u64) -> Result<bool> {
-        {
+        let id = {
             let _gate = self.enter()?;
             let replay = self.replay.lock();
             let Replay::FastForward(log) = &*replay else { return Ok(false) };
@@ -253,20 +253,21 @@ impl Cluster {
                 self.log(format_args!("RESUME retrieve {tgt:#x} {len} bytes from the log"));
                 return Ok(true);
             }
-        }
-        self.rebuild_unheld()?;
+            b.id
+        };
+        self.rebuild_unheld(Some([id].into()))?;
         Ok(false)
     }
 
     /// A submit into, or a device copy from, the buffers at `addrs` while fast-forwarding:
     /// if one holds a version no rank has, it is rebuilt first.
     pub(super) fn live_for(&self, addrs: &[u64]) -> Result<()> {
-        let unheld = {
+        let unheld: BTreeSet<u64> = {
             let bufs = self.buffers.lock();
-            addrs.iter().any(|&a| bufs.containing(a).is_some_and(|b| b.version > 0 && b.holders.is_empty()))
+            addrs.iter().filter_map(|&a| bufs.containing(a).filter(|b| b.version > 0 && b.holders.is_empty()).map(|b| b.id)).collect()
         };
-        if unheld {
-            self.rebuild_unheld()?;
+        if !unheld.is_empty() {
+            self.rebuild_unheld(Some(unheld))?;
         }
         Ok(())
     }
@@ -284,17 +285,18 @@ impl Cluster {
         let skipped = self.resume_record.lock().as_ref().map_or(0, |r| r.regions_skipped);
         eprintln!("ompcluster: resume: fast-forward over at region #{region} ({why}); {skipped} region(s) skipped");
         drop(gate);
-        self.rebuild_unheld()
+        self.rebuild_unheld(None)
     }
 
-    /// Give every version no rank holds a holder again, under the gate's write side: the
+    /// Give the versions no rank holds of the buffers `only` names (every one, if None) a
+    /// holder again, under the gate's write side: the
     /// checkpoint's versions are adopted (same address, same key), and the recovery algorithm
     /// restores them and re-runs logged regions for the others, as after the loss of every
     /// worker. A worker that dies meanwhile is recovered from by the handler (whose recovery
     /// rebuilds what no rank holds too), then this looks again.
-    pub(super) fn rebuild_unheld(&self) -> Result<()> {
+    pub(super) fn rebuild_unheld(&self, only: Option<BTreeSet<u64>>) -> Result<()> {
         loop {
-            match self.rebuild_unheld_once() {
+            match self.rebuild_unheld_once(only.as_ref()) {
                 Err(ft_handler::RecoverError::NewFailure(r)) if self.recovery => {
                     self.ft.notify(r);
                     self.ft.wait_recovered(&[r].into()).map_err(ClusterError::Unrecoverable)?;
@@ -310,7 +312,7 @@ impl Cluster {
         }
     }
 
-    fn rebuild_unheld_once(&self) -> std::result::Result<(), ft_handler::RecoverError> {
+    fn rebuild_unheld_once(&self, only: Option<&BTreeSet<u64>>) -> std::result::Result<(), ft_handler::RecoverError> {
         let _gate = self.ft.exclusive(State::Restarting);
         let mut adopted = 0;
         if let Some(cp) = &self.ckpt {
@@ -332,7 +334,7 @@ impl Cluster {
                 }
             }
         }
-        if self.buffers.lock().unheld().next().is_none() {
+        if !self.buffers.lock().unheld().any(|a| only.is_none_or(|o| o.contains(&a.buffer))) {
             return Ok(());
         }
         let before = self.recoveries.lock().len();
@@ -341,7 +343,7 @@ impl Cluster {
         if let Some(&r) = dead.iter().next() {
             return Err(ft_handler::RecoverError::NewFailure(r));
         }
-        self.recover(&BTreeSet::new())?;
+        self.recover_only(&BTreeSet::new(), only)?;
         let (loaded, rebuilt) = self.recoveries.lock().get(before).map_or((0, 0), |r| (r.buffers_from_checkpoints, r.buffers_rebuilt));
         if let Some(r) = self.resume_record.lock().as_mut() {
             r.versions_adopted += adopted;
