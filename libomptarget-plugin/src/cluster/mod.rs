@@ -218,8 +218,8 @@ pub struct Cluster {
     keyed: bool,
     /// A resumed job (`OMPCLUSTER_RESUME=1` with a log to fast-forward through).
     resumed: bool,
-    /// What the checkpoint resumed from holds, by address, once fast-forwarding is over.
-    adoptable: std::sync::OnceLock<HashMap<u64, crate::journal::Checkpointed>>,
+    /// What the checkpoint a resumed job resumed from holds, by address (`resume.rs`).
+    adoptable: Mutex<HashMap<u64, crate::journal::Checkpointed>>,
     /// What a resumed job did, for the report.
     resume_record: Mutex<Option<ResumeRecord>>,
     /// Bytes of all live device buffers (for the checkpoint interval).
@@ -291,13 +291,17 @@ impl Cluster {
             buffers.remember_sizes();
         }
         let start = Instant::now();
-        let (journal, replay, resume_record) = resume::start(&cfg, ckpt.as_ref());
+        let (journal, mut replay, resume_record) = resume::start(&cfg, ckpt.as_ref());
+        let adoptable = match &mut replay {
+            resume::Replay::FastForward(log) => std::mem::take(&mut log.by_addr),
+            resume::Replay::Live => HashMap::default(),
+        };
         Cluster {
             replaying: AtomicBool::new(matches!(replay, resume::Replay::FastForward(_))),
             keyed: journal.is_some() || matches!(replay, resume::Replay::FastForward(_)),
             resumed: matches!(replay, resume::Replay::FastForward(_)),
             journal,
-            adoptable: std::sync::OnceLock::new(),
+            adoptable: Mutex::new(adoptable),
             replay: Mutex::new(replay),
             resume_record: Mutex::new(resume_record),
             tags: Arc::new(TagAllocator::new(comm.tag_ub())),

@@ -10,10 +10,12 @@
 //!
 //! The first request the log cannot answer (a region it does not hold, a retrieve it has no
 //! bytes for, a submit into or a device copy from a version no rank holds) switches the job to
-//! live, once, under the gate's write side: every version the newest checkpoint holds (same
-//! address, same key) is adopted as a checkpointed version of this job, and the versions no
-//! rank holds are rebuilt by the recovery algorithm, as after the loss of every worker, from
-//! the checkpoint first and by re-running logged regions otherwise. Then the request runs live.
+//! live for that request: under the gate's write side, the versions it needs that the newest
+//! checkpoint holds (same address, same key) are adopted as checkpointed versions of this job,
+//! once their data's checksum is checked, and the versions it needs that no rank holds are
+//! rebuilt by the recovery algorithm, as after the loss of every worker, from the checkpoint
+//! first and by re-running logged regions otherwise. Then the request runs live; regions the
+//! log holds go on being skipped until every one was, or 1,000 in a row were not.
 //! Key matching makes this exact: a version is given the bytes of the first run's version only
 //! if it has its key, which names how its contents were made.
 //!
@@ -57,6 +59,12 @@ pub struct ResumeRecord {
     pub first_job_seconds: f64,
     /// Seconds of kernels the skipped regions took in the first job.
     pub skipped_kernel_seconds: f64,
+    /// When fast-forwarding ended (every logged region skipped, or the program took another
+    /// path), seconds since start-up.
+    pub fast_forward_ended_at_seconds: Option<f64>,
+    /// The first job's time at its checkpoint less the time this job took to get there: what
+    /// resuming saved (when fast-forwarding ended with every logged region skipped).
+    pub seconds_saved: Option<f64>,
 }
 
 use serde::Serialize;
@@ -276,14 +284,21 @@ impl Cluster {
     /// rebuilt, so that checkpoints can be taken again.
     fn end_fast_forward(&self, why: &str) -> Result<()> {
         let gate = self.ft.exclusive(State::Restarting);
-        let Replay::FastForward(log) = std::mem::replace(&mut *self.replay.lock(), Replay::Live) else { return Ok(()) };
-        // What the checkpoint holds stays adoptable: a version made while fast-forwarding may
-        // still have no holder.
-        let _ = self.adoptable.set(log.by_addr);
+        if !matches!(std::mem::replace(&mut *self.replay.lock(), Replay::Live), Replay::FastForward(_)) {
+            return Ok(());
+        }
         self.replaying.store(false, Ordering::Release);
         let region = self.graph.lock().recorded();
-        let skipped = self.resume_record.lock().as_ref().map_or(0, |r| r.regions_skipped);
-        eprintln!("ompcluster: resume: fast-forward over at region #{region} ({why}); {skipped} region(s) skipped");
+        let at = self.start.elapsed().as_secs_f64();
+        let mut skipped = 0;
+        if let Some(r) = self.resume_record.lock().as_mut() {
+            skipped = r.regions_skipped;
+            r.fast_forward_ended_at_seconds = Some(at);
+            if r.regions_skipped == r.first_job_regions {
+                r.seconds_saved = Some(r.first_job_seconds - at);
+            }
+        }
+        eprintln!("ompcluster: resume: fast-forward over at region #{region} at {at:.3} s ({why}); {skipped} region(s) skipped");
         drop(gate);
         self.rebuild_unheld(None)
     }
@@ -316,20 +331,33 @@ impl Cluster {
         let _gate = self.ft.exclusive(State::Restarting);
         let mut adopted = 0;
         if let Some(cp) = &self.ckpt {
-            let replay = self.replay.lock();
-            let bufs = self.buffers.lock();
-            let by_addr = match &*replay {
-                Replay::FastForward(log) => Some(&log.by_addr),
-                Replay::Live => self.adoptable.get(),
+            // The versions to rebuild that the checkpoint holds (same address, same key).
+            let candidates: Vec<(u64, u64, u64, u64, u64, ckpt_veloc::RegionRecord)> = {
+                let adoptable = self.adoptable.lock();
+                let bufs = self.buffers.lock();
+                bufs.iter()
+                    .filter(|b| !b.deleted && b.version > b.pristine_version() && b.holders.is_empty() && only.is_none_or(|o| o.contains(&b.id)))
+                    .filter(|b| !cp.holds(b.id, b.version))
+                    .filter_map(|b| {
+                        let c = adoptable.get(&b.addr).filter(|c| c.key == b.key && c.record.size == b.size)?;
+                        Some((b.id, b.version, b.addr, b.size, b.key, c.record.clone()))
+                    })
+                    .collect()
             };
-            for b in bufs.iter().filter(|b| !b.deleted && b.version > b.pristine_version() && b.holders.is_empty()) {
-                if let Some(c) = by_addr.and_then(|m| m.get(&b.addr)).filter(|c| c.key == b.key && c.record.size == b.size) {
-                    if !cp.holds(b.id, b.version) {
-                        cp.adopt(b.id, b.version, c.record.clone());
+            // Adopted only once its data is checked: the record before an adopted version may
+            // be pruned (it is safe), so a damaged file found later could not be rebuilt.
+            for (id, version, addr, size, key, rec) in candidates {
+                match ckpt_veloc::load_record(cp.store.persistent_dir(), &rec) {
+                    Ok(_) => {
+                        cp.adopt(id, version, rec);
                         if let Some(j) = &self.journal {
-                            j.adopt(b.id, b.addr, b.size, b.key);
+                            j.adopt(id, addr, size, key);
                         }
                         adopted += 1;
+                    }
+                    Err(e) => {
+                        eprintln!("ompcluster: resume: the checkpoint's copy of the buffer at {addr:#x} is unusable ({e}); rebuilding it by re-running logged regions");
+                        self.adoptable.lock().remove(&addr);
                     }
                 }
             }
