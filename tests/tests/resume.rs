@@ -601,3 +601,54 @@ fn a_job_stopped_by_sigterm_resumes_skipping_what_it_had_done() {
         assert_eq!(res["regions_skipped"].as_u64(), Some(done), "{label}: not every region done before the signal was skipped: {res}\n{}", describe(&o));
     }
 }
+
+/// The program rebuilt differently (here `-O1` instead of `-O2`: other device code, the same
+/// results): its images' keys differ from the first job's, so nothing is skipped, and the
+/// output is a fresh run's.
+#[test]
+fn a_rebuilt_program_skips_nothing_and_is_right() {
+    // A private copy of the test's build: it is replaced by another build below.
+    let dir = scratch_dir();
+    let shared = stencil();
+    let case = Case { prog: dir.path().join("resume_stencil"), ..shared };
+    std::fs::copy(&shared.prog, &case.prog).expect("copy the program");
+    let (expected, _) = fresh(&case, case.args, &[], "failure-free, no checkpoints");
+    let ck = dir.path().join("ckpt");
+    kill_head(&case, case.args, &ck);
+    // The same source, built again differently, at the path the first job ran from.
+    let src = ompcluster_tests::programs_dir().join("resume_stencil.c");
+    let flags: Vec<&str> = ompcluster_tests::OFFLOAD_FLAGS.iter().map(|f| if *f == "-O2" { "-O1" } else { f }).collect();
+    let o = Command::new("clang-16").args(&flags).arg(&src).arg("-o").arg(&case.prog).output().expect("run clang-16");
+    assert!(o.status.success(), "cannot rebuild {}: {}", src.display(), describe(&o));
+    let what = "with the program rebuilt with -O1";
+    let (o, res, _) = resume(&case, case.args, &ck, &expected, what);
+    let label = format!("{} {:?}, --resume {what}", case.name, case.args);
+    assert!(stderr(&o).contains("its executable differs"), "{label}: stderr does not say the program differs\n{}", describe(&o));
+    assert_eq!(res["regions_skipped"].as_u64(), Some(0), "{label}: regions of another build were skipped: {res}\n{}", describe(&o));
+}
+
+/// Checkpoint data damaged after the first job died (bytes changed in the middle of every data
+/// file): the resumed job does not adopt what it cannot read back (checksums), rebuilds those
+/// versions by re-running logged regions, says so, and prints the right output.
+#[test]
+fn damaged_checkpoint_data_is_rebuilt_not_trusted() {
+    let case = stencil();
+    let (expected, _) = fresh(&case, case.args, &[], "failure-free, no checkpoints");
+    let dir = scratch_dir();
+    let ck = dir.path().join("ckpt");
+    kill_head(&case, case.args, &ck);
+    let data: Vec<PathBuf> = files_under(&ck).into_iter().filter(|p| p.extension().is_some_and(|e| e == "data")).collect();
+    assert!(!data.is_empty(), "no checkpoint data file under {}", ck.display());
+    for f in &data {
+        let mut b = std::fs::read(f).unwrap();
+        let mid = b.len() / 2;
+        b[mid] ^= 0x5a;
+        std::fs::write(f, &b).unwrap();
+    }
+    let what = format!("with every checkpoint data file damaged ({} files)", data.len());
+    let (o, res, _) = resume(&case, case.args, &ck, &expected, &what);
+    let label = format!("{} {:?}, --resume {what}", case.name, case.args);
+    assert_resumed(&label, &o, &res, None);
+    assert!(stderr(&o).contains("is unusable"), "{label}: stderr does not say a checkpoint copy is unusable\n{}", describe(&o));
+    assert!(res["versions_rebuilt"].as_u64().unwrap_or(0) > 0, "{label}: nothing was rebuilt by re-running: {res}\n{}", describe(&o));
+}
