@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 /// Creates `dir` and its missing parents with mode 0700. An existing
 /// directory is left as it is.
-pub(crate) fn create_private_dir_all(dir: &Path) -> io::Result<()> {
+pub fn create_private_dir_all(dir: &Path) -> io::Result<()> {
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -105,7 +105,7 @@ pub(crate) fn publish(tmp: tempfile::NamedTempFile, dest: &Path) -> io::Result<(
 
 /// Atomically and durably replaces `dest` with `bytes`. Errors carry the
 /// path that failed.
-pub(crate) fn atomic_write(dest: &Path, bytes: &[u8]) -> Result<(), (PathBuf, io::Error)> {
+pub fn atomic_write(dest: &Path, bytes: &[u8]) -> Result<(), (PathBuf, io::Error)> {
     let mut tmp = temp_beside(dest).map_err(|e| (dest.to_path_buf(), e))?;
     let tmp_path = tmp.path().to_path_buf();
     tmp.write_all(bytes).map_err(|e| (tmp_path, e))?;

@@ -64,6 +64,7 @@ pub use embedded::EmbeddedStore;
 pub use error::{ConfigError, FlushError, LoadError, ManifestError, OpenError, SaveError};
 pub use flush::{FlushHandle, FlushOutcome, FlushStatus};
 pub use interval::IntervalPolicy;
+pub use fsutil::{atomic_write, create_private_dir_all};
 pub use job::{claim_for_job, claim_for_resume, JobClaim};
 pub use manifest::{
     flushed_records, latest_version, list_versions, load_record, load_record_into, load_region,

@@ -269,12 +269,12 @@ impl Journal {
         if fresh && dir.is_dir() {
             for e in std::fs::read_dir(&dir)?.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
-                if name.starts_with("segment-") || name.starts_with("resume-") || name.starts_with(".tmp") {
+                if name.starts_with("segment-") || name.starts_with("resume-") || (name.starts_with('.') && name.ends_with(".tmp")) {
                     std::fs::remove_file(e.path())?;
                 }
             }
         }
-        create_private_dir(&dir)?;
+        ckpt_veloc::create_private_dir_all(&dir)?;
         let (argv, exe) = program();
         Ok(Journal { dir, argv, exe, inner: Default::default() })
     }
@@ -411,24 +411,10 @@ impl Journal {
     }
 }
 
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
-        r => r,
-    }
-}
-
-/// Write `bytes` to `path` durably: a temporary file with a random name beside it, fsync,
-/// rename, fsync of the directory.
+/// Write `bytes` to `path` durably (`ckpt_veloc::atomic_write`: a randomly named temporary
+/// file beside it, fsync, rename, fsync of the directory).
 fn atomic_write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new().prefix(".tmp").tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    std::fs::File::open(dir)?.sync_all()
+    ckpt_veloc::atomic_write(path, bytes).map_err(|(_, e)| e)
 }
 
 /// A checkpointed version the resumed job may adopt: its key and where the data is.
