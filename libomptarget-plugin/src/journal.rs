@@ -181,8 +181,11 @@ struct ResumeFile {
     /// The program's arguments (`argv`) and its executable's checksum, for messages.
     argv: Vec<String>,
     exe: String,
-    /// Seconds since the job started, at the checkpoint's pause.
-    at_seconds: f64,
+    /// Microseconds since the job started, at the checkpoint's pause. An integer: the
+    /// checksum is checked over the file written again after reading it, and serde_json does
+    /// not read every float back to the same bits (with a float here, 2 of about 8 runs of
+    /// the resume tests met a log failing its own checksum).
+    at_micros: u64,
     /// Regions run before the pause.
     regions: u64,
     segments: Vec<SegmentRef>,
@@ -346,7 +349,7 @@ impl Journal {
             checkpoint: ckpt,
             argv: self.argv.clone(),
             exe: self.exe.clone(),
-            at_seconds: cut.at_seconds,
+            at_micros: (cut.at_seconds * 1e6) as u64,
             regions: cut.regions,
             segments: segments.clone(),
             buffers,
@@ -498,7 +501,7 @@ impl Loaded {
             by_addr,
             other_argv: argv != file.argv,
             other_exe: exe != file.exe,
-            at_seconds: file.at_seconds,
+            at_seconds: file.at_micros as f64 * 1e-6,
             regions: file.regions,
             live_in_a_row: 0,
         })
