@@ -571,35 +571,65 @@ fn a_worker_killed_while_resuming_is_recovered() {
 /// SIGTERM (what Slurm sends ahead of a time limit, and what `scancel` sends) to the launcher at
 /// a moment that differs from run to run, with a checkpoint interval longer than the run: the
 /// head takes a final checkpoint with its log and leaves, the job ends, and the resumed job
-/// skips every region the first job had run by then.
+/// skips every region the first job had run by then. The first signal comes right after the
+/// launcher started, before mpirun has started the ranks: the launcher keeps it until the head
+/// can take it.
 #[test]
 fn a_job_stopped_by_sigterm_resumes_skipping_what_it_had_done() {
     let case = stencil();
     let (expected, _) = fresh(&case, case.args, &[], "failure-free, no checkpoints");
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64;
-    for i in 0..2u64 {
-        // Between 0.6 and 2.0 s after the start: the program runs about 3 s.
-        let after = Duration::from_millis(600 + (nanos / 1000 + i * 700) % 1400);
+    for i in 0..3u64 {
+        // At once, then between 0.2 and 1.6 s after the head's runtime started: the program
+        // runs about 3 s.
+        let after = (i > 0).then(|| Duration::from_millis(200 + (nanos / 1000 + i * 700) % 1400));
         let dir = scratch_dir();
         let ck = dir.path().join("ckpt");
         let mut envs = ompcluster_tests::ckpt_env(&ck, "1000");
         envs.push(("OMPCLUSTER_CP_ENABLE".into(), "1".into()));
-        let what = format!("{} {:?}, SIGTERM to the launcher {after:?} after the start", case.name, case.args);
+        let what = match after {
+            Some(a) => format!("{} {:?}, SIGTERM to the launcher {a:?} after the head's runtime started", case.name, case.args),
+            None => format!("{} {:?}, SIGTERM to the launcher as soon as it started mpirun", case.name, case.args),
+        };
         let job = Job::spawn(NP, &case.prog, case.args, &env_refs(&envs));
-        std::thread::sleep(after);
+        let waited = Instant::now();
+        // The launcher started mpirun (it catches SIGTERM from then on).
+        let is_mpirun = |p: &i32| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| ["mpirun", "orterun", "prterun"].iter().any(|m| c.starts_with(m)));
+        while !job_members(job.marker()).iter().any(is_mpirun) {
+            assert!(waited.elapsed() < DEATH_BOUND, "{what}: the launcher never started mpirun");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if let Some(a) = after {
+            while !job.ranks(&case.prog).first().is_some_and(|&(r, p)| r == 0 && handles_sigterm(p)) {
+                assert!(waited.elapsed() < DEATH_BOUND, "{what}: the head's runtime never started (it handles no SIGTERM)");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            std::thread::sleep(a);
+        }
         // SAFETY: kill has no memory-safety preconditions; the pid is this test's launcher.
         assert_eq!(unsafe { libc::kill(job.pid(), libc::SIGTERM) }, 0, "{what}: cannot send SIGTERM");
         let o = end_of(job, DEATH_BOUND, &what);
         assert!(!o.status.success() && !stdout(&o).contains(case.done), "{what}: the job was not stopped (too late?)\n{}", describe(&o));
+        assert!(stderr(&o).contains("ompcluster-run: SIGTERM: passed to the program's head"), "{what}: the launcher did not pass SIGTERM to the head\n{}", describe(&o));
         assert!(stderr(&o).contains("ompcluster: SIGTERM: final checkpoint done"), "{what}: no final checkpoint\n{}", describe(&o));
         assert_eq!(manifests(&ck).len(), 1, "{what}: one checkpoint, the final one, expected: {:?}\n{}", manifests(&ck), describe(&o));
-        let (o, res, _) = resume(&case, case.args, &ck, &expected, &format!("after SIGTERM {after:?} after the start"));
+        let (o, res, _) = resume(&case, case.args, &ck, &expected, &format!("after SIGTERM ({what})"));
         let label = format!("{what}, resumed");
-        assert_resumed(&label, &o, &res, None);
-        let done = res["first_job_regions"].as_u64().unwrap_or(0);
-        assert!(done > 0, "{label}: the first job had run no region at its final checkpoint: {res}\n{}", describe(&o));
-        assert_eq!(res["regions_skipped"].as_u64(), Some(done), "{label}: not every region done before the signal was skipped: {res}\n{}", describe(&o));
+        let done = res["first_job_regions"].as_u64();
+        assert!(done.is_some(), "{label}: the resumed job did not resume from the final checkpoint: {res}\n{}", describe(&o));
+        assert_eq!(res["regions_skipped"].as_u64(), done, "{label}: not every region done before the signal was skipped: {res}\n{}", describe(&o));
+        if after.is_some() {
+            assert_resumed(&label, &o, &res, None);
+            assert!(done > Some(0), "{label}: the first job had run no region at its final checkpoint: {res}\n{}", describe(&o));
+        }
     }
+}
+
+/// Whether process `pid` catches SIGTERM (the head does once its runtime started).
+fn handles_sigterm(pid: i32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let mask = status.lines().find_map(|l| l.strip_prefix("SigCgt:")).and_then(|m| u64::from_str_radix(m.trim(), 16).ok());
+    mask.is_some_and(|m| m & (1 << (libc::SIGTERM - 1)) != 0)
 }
 
 /// The program rebuilt differently (here `-O1` instead of `-O2`: other device code, the same

@@ -71,12 +71,19 @@ fn wait_for_job(mut child: std::process::Child, status_file: Option<&Path>, grac
     use std::time::{Duration, Instant};
     let mut ended: Option<(Instant, String, Vec<String>)> = None;
     let mut termed_at: Option<Instant> = None;
+    // When a SIGTERM reached the launcher and is not yet passed on (see [`pass_sigterm`]).
+    let mut term_since: Option<Instant> = None;
     loop {
         if let Some(st) = child.try_wait()? {
             return Ok(st);
         }
         if TERM.swap(false, std::sync::atomic::Ordering::Relaxed) {
-            pass_sigterm(child.id());
+            term_since.get_or_insert_with(Instant::now);
+        }
+        if let Some(since) = term_since {
+            if pass_sigterm(child.id(), since.elapsed()) {
+                term_since = None;
+            }
         }
         if ended.is_none() {
             // "started" until the head writes how the program ended.
@@ -147,26 +154,66 @@ fn block_sigterm_in(cmd: &mut Command) {
     }
 }
 
+/// Longest a SIGTERM waits in the launcher for the program's head to be ready for it (see
+/// [`pass_sigterm`]): mpirun may not have started rank 0 yet, or rank 0 may not have started
+/// its runtime yet (a large job starts slowly).
+const HEAD_READY_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// A SIGTERM sent to the launcher goes to the program's head (rank 0), which takes a final
 /// checkpoint and leaves; the launcher goes on waiting for the job and exits with its status.
-/// Called from the waiting loop once [`TERM`] is set: rank 0 among mpirun's descendants on
-/// this host; if it runs on another host, mpirun is told to abort the job (SIGINT).
-fn pass_sigterm(mpirun: u32) {
-    let head = descendants(mpirun).into_iter().find(|&p| {
-        std::fs::read(format!("/proc/{p}/environ")).is_ok_and(|e| e.split(|&b| b == 0).any(|v| v == b"OMPI_COMM_WORLD_RANK=0"))
-    });
-    match head {
-        Some(pid) => {
-            eprintln!("ompcluster-run: SIGTERM: passed to the program's head (pid {pid}) for a final checkpoint");
+/// Called from the waiting loop, `waited` after the SIGTERM came, until it returns true (the
+/// signal was dealt with). Rank 0 is looked for among mpirun's descendants on this host, and
+/// gets the signal once it handles SIGTERM (its runtime started: `SigCgt` in
+/// `/proc/PID/status`), or after [`HEAD_READY_WAIT`] (it then dies of it: nothing to
+/// checkpoint yet). If rank 0 runs on another host (other ranks run here but not rank 0, or
+/// no rank at all within the wait), mpirun is told to abort the job (SIGINT).
+fn pass_sigterm(mpirun: u32, waited: std::time::Duration) -> bool {
+    let rank_of = |p: u32| -> Option<u32> {
+        let env = std::fs::read(format!("/proc/{p}/environ")).ok()?;
+        let v = env.split(|&b| b == 0).find_map(|v| v.strip_prefix(b"OMPI_COMM_WORLD_RANK="))?;
+        std::str::from_utf8(v).ok()?.parse().ok()
+    };
+    let ranks: Vec<(u32, u32)> = descendants(mpirun).into_iter().filter_map(|p| Some((p, rank_of(p)?))).collect();
+    match ranks.iter().find(|&&(_, r)| r == 0) {
+        Some(&(pid, _)) => {
+            let ready = handles_sigterm(pid);
+            if !ready && waited < HEAD_READY_WAIT {
+                return false;
+            }
+            if ready {
+                eprintln!("ompcluster-run: SIGTERM: passed to the program's head (pid {pid}) for a final checkpoint");
+            } else {
+                eprintln!(
+                    "ompcluster-run: SIGTERM: passed to the program's head (pid {pid}), whose runtime has not started in {} s: no final checkpoint",
+                    waited.as_secs()
+                );
+            }
             // SAFETY: kill has no memory-safety preconditions; the pid is rank 0 of our job.
             unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
         }
         None => {
+            // mpirun starts rank 0 first on its host: other ranks here and not rank 0 mean
+            // it runs elsewhere (after a short wait, for /proc to show it).
+            let elsewhere = !ranks.is_empty() && waited > std::time::Duration::from_secs(2);
+            if !elsewhere && waited < HEAD_READY_WAIT {
+                return false;
+            }
             eprintln!("ompcluster-run: SIGTERM: the program's head does not run on this host; stopping the job (send SIGTERM to rank 0 for a final checkpoint)");
             // SAFETY: as above; the pid is our child's.
             unsafe { libc::kill(mpirun as libc::pid_t, libc::SIGINT) };
         }
     }
+    true
+}
+
+/// Whether process `pid` catches SIGTERM (its `SigCgt` mask in `/proc/PID/status`).
+fn handles_sigterm(pid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return false };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (libc::SIGTERM - 1)) != 0)
 }
 
 /// The processes below `pid` (children first), from `/proc`.
@@ -504,10 +551,11 @@ fn main() -> ExitCode {
     if filter {
         cmd.stderr(std::process::Stdio::piped());
     }
+    if on_sigterm {
+        // Before mpirun starts: a SIGTERM that comes before its ranks do waits for the head.
+        catch_sigterm();
+    }
     let status = cmd.spawn().and_then(|mut child| {
-        if on_sigterm {
-            catch_sigterm();
-        }
         let noise = child.stderr.take().map(|err| {
             std::thread::spawn(move || {
                 use std::os::fd::AsRawFd;
