@@ -135,6 +135,17 @@ pub enum Event {
         /// (region id, device range) pairs.
         regions: Vec<(u64, Region)>,
     },
+    /// Read a region's bytes from a published checkpoint into device memory, checked against
+    /// the checkpoint's checksum; reply `Ok`, or `Error` if the copy is unusable. Saves the
+    /// head reading it and sending it on (recovery, resuming).
+    Restore {
+        /// Where the bytes go (held by this worker).
+        region: Region,
+        /// Where they are: the checkpoint store's record of them, serialised (opaque here;
+        /// validated by the [`crate::worker::CheckpointSink`]).
+        #[serde(with = "serde_bytes")]
+        record: Vec<u8>,
+    },
     /// Reply once every earlier event of this worker has been handled.
     Sync,
     /// Fault injection (`OMPCLUSTER_FT_INJECT`): raise this signal (SIGKILL or SIGSTOP) on
@@ -351,6 +362,12 @@ impl Event {
                     return Err(ProtocolError::Invalid("replayed blocks must be whole pages".into()));
                 }
                 Ok(())
+            }
+            Event::Restore { region, record } => {
+                if record.len() > MAX_INLINE_DATA as usize {
+                    return Err(ProtocolError::Invalid("checkpoint record too large".into()));
+                }
+                in_heap(region)
             }
             Event::Checkpoint { regions, .. } => {
                 if regions.len() > MAX_LIST {

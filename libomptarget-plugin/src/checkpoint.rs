@@ -281,15 +281,18 @@ impl Checkpointer {
         self.published.lock().versions.get(&id) == Some(&version)
     }
 
+    /// Where the published checkpoints hold `version` of buffer `id`, if they do.
+    pub(crate) fn record(&self, id: u64, version: u64) -> Option<RegionRecord> {
+        let p = self.published.lock();
+        match (p.versions.get(&id), p.map.get(id)) {
+            (Some(&v), Some(rec)) if v == version => Some(rec.clone()),
+            _ => None,
+        }
+    }
+
     /// Load `version` of buffer `id` from the published checkpoints (checksum checked).
     pub(crate) fn load(&self, id: u64, version: u64) -> Result<Vec<u8>, String> {
-        let rec = {
-            let p = self.published.lock();
-            match (p.versions.get(&id), p.map.get(id)) {
-                (Some(&v), Some(rec)) if v == version => rec.clone(),
-                _ => return Err(format!("no published checkpoint holds version {version} of buffer {id}")),
-            }
-        };
+        let rec = self.record(id, version).ok_or_else(|| format!("no published checkpoint holds version {version} of buffer {id}"))?;
         ckpt_veloc::load_record(self.store.persistent_dir(), &rec).map_err(|e| e.to_string())
     }
 
@@ -328,6 +331,15 @@ impl CheckpointSink for WorkerSink {
                 spawn_or_run("ompc-ckpt-done", move || done(records(h)));
             }
         }
+    }
+
+    fn load(&self, record: &[u8], into: &mut [u8]) -> Result<(), String> {
+        let rec: ckpt_veloc::RegionRecord = serde_json::from_slice(record).map_err(|e| format!("a checkpoint record that does not parse: {e}"))?;
+        // From the head: a file inside the persistent directory, of the size asked for.
+        if !rec.file.components().all(|c| matches!(c, std::path::Component::Normal(_))) {
+            return Err(format!("checkpoint record names a file outside the checkpoint directory: {}", rec.file.display()));
+        }
+        ckpt_veloc::load_record_into(self.0.persistent_dir(), &rec, into).map_err(|e| e.to_string())
     }
 }
 

@@ -5,8 +5,10 @@
 //! * `R`: a worker rank (1..N-1);
 //! * `TRIGGER`: `after_tasks=N` (once the head has seen N target regions complete),
 //!   `after_ms=N` (N ms after start-up), `during=checkpoint` (in the pause of the next
-//!   checkpoint), `during=recovery` (while the next recovery that does not involve R runs) or
-//!   `during=exit` (as the job ends: once R has answered the head's EXIT).
+//!   checkpoint), `during=recovery` (while the next recovery that does not involve R runs),
+//!   `during=restore` (as workers next read versions from a checkpoint: recovery, or a
+//!   resumed job's first need of them) or `during=exit` (as the job ends: once R has answered
+//!   the head's EXIT).
 //!
 //! Example: `kill:rank=2:after_tasks=40;stop:rank=3:after_ms=1500`. The head sends the
 //! victim an INJECT event and the victim raises the signal on itself; the head notes when, so
@@ -56,6 +58,8 @@ pub enum Trigger {
     DuringCheckpoint,
     /// While the next recovery (of other ranks) runs.
     DuringRecovery,
+    /// As workers next read versions from a checkpoint (`Event::Restore`).
+    DuringRestore,
     /// As the job ends: the victim raises the signal once it has answered the head's EXIT
     /// (nothing waits for it any more; only the launcher can end it).
     DuringExit,
@@ -85,6 +89,7 @@ impl fmt::Display for Fault {
             Trigger::AfterMs(n) => format!("after_ms={n}"),
             Trigger::DuringCheckpoint => "during=checkpoint".into(),
             Trigger::DuringRecovery => "during=recovery".into(),
+            Trigger::DuringRestore => "during=restore".into(),
             Trigger::DuringExit => "during=exit".into(),
         };
         write!(f, "{a}:rank={}:{t}", self.rank)
@@ -131,10 +136,11 @@ pub fn parse(spec: &str, ranks: Option<i32>) -> Result<Vec<Fault>, String> {
             Some(("after_ms", n)) => Trigger::AfterMs(num(n)?),
             Some(("during", "checkpoint")) => Trigger::DuringCheckpoint,
             Some(("during", "recovery")) => Trigger::DuringRecovery,
+            Some(("during", "restore")) => Trigger::DuringRestore,
             Some(("during", "exit")) => Trigger::DuringExit,
             _ => {
                 return Err(format!(
-                    "{item:?}: unknown trigger {trigger:?} (after_tasks=N, after_ms=N, during=checkpoint, during=recovery or during=exit)"
+                    "{item:?}: unknown trigger {trigger:?} (after_tasks=N, after_ms=N, during=checkpoint, during=recovery, during=restore or during=exit)"
                 ))
             }
         };

@@ -539,14 +539,14 @@ fn a_completed_job_resumed_skips_everything_it_can() {
     }
 }
 
-/// Workers killed while a resumed job runs: during the rebuild of what it skipped (a recovery
-/// of its own: `during=recovery`), and after its first region run live. Each is recovered
+/// Workers killed while a resumed job runs: while the workers read the checkpointed versions
+/// it needs (`during=restore`), and after its first region run live. Each is recovered
 /// from as usual, and the output is the failure-free one.
 #[test]
 fn a_worker_killed_while_resuming_is_recovered() {
     let case = stencil();
     let (expected, _) = fresh(&case, case.args, &[], "failure-free, no checkpoints");
-    for (what, inject, rank) in [("during the rebuild", "kill:rank=2:during=recovery", 2u64), ("after it went live", "kill:rank=3:after_tasks=1", 3)] {
+    for (what, inject, rank) in [("while the workers read the checkpoint", "kill:rank=2:during=restore", 2u64), ("after it went live", "kill:rank=3:after_tasks=1", 3)] {
         let dir = scratch_dir();
         let ck = dir.path().join("ckpt");
         kill_head(&case, case.args, &ck);

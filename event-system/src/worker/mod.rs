@@ -34,6 +34,9 @@ pub trait CheckpointSink: Send + Sync {
     /// Make checkpoint `ckpt` durable in the background, then call `done` (on any thread) with
     /// the store's records of it, serialised, or the reason it failed.
     fn flush_then(&self, ckpt: u64, done: Box<dyn FnOnce(Result<Vec<u8>, String>) + Send>);
+    /// Read the region a record of this store names (as the head sent it: validate it) into
+    /// `into`, checking its checksum.
+    fn load(&self, record: &[u8], into: &mut [u8]) -> Result<(), String>;
 }
 
 /// Set once the head fenced a rank: the job lost a process, so `MPI_Finalize` (which waits
@@ -430,6 +433,32 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
                 };
                 sink.flush_then(ckpt, Box::new(answer));
                 return Ok(None);
+            }
+        },
+        Event::Restore { region: r, record } => match (&w.ckpt, resolve(r.addr, r.size)) {
+            (None, _) => Reply::Error("checkpoints are not enabled on this worker".into()),
+            (_, Err(e)) => Reply::Error(e),
+            (Some(sink), Ok(p)) if !w.dev.memory.read().needs_care(r.addr, r.size) => {
+                // SAFETY: `p` points to `r.size` bytes this worker holds; the head sends no
+                // other event touching this buffer before the reply (it installs the version
+                // only then), so nothing else reads or writes them meanwhile.
+                let into = unsafe { std::slice::from_raw_parts_mut(p, r.size as usize) };
+                match sink.load(record, into) {
+                    Ok(()) => Reply::Ok,
+                    Err(e) => Reply::Error(e),
+                }
+            }
+            (Some(sink), Ok(p)) => {
+                // As SUBMIT writes such a range (see `recv_into`): through a private copy.
+                let mut bytes = vec![0u8; r.size as usize];
+                match sink.load(record, &mut bytes) {
+                    Ok(()) => {
+                        // SAFETY: as above; `bytes` is a separate allocation of `r.size`.
+                        unsafe { w.dev.write((w.heap.base(), w.heap.end()), r.addr, p, &bytes) };
+                        Reply::Ok
+                    }
+                    Err(e) => Reply::Error(e),
+                }
             }
         },
         Event::Sync => {

@@ -3,6 +3,25 @@
 use super::*;
 
 impl Cluster {
+    /// Have worker `w` read a checkpointed version (`rec` says where it is) straight into its
+    /// copy at `region`, which must be backed there: the head neither reads it nor sends it.
+    /// Several may be posted before their answers are awaited ([`Cluster::restored`]).
+    pub(super) fn post_restore(&self, w: i32, region: Region, rec: &ckpt_veloc::RegionRecord) -> Result<i32> {
+        self.inject_due(|t| *t == crate::inject::Trigger::DuringRestore);
+        let record = serde_json::to_vec(rec).map_err(|e| ClusterError::Worker { rank: w, msg: format!("cannot encode a checkpoint record: {e}") })?;
+        self.post(w, Event::Restore { region, record })
+    }
+
+    /// The answer to [`Cluster::post_restore`]: `Ok(Err(why))` if the copy is unusable
+    /// (damaged, missing: the worker checked it against its checksum).
+    pub(super) fn restored(&self, w: i32, tag: i32) -> Result<std::result::Result<(), String>> {
+        match self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref())? {
+            Reply::Ok => Ok(Ok(())),
+            Reply::Error(why) => Ok(Err(why)),
+            other => Err(self.unexpected(w, other)),
+        }
+    }
+
     /// SIGTERM (`crate::sigterm`): take a checkpoint now, whatever the interval, and wait
     /// until it is published. Nothing while fast-forwarding (versions no rank holds cannot
     /// be saved: a resume of this job starts from the checkpoint this one resumed from).

@@ -704,6 +704,16 @@ impl Cluster {
                     }
                     res.map_err(new_failure)?;
                 }
+                Source::Checkpoint if w != HEAD => {
+                    // The worker reads it itself (in parallel with other workers' re-runs).
+                    let rec = self.ckpt.as_ref().and_then(|c| c.record(a.buffer, a.version)).ok_or(Stop::Replan(*a))?;
+                    let tag = self.post_restore(w, region, &rec).map_err(new_failure)?;
+                    if let Err(why) = self.restored(w, tag).map_err(new_failure)? {
+                        return Err(Stop::BadCheckpoint(*a, format!("rank {w}: {why}")));
+                    }
+                    out.from_checkpoints += 1;
+                    self.graph.lock().mark(t.id, Mark::FromCheckpoint);
+                }
                 Source::Checkpoint => {
                     let bytes = self.load_checkpointed(*a)?;
                     if bytes.len() as u64 != region.size {
@@ -788,7 +798,7 @@ impl Cluster {
     }
 
     /// Make the head's copy of the live buffer at `addr` hold version `a` (`bytes`).
-    fn put_on_head(&self, a: Access, addr: u64, bytes: &[u8]) -> Result<()> {
+    pub(super) fn put_on_head(&self, a: Access, addr: u64, bytes: &[u8]) -> Result<()> {
         let mut bufs = self.buffers.lock();
         self.stage_on_head(&mut bufs, addr)?;
         if bufs.get(addr).and_then(|b| b.version_on(HEAD)) != Some(a.version) {
@@ -975,7 +985,7 @@ fn written_of(t: &TaskRecord) -> Vec<bool> {
 
 /// A request of recovery failed: a new failure if a rank died (recovery starts again with
 /// it), else the end.
-fn new_failure(e: ClusterError) -> RecoverError {
+pub(super) fn new_failure(e: ClusterError) -> RecoverError {
     match e {
         ClusterError::Comm(CommError::PeerDead(r)) | ClusterError::PeerDead(r) => RecoverError::NewFailure(r),
         e => RecoverError::Fatal(e.to_string()),

@@ -11,16 +11,18 @@
 //! The first request the log cannot answer (a region it does not hold, a retrieve it has no
 //! bytes for, a submit into or a device copy from a version no rank holds) switches the job to
 //! live for that request: under the gate's write side, the versions it needs that the newest
-//! checkpoint holds (same address, same key) are adopted as checkpointed versions of this job,
-//! once their data's checksum is checked, and the versions it needs that no rank holds are
-//! rebuilt by the recovery algorithm, as after the loss of every worker, from the checkpoint
-//! first and by re-running logged regions otherwise. Then the request runs live; regions the
+//! checkpoint holds (same address, same key) are adopted as checkpointed versions of this job:
+//! the workers read them (`Event::Restore`), each straight into its memory, in parallel, and
+//! check their checksums; the head sends only the requests. The versions it needs that no rank
+//! holds then are rebuilt by the recovery algorithm, as after the loss of every worker, by
+//! re-running logged regions. Then the request runs live; regions the
 //! log holds go on being skipped until every one was, or 1,000 in a row were not.
 //! Key matching makes this exact: a version is given the bytes of the first run's version only
 //! if it has its key, which names how its contents were made.
 //!
 //! Lock order: the gate, then `replay`, then `buffers`.
 
+use super::recovery::new_failure;
 use super::*;
 use crate::journal::{self, Entry, Loaded, TaskEntry};
 
@@ -47,9 +49,10 @@ pub struct ResumeRecord {
     pub switched_live_at_seconds: Option<f64>,
     /// Why it switched (or why nothing was resumed).
     pub reason: String,
-    /// Versions adopted from the checkpoint.
+    /// Versions adopted from the checkpoint: read by the workers, each straight into its
+    /// memory and checked against its checksum, all at once, when the job first needed them.
     pub versions_adopted: u64,
-    /// Versions recovery loaded from the checkpoint at the switch.
+    /// Versions recovery loaded from the checkpoint (adopted ones, lost again with a worker).
     pub versions_loaded: u64,
     /// Versions rebuilt by re-running logged regions at the switch.
     pub versions_rebuilt: u64,
@@ -329,8 +332,8 @@ impl Cluster {
 
     fn rebuild_unheld_once(&self, only: Option<&BTreeSet<u64>>) -> std::result::Result<(), ft_handler::RecoverError> {
         let _gate = self.ft.exclusive(State::Restarting);
-        let mut adopted = 0;
         if let Some(cp) = &self.ckpt {
+            let mut adopted = 0;
             // The versions to rebuild that the checkpoint holds (same address, same key).
             let candidates: Vec<(u64, u64, u64, u64, u64, ckpt_veloc::RegionRecord)> = {
                 let adoptable = self.adoptable.lock();
@@ -345,14 +348,51 @@ impl Cluster {
                     .collect()
             };
             // Adopted only once its data is checked: the record before an adopted version may
-            // be pruned (it is safe), so a damaged file found later could not be rebuilt.
-            for (id, version, addr, size, key, rec) in candidates {
-                match ckpt_veloc::load_record(cp.store.persistent_dir(), &rec) {
-                    Ok(_) => {
+            // be pruned (it is safe), so a damaged file found later could not be rebuilt. The
+            // workers read them, each straight into its memory and all at once (the worker
+            // that saved one, if it is still a target: the first job's layout), and check them.
+            let targets: Vec<i32> = self.targets().collect();
+            let mut posted = Vec::with_capacity(candidates.len());
+            let mut failed = None;
+            for (i, (id, version, addr, size, key, rec)) in candidates.into_iter().enumerate() {
+                let saver = rec.rank as i32;
+                let w = if targets.contains(&saver) { saver } else { targets.get(i % targets.len().max(1)).copied().unwrap_or(HEAD) };
+                let got = if w == HEAD {
+                    // No worker left: the head runs the regions, and holds the data itself.
+                    let a = Access { buffer: id, version };
+                    Ok(Err(ckpt_veloc::load_record(cp.store.persistent_dir(), &rec)
+                        .map_err(|e| e.to_string())
+                        .and_then(|bytes| self.put_on_head(a, addr, &bytes).map_err(|e| e.to_string()))))
+                } else {
+                    let backed = match self.buffers.lock().by_id_mut(id) {
+                        Some(b) => self.back_on(b, w),
+                        None => continue,
+                    };
+                    backed.and_then(|()| self.post_restore(w, Region { addr, size }, &rec)).map(Ok)
+                };
+                match got {
+                    Ok(done) => posted.push((id, version, addr, size, key, rec, w, done)),
+                    Err(e) => failed = failed.or(Some(e)),
+                }
+            }
+            for (id, version, addr, size, key, rec, w, done) in posted {
+                let res = match done {
+                    Err(res) => res,
+                    Ok(tag) => match self.restored(w, tag) {
+                        Ok(res) => res,
+                        Err(e) => {
+                            failed = failed.or(Some(e));
+                            continue;
+                        }
+                    },
+                };
+                match res {
+                    Ok(()) => {
                         cp.adopt(id, version, rec);
                         if let Some(j) = &self.journal {
                             j.adopt(id, addr, size, key);
                         }
+                        self.buffers.lock().install(id, w, version);
                         adopted += 1;
                     }
                     Err(e) => {
@@ -360,6 +400,15 @@ impl Cluster {
                         self.adoptable.lock().remove(&addr);
                     }
                 }
+            }
+            if adopted > 0 {
+                if let Some(r) = self.resume_record.lock().as_mut() {
+                    r.versions_adopted += adopted;
+                }
+                self.log(format_args!("RESUME adopted {adopted} checkpointed version(s), read by the workers"));
+            }
+            if let Some(e) = failed {
+                return Err(new_failure(e));
             }
         }
         if !self.buffers.lock().unheld().any(|a| only.is_none_or(|o| o.contains(&a.buffer))) {
@@ -374,11 +423,10 @@ impl Cluster {
         self.recover_only(&BTreeSet::new(), only)?;
         let (loaded, rebuilt) = self.recoveries.lock().get(before).map_or((0, 0), |r| (r.buffers_from_checkpoints, r.buffers_rebuilt));
         if let Some(r) = self.resume_record.lock().as_mut() {
-            r.versions_adopted += adopted;
             r.versions_loaded += loaded;
             r.versions_rebuilt += rebuilt;
         }
-        self.log(format_args!("RESUME rebuilt: {adopted} adopted, {loaded} loaded, {rebuilt} rebuilt"));
+        self.log(format_args!("RESUME rebuilt: {loaded} loaded, {rebuilt} rebuilt"));
         Ok(())
     }
 
