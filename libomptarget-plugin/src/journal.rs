@@ -53,19 +53,24 @@ pub(crate) mod key {
     const RETRIEVED: u64 = 6;
     const FRESH: u64 = 7;
 
-    fn mix(parts: &[u64]) -> u64 {
-        let bytes: Vec<u8> = parts.iter().flat_map(|p| p.to_le_bytes()).collect();
-        xxh3_64(&bytes)
+    /// xxh3 of the parts' little-endian bytes, streamed: no allocation (every new version
+    /// takes a key, checkpoints on or off).
+    fn mix(parts: impl IntoIterator<Item = u64>) -> u64 {
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        for p in parts {
+            h.update(&p.to_le_bytes());
+        }
+        h.digest()
     }
 
     /// A new buffer: zeros.
     pub(crate) fn zero(size: u64) -> u64 {
-        mix(&[ZERO, size])
+        mix([ZERO, size])
     }
 
     /// An image's initial data at `addr` (`image`: the image's own key, [`of_image`]).
     pub(crate) fn image(image: u64, addr: u64, size: u64) -> u64 {
-        mix(&[IMAGE, image, addr, size])
+        mix([IMAGE, image, addr, size])
     }
 
     /// A device image's bytes.
@@ -75,26 +80,24 @@ pub(crate) mod key {
 
     /// `prev` with `bytes` written at `offset`.
     pub(crate) fn submit(prev: u64, offset: u64, bytes: &[u8]) -> u64 {
-        mix(&[SUBMIT, prev, offset, bytes.len() as u64, xxh3_64(bytes)])
+        mix([SUBMIT, prev, offset, bytes.len() as u64, xxh3_64(bytes)])
     }
 
     /// A region: its kernel, arguments, and what it could reach, (address, key), in any order.
     pub(crate) fn task(image: u64, kernel: &str, args: &[u64], reached: &mut [(u64, u64)]) -> u64 {
         reached.sort_unstable();
-        let mut parts = vec![TASK, image, xxh3_64(kernel.as_bytes()), args.len() as u64];
-        parts.extend_from_slice(args);
-        parts.extend(reached.iter().flat_map(|&(a, k)| [a, k]));
-        mix(&parts)
+        let head = [TASK, image, xxh3_64(kernel.as_bytes()), args.len() as u64];
+        mix(head.into_iter().chain(args.iter().copied()).chain(reached.iter().flat_map(|&(a, k)| [a, k])))
     }
 
     /// What region `task` left in the buffer at `addr` it changed.
     pub(crate) fn written(task: u64, addr: u64) -> u64 {
-        mix(&[WRITTEN, task, addr])
+        mix([WRITTEN, task, addr])
     }
 
     /// `len` bytes at `offset` of the version with key `version`.
     pub(crate) fn retrieved(version: u64, offset: u64, len: u64) -> u64 {
-        mix(&[RETRIEVED, version, offset, len])
+        mix([RETRIEVED, version, offset, len])
     }
 
     /// A version made in a way no later run reproduces: a key nothing else has.
@@ -107,7 +110,7 @@ pub(crate) mod key {
             h.write_u32(std::process::id());
             h.finish()
         });
-        mix(&[FRESH, salt, NEXT.fetch_add(1, Ordering::Relaxed)])
+        mix([FRESH, salt, NEXT.fetch_add(1, Ordering::Relaxed)])
     }
 }
 

@@ -179,10 +179,7 @@ impl Cluster {
                             .collect();
                         let assume_written: Vec<bool> = reached.iter().map(|&(.., from)| from).collect();
                         // Its content key, for the log (`journal.rs`).
-                        let task_key = self.keyed.then(|| {
-                            let mut keyed: Vec<(u64, u64)> = reached.iter().map(|(b, ..)| (b.addr, b.key)).collect();
-                            crate::journal::key::task(kernel.image_key, &kernel.name, args, &mut keyed)
-                        });
+                        let task_key = self.keyed.then(|| kernel.region_key(args, reached.iter().map(|(b, ..)| *b)));
                         Some((w, reach, assume_written, may_write, reach_args, task_key))
                     }
                 };

@@ -147,6 +147,16 @@ struct Kernel {
     send_back: std::sync::atomic::AtomicU64,
 }
 
+impl Kernel {
+    /// The content key of a run over the buffers it can reach (`journal::key::task`): one
+    /// recipe for where a region is logged (`launch.rs`) and where a resumed job looks it up
+    /// (`resume.rs`).
+    fn region_key<'a>(&self, args: &[u64], reached: impl Iterator<Item = &'a Buffer>) -> u64 {
+        let mut keyed: Vec<(u64, u64)> = reached.map(|b| (b.addr, b.key)).collect();
+        crate::journal::key::task(self.image_key, &self.name, args, &mut keyed)
+    }
+}
+
 /// A worker's report of a kernel run (see `Reply::Executed`; its output is printed already).
 struct Executed {
     /// Per region: did it change?
