@@ -228,50 +228,77 @@ fn fresh(case: &Case, args: &[&str], envs: &[(String, String)], what: &str) -> (
 /// checkpoints published a log under `ck/resume`. Returns the newest checkpoint published
 /// before the kill.
 fn kill_head(case: &Case, args: &[&str], ck: &Path) -> u64 {
-    let what = format!("{} {args:?} with checkpoints, head killed after checkpoint {KILL_AT}", case.name);
+    kill_head_when(case, args, ck, Kill::AfterCheckpoint(KILL_AT)).expect("a checkpoint was published")
+}
+
+/// When [`kill_head_when`] kills the head.
+#[derive(Debug, Clone, Copy)]
+enum Kill {
+    /// Once this checkpoint (or a later one) is published.
+    AfterCheckpoint(u64),
+    /// This long after the head's runtime started (it handles SIGTERM from then on).
+    AfterStart(Duration),
+}
+
+/// [`kill_head`] at the moment `when` says; the newest checkpoint published before the kill,
+/// if any.
+fn kill_head_when(case: &Case, args: &[&str], ck: &Path, when: Kill) -> Option<u64> {
+    let what = format!("{} {args:?} with checkpoints, head killed {when:?}", case.name);
     let envs = checkpointing(ck);
     let mut job = Job::spawn(NP, &case.prog, args, &env_refs(&envs));
     let t0 = Instant::now();
-    let seen = loop {
-        if let Some(&k) = manifests(ck).last().filter(|&&k| k >= KILL_AT) {
-            break k;
+    let head = |job: &mut Job| -> Option<i32> {
+        let ranks = job.ranks(&case.prog);
+        ranks.iter().find(|(rank, _)| *rank == 0).map(|&(_, pid)| pid)
+    };
+    loop {
+        let due = match when {
+            Kill::AfterCheckpoint(k) => manifests(ck).last().is_some_and(|&m| m >= k),
+            Kill::AfterStart(d) => head(&mut job).is_some_and(handles_sigterm) && {
+                std::thread::sleep(d);
+                true
+            },
+        };
+        if due {
+            break;
         }
         if job.wait_timeout(Duration::ZERO).is_some() {
             let o = end_of(job, BOUND, &what);
-            panic!(
-                "{what}: the job ended before checkpoint {KILL_AT} was published (published: {:?}): make the run longer\n{}",
-                manifests(ck),
-                describe(&o)
-            );
+            panic!("{what}: the job ended before its head could be killed (published: {:?}): make the run longer\n{}", manifests(ck), describe(&o));
         }
         // (Dropping the job on the panic kills it.)
-        assert!(t0.elapsed() < CHECKPOINT_WAIT, "{what}: no checkpoint {KILL_AT} after {CHECKPOINT_WAIT:?} (published: {:?})", manifests(ck));
-        std::thread::sleep(Duration::from_millis(10));
-    };
+        assert!(t0.elapsed() < CHECKPOINT_WAIT, "{what}: not due after {CHECKPOINT_WAIT:?} (published: {:?})", manifests(ck));
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let found = Instant::now();
     let head = loop {
-        let ranks = job.ranks(&case.prog);
-        if let Some(&(_, pid)) = ranks.iter().find(|(rank, _)| *rank == 0) {
+        if let Some(pid) = head(&mut job) {
             break pid;
         }
-        assert!(job.wait_timeout(Duration::ZERO).is_none(), "{what}: the job ended before its head could be killed");
-        assert!(found.elapsed() < Duration::from_secs(10), "{what}: no process of rank 0 among the job's ({ranks:?})");
+        if job.wait_timeout(Duration::ZERO).is_some() {
+            let o = end_of(job, BOUND, &what);
+            panic!("{what}: the job ended before its head could be killed (published: {:?}): make the run longer\n{}", manifests(ck), describe(&o));
+        }
+        assert!(found.elapsed() < Duration::from_secs(10), "{what}: no process of rank 0 among the job's");
         std::thread::sleep(Duration::from_millis(10));
     };
+    let seen = manifests(ck).last().copied();
     // SAFETY: kill has no memory-safety preconditions; the pid is rank 0 of this test's job.
     let sent = unsafe { libc::kill(head, libc::SIGKILL) };
     assert_eq!(sent, 0, "{what}: cannot SIGKILL the head (pid {head}): {}", std::io::Error::last_os_error());
     let killed_at = t0.elapsed();
     let o = end_of(job, DEATH_BOUND, &format!("{what} (the head, pid {head}, was killed {killed_at:?} after the start)"));
-    eprintln!("{what}: head (pid {head}) killed {killed_at:?} after the start, checkpoint {seen} published; the job ended with {}", o.status);
+    eprintln!("{what}: head (pid {head}) killed {killed_at:?} after the start, checkpoint {seen:?} published; the job ended with {}", o.status);
     assert!(!o.status.success(), "{what}: the job succeeded although its head was killed\n{}", describe(&o));
     assert!(
         !stdout(&o).contains(case.done),
         "{what}: the head was killed after the program printed its result ({killed_at:?} after the start): make the run longer\n{}",
         describe(&o)
     );
-    let log = files_under(&ck.join("resume"));
-    assert!(!log.is_empty(), "{what}: checkpoints {:?} were published but no log under {}\n{}", manifests(ck), ck.join("resume").display(), describe(&o));
+    if seen.is_some() {
+        let log = files_under(&ck.join("resume"));
+        assert!(!log.is_empty(), "{what}: checkpoints {:?} were published but no log under {}\n{}", manifests(ck), ck.join("resume").display(), describe(&o));
+    }
     seen
 }
 
@@ -441,6 +468,37 @@ fn a_residual_read_back_every_iteration_decides_when_to_stop() {
     assert_eq!(by_map, by_update, "resume_residual prints the same whichever way the residual comes back");
 }
 
+/// The head SIGKILLed at moments that differ from run to run, from right after its runtime
+/// started (before any checkpoint) to late in the run: the resumed job prints the failure-free
+/// output whatever the moment; it resumes from the newest checkpoint published before the
+/// kill (or later) and runs fewer regions than a fresh run when the checkpoint held any, and
+/// runs from the start, saying why, when there was none.
+#[test]
+fn the_head_killed_at_random_moments_resumes_right() {
+    let case = stencil();
+    let (expected, fresh_report) = fresh(&case, case.args, &[], "failure-free, no checkpoints");
+    let fresh_tasks = fresh_report["tasks_executed"].as_u64().expect("tasks_executed in the report");
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64;
+    // The program runs about 3 s: one moment in each third of [0, 2.4 s), placed at random.
+    for i in 0..3u64 {
+        let after = Duration::from_millis(i * 800 + (nanos / 1000 + i * 337) % 800);
+        let dir = scratch_dir();
+        let ck = dir.path().join("ckpt");
+        let seen = kill_head_when(&case, case.args, &ck, Kill::AfterStart(after));
+        let what = format!("{} {:?}, head killed {after:?} after its runtime started (checkpoint {seen:?} published)", case.name, case.args);
+        let (o, res, r) = resume(&case, case.args, &ck, &expected, &what);
+        let tasks = r["tasks_executed"].as_u64().expect("tasks_executed in the report");
+        let done = res["first_job_regions"].as_u64().unwrap_or(0);
+        if res["checkpoint"].is_null() {
+            assert!(seen.is_none(), "{what}: checkpoint {seen:?} was published, but the job did not resume from it: {res}\n{}", describe(&o));
+            assert_from_start(&what, &o, &res);
+        } else if done > 0 {
+            assert_resumed(&what, &o, &res, seen);
+            assert!(tasks < fresh_tasks, "{what}: the resumed job ran {tasks} regions, a fresh run {fresh_tasks}: {res}\n{}", describe(&o));
+        }
+    }
+}
+
 /// A resumed job run with other arguments than the first: its output is that of a fresh run
 /// with those arguments. Another seed changes the data the first mapping sends, so nothing the
 /// log holds applies: no region is skipped. Fewer or more steps keep the first steps the same
@@ -492,8 +550,14 @@ fn a_damaged_or_missing_log_is_never_trusted() {
     let damaged = damage_log(&ck);
     assert!(!damaged.is_empty(), "no file to damage under {}", ck.join("resume").display());
     let what = format!("a log damaged after checkpoint {seen} ({})", damaged.join("; "));
+    let before = manifests(&ck).last().copied();
     let (o, res, _) = resume(&case, case.args, &ck, &expected, &what);
     assert_from_start(&what, &o, &res);
+    // Its own checkpoints come after the first job's, and a resume uses them.
+    let after = manifests(&ck).last().copied();
+    assert!(after > before, "{what}: the job run from the start published no checkpoint after the first job's {before:?}: {:?}", manifests(&ck));
+    let (o, res, _) = resume(&case, case.args, &ck, &expected, &format!("again, after the run from the start ({what})"));
+    assert_resumed(&format!("{what}, then resumed again"), &o, &res, after);
 
     restore(&copy, &ck);
     std::fs::remove_dir_all(ck.join("resume")).expect("remove the log");

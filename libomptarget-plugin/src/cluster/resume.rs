@@ -88,6 +88,11 @@ pub(super) fn start(cfg: &Config, ckpt: Option<&Checkpointer>) -> (Option<Arc<jo
     if !cfg.resume {
         return (journal, Replay::Live, None);
     }
+    // This job's checkpoints come after the directory's, whatever it resumes from (even
+    // from nothing): numbered from 1, they would be pruned before the first job's.
+    if let Ok(Some(latest)) = ckpt_veloc::latest_version(dir) {
+        cp.continue_after(latest);
+    }
     match Loaded::read(dir) {
         Ok(l) => {
             let mut differs = Vec::new();
@@ -105,7 +110,6 @@ pub(super) fn start(cfg: &Config, ckpt: Option<&Checkpointer>) -> (Option<Arc<jo
                 l.at_seconds,
                 if differs.is_empty() { String::new() } else { format!("; {} from the first job's: what no longer matches runs live", differs.join(" and ")) }
             );
-            cp.continue_after(l.checkpoint);
             let rec = ResumeRecord { checkpoint: Some(l.checkpoint), first_job_regions: l.regions, first_job_seconds: l.at_seconds, ..Default::default() };
             (journal, Replay::FastForward(Box::new(l)), Some(rec))
         }
@@ -145,8 +149,7 @@ impl Cluster {
             let translated: Vec<(u64, u64)> = begins.iter().zip(hosts).filter(|(_, &h)| h != 0).map(|(&d, &h)| (d, h)).collect();
             let roots: Vec<u64> = args.iter().chain(begins).copied().collect();
             let reached = bufs.reachable(&roots, &translated, kernel.image);
-            let mut keyed: Vec<(u64, u64)> = reached.iter().filter_map(|a| bufs.get(*a).map(|b| (b.addr, b.key))).collect();
-            let key = journal::key::task(kernel.image_key, &kernel.name, args, &mut keyed);
+            let key = kernel.region_key(args, reached.iter().filter_map(|a| bufs.get(*a)));
             let logged = log.tasks.get(&key).is_some_and(|t| t.writes.iter().all(|(a, _)| reached.contains(a)));
             if logged {
                 let t = log.tasks.remove(&key).expect("looked up above");
@@ -351,12 +354,23 @@ impl Cluster {
             // be pruned (it is safe), so a damaged file found later could not be rebuilt. The
             // workers read them, each straight into its memory and all at once (the worker
             // that saved one, if it is still a target: the first job's layout), and check them.
+            // For one request (`only`), all on one worker, so that it finds its inputs together:
+            // the one that saved most of them.
             let targets: Vec<i32> = self.targets().collect();
+            let mut savers: BTreeMap<i32, usize> = BTreeMap::new();
+            for c in &candidates {
+                *savers.entry(c.5.rank as i32).or_default() += 1;
+            }
+            let together = only.is_some().then(|| savers.iter().filter(|(w, _)| targets.contains(w)).max_by_key(|&(_, n)| *n).map(|(&w, _)| w)).flatten();
             let mut posted = Vec::with_capacity(candidates.len());
             let mut failed = None;
             for (i, (id, version, addr, size, key, rec)) in candidates.into_iter().enumerate() {
                 let saver = rec.rank as i32;
-                let w = if targets.contains(&saver) { saver } else { targets.get(i % targets.len().max(1)).copied().unwrap_or(HEAD) };
+                let w = match together {
+                    Some(w) => w,
+                    None if targets.contains(&saver) => saver,
+                    None => targets.get(i % targets.len().max(1)).copied().unwrap_or(HEAD),
+                };
                 let got = if w == HEAD {
                     // No worker left: the head runs the regions, and holds the data itself.
                     let a = Access { buffer: id, version };
