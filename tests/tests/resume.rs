@@ -478,10 +478,13 @@ fn the_head_killed_at_random_moments_resumes_right() {
     let case = stencil();
     let (expected, fresh_report) = fresh(&case, case.args, &[], "failure-free, no checkpoints");
     let fresh_tasks = fresh_report["tasks_executed"].as_u64().expect("tasks_executed in the report");
+    // The program's run from its runtime's start to its end (about 3 s here): one moment in
+    // each of [3%, 23%), [28%, 48%) and [53%, 73%) of it, placed at random.
+    let run = fresh_report["wall_seconds"].as_f64().expect("wall_seconds in the report");
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64;
-    // The program runs about 3 s: one moment in each third of [0, 2.4 s), placed at random.
     for i in 0..3u64 {
-        let after = Duration::from_millis(i * 800 + (nanos / 1000 + i * 337) % 800);
+        let at = 0.03 + 0.25 * i as f64 + 0.2 * ((nanos / 1000 + i * 337) % 1000) as f64 / 1000.0;
+        let after = Duration::from_secs_f64(run * at);
         let dir = scratch_dir();
         let ck = dir.path().join("ckpt");
         let seen = kill_head_when(&case, case.args, &ck, Kill::AfterStart(after));
@@ -495,6 +498,8 @@ fn the_head_killed_at_random_moments_resumes_right() {
         } else if done > 0 {
             assert_resumed(&what, &o, &res, seen);
             assert!(tasks < fresh_tasks, "{what}: the resumed job ran {tasks} regions, a fresh run {fresh_tasks}: {res}\n{}", describe(&o));
+        } else {
+            assert_eq!(res["regions_skipped"].as_u64(), Some(0), "{what}: the checkpoint held no region, yet regions were skipped: {res}\n{}", describe(&o));
         }
     }
 }
@@ -629,6 +634,13 @@ fn a_worker_killed_while_resuming_is_recovered() {
         assert_eq!(failed, vec![rank], "{label}: the report's failures: {r}\n{}", describe(&o));
         let recovered = r["recoveries"].as_array().is_some_and(|v| v.iter().any(|x| x["dead"].as_array().is_some_and(|d| d.iter().any(|y| y.as_u64() == Some(rank)))));
         assert!(recovered, "{label}: no recovery from the loss of rank {rank}: {r}\n{}", describe(&o));
+        if inject.contains("during=restore") {
+            // Killed before any region ran live: everything it lost is in the checkpoint, and
+            // recovery loads it rather than re-running the logged regions before it.
+            let rerun: u64 = r["recoveries"].as_array().map(|v| v.iter().filter_map(|x| x["tasks_reexecuted"].as_u64()).sum()).unwrap_or(0);
+            assert_eq!(rerun, 0, "{label}: recovery re-ran regions the checkpoint held: {r}\n{}", describe(&o));
+            assert_eq!(res["versions_rebuilt"].as_u64(), Some(0), "{label}: versions rebuilt by re-running: {res}\n{}", describe(&o));
+        }
     }
 }
 

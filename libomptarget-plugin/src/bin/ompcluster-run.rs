@@ -164,9 +164,9 @@ const HEAD_READY_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 /// Called from the waiting loop, `waited` after the SIGTERM came, until it returns true (the
 /// signal was dealt with). Rank 0 is looked for among mpirun's descendants on this host, and
 /// gets the signal once it handles SIGTERM (its runtime started: `SigCgt` in
-/// `/proc/PID/status`), or after [`HEAD_READY_WAIT`] (it then dies of it: nothing to
-/// checkpoint yet). If rank 0 runs on another host (other ranks run here but not rank 0, or
-/// no rank at all within the wait), mpirun is told to abort the job (SIGINT).
+/// `/proc/PID/status`), or after [`HEAD_READY_WAIT`] (then it most likely dies of it without a
+/// final checkpoint). If rank 0 runs on another host (other ranks run here but not rank 0
+/// for 5 s, or no rank at all within the wait), mpirun is told to abort the job (SIGINT).
 fn pass_sigterm(mpirun: u32, waited: std::time::Duration) -> bool {
     let rank_of = |p: u32| -> Option<u32> {
         let env = std::fs::read(format!("/proc/{p}/environ")).ok()?;
@@ -174,8 +174,11 @@ fn pass_sigterm(mpirun: u32, waited: std::time::Duration) -> bool {
         std::str::from_utf8(v).ok()?.parse().ok()
     };
     let ranks: Vec<(u32, u32)> = descendants(mpirun).into_iter().filter_map(|p| Some((p, rank_of(p)?))).collect();
-    match ranks.iter().find(|&&(_, r)| r == 0) {
-        Some(&(pid, _)) => {
+    // A wrapper (a shell, a tool) run by mpirun has rank 0's environment too: the program is
+    // the one that handles SIGTERM, else the deepest (descendants come children first).
+    let zeros: Vec<u32> = ranks.iter().filter(|&&(_, r)| r == 0).map(|&(p, _)| p).collect();
+    match zeros.iter().copied().find(|&p| handles_sigterm(p)).or(zeros.last().copied()) {
+        Some(pid) => {
             let ready = handles_sigterm(pid);
             if !ready && waited < HEAD_READY_WAIT {
                 return false;
@@ -193,8 +196,8 @@ fn pass_sigterm(mpirun: u32, waited: std::time::Duration) -> bool {
         }
         None => {
             // mpirun starts rank 0 first on its host: other ranks here and not rank 0 mean
-            // it runs elsewhere (after a short wait, for /proc to show it).
-            let elsewhere = !ranks.is_empty() && waited > std::time::Duration::from_secs(2);
+            // it runs elsewhere (after a wait, for /proc to show a slow start).
+            let elsewhere = !ranks.is_empty() && waited > std::time::Duration::from_secs(5);
             if !elsewhere && waited < HEAD_READY_WAIT {
                 return false;
             }

@@ -373,6 +373,13 @@ impl Cluster {
 
     /// Rebuild what the `dead` ranks took with them (see the module's documentation).
     pub(super) fn recover(&self, dead: &BTreeSet<i32>) -> std::result::Result<(), RecoverError> {
+        // A resumed job: what the checkpoint it resumed from holds is loaded, not re-run.
+        if self.resumed {
+            for &r in dead {
+                self.record_failure(r, "declared dead");
+            }
+            self.adopt_checkpointed(None)?;
+        }
         self.recover_only(dead, None)
     }
 
@@ -709,6 +716,8 @@ impl Cluster {
                     let rec = self.ckpt.as_ref().and_then(|c| c.record(a.buffer, a.version)).ok_or(Stop::Replan(*a))?;
                     let tag = self.post_restore(w, region, &rec).map_err(new_failure)?;
                     if let Err(why) = self.restored(w, tag).map_err(new_failure)? {
+                        // Its copy on `w` may hold part of the file: not a version any more.
+                        self.buffers.lock().drop_copy(region.addr, w);
                         return Err(Stop::BadCheckpoint(*a, format!("rank {w}: {why}")));
                     }
                     out.from_checkpoints += 1;

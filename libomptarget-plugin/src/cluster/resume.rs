@@ -335,96 +335,7 @@ impl Cluster {
 
     fn rebuild_unheld_once(&self, only: Option<&BTreeSet<u64>>) -> std::result::Result<(), ft_handler::RecoverError> {
         let _gate = self.ft.exclusive(State::Restarting);
-        if let Some(cp) = &self.ckpt {
-            let mut adopted = 0;
-            // The versions to rebuild that the checkpoint holds (same address, same key).
-            let candidates: Vec<(u64, u64, u64, u64, u64, ckpt_veloc::RegionRecord)> = {
-                let adoptable = self.adoptable.lock();
-                let bufs = self.buffers.lock();
-                bufs.iter()
-                    .filter(|b| !b.deleted && b.version > b.pristine_version() && b.holders.is_empty() && only.is_none_or(|o| o.contains(&b.id)))
-                    .filter(|b| !cp.holds(b.id, b.version))
-                    .filter_map(|b| {
-                        let c = adoptable.get(&b.addr).filter(|c| c.key == b.key && c.record.size == b.size)?;
-                        Some((b.id, b.version, b.addr, b.size, b.key, c.record.clone()))
-                    })
-                    .collect()
-            };
-            // Adopted only once its data is checked: the record before an adopted version may
-            // be pruned (it is safe), so a damaged file found later could not be rebuilt. The
-            // workers read them, each straight into its memory and all at once (the worker
-            // that saved one, if it is still a target: the first job's layout), and check them.
-            // For one request (`only`), all on one worker, so that it finds its inputs together:
-            // the one that saved most of them.
-            let targets: Vec<i32> = self.targets().collect();
-            let mut savers: BTreeMap<i32, usize> = BTreeMap::new();
-            for c in &candidates {
-                *savers.entry(c.5.rank as i32).or_default() += 1;
-            }
-            let together = only.is_some().then(|| savers.iter().filter(|(w, _)| targets.contains(w)).max_by_key(|&(_, n)| *n).map(|(&w, _)| w)).flatten();
-            let mut posted = Vec::with_capacity(candidates.len());
-            let mut failed = None;
-            for (i, (id, version, addr, size, key, rec)) in candidates.into_iter().enumerate() {
-                let saver = rec.rank as i32;
-                let w = match together {
-                    Some(w) => w,
-                    None if targets.contains(&saver) => saver,
-                    None => targets.get(i % targets.len().max(1)).copied().unwrap_or(HEAD),
-                };
-                let got = if w == HEAD {
-                    // No worker left: the head runs the regions, and holds the data itself.
-                    let a = Access { buffer: id, version };
-                    Ok(Err(ckpt_veloc::load_record(cp.store.persistent_dir(), &rec)
-                        .map_err(|e| e.to_string())
-                        .and_then(|bytes| self.put_on_head(a, addr, &bytes).map_err(|e| e.to_string()))))
-                } else {
-                    let backed = match self.buffers.lock().by_id_mut(id) {
-                        Some(b) => self.back_on(b, w),
-                        None => continue,
-                    };
-                    backed.and_then(|()| self.post_restore(w, Region { addr, size }, &rec)).map(Ok)
-                };
-                match got {
-                    Ok(done) => posted.push((id, version, addr, size, key, rec, w, done)),
-                    Err(e) => failed = failed.or(Some(e)),
-                }
-            }
-            for (id, version, addr, size, key, rec, w, done) in posted {
-                let res = match done {
-                    Err(res) => res,
-                    Ok(tag) => match self.restored(w, tag) {
-                        Ok(res) => res,
-                        Err(e) => {
-                            failed = failed.or(Some(e));
-                            continue;
-                        }
-                    },
-                };
-                match res {
-                    Ok(()) => {
-                        cp.adopt(id, version, rec);
-                        if let Some(j) = &self.journal {
-                            j.adopt(id, addr, size, key);
-                        }
-                        self.buffers.lock().install(id, w, version);
-                        adopted += 1;
-                    }
-                    Err(e) => {
-                        eprintln!("ompcluster: resume: the checkpoint's copy of the buffer at {addr:#x} is unusable ({e}); rebuilding it by re-running logged regions");
-                        self.adoptable.lock().remove(&addr);
-                    }
-                }
-            }
-            if adopted > 0 {
-                if let Some(r) = self.resume_record.lock().as_mut() {
-                    r.versions_adopted += adopted;
-                }
-                self.log(format_args!("RESUME adopted {adopted} checkpointed version(s), read by the workers"));
-            }
-            if let Some(e) = failed {
-                return Err(new_failure(e));
-            }
-        }
+        self.adopt_checkpointed(only)?;
         if !self.buffers.lock().unheld().any(|a| only.is_none_or(|o| o.contains(&a.buffer))) {
             return Ok(());
         }
@@ -441,6 +352,137 @@ impl Cluster {
             r.versions_rebuilt += rebuilt;
         }
         self.log(format_args!("RESUME rebuilt: {loaded} loaded, {rebuilt} rebuilt"));
+        Ok(())
+    }
+
+    /// Adopt the checkpoint's copies of the versions no rank holds (of the buffers `only`
+    /// names, every one if None) where their address and key match: see the module's
+    /// documentation. Called with the gate's write side held: by a rebuild, and by recovery
+    /// in a resumed job, so that a worker's death does not make it re-run what the
+    /// checkpoint holds. A worker that died meanwhile gives `NewFailure` (what could be
+    /// adopted without it is).
+    pub(super) fn adopt_checkpointed(&self, only: Option<&BTreeSet<u64>>) -> std::result::Result<(), ft_handler::RecoverError> {
+        let Some(cp) = &self.ckpt else { return Ok(()) };
+        if self.adoptable.lock().is_empty() {
+            return Ok(());
+        }
+        let mut adopted = 0;
+        // The versions to rebuild that the checkpoint holds (same address, same key).
+        let candidates: Vec<(u64, u64, u64, u64, u64, ckpt_veloc::RegionRecord)> = {
+            let adoptable = self.adoptable.lock();
+            let bufs = self.buffers.lock();
+            bufs.iter()
+                .filter(|b| !b.deleted && b.version > b.pristine_version() && b.holders.is_empty() && only.is_none_or(|o| o.contains(&b.id)))
+                .filter(|b| !cp.holds(b.id, b.version))
+                .filter_map(|b| {
+                    let c = adoptable.get(&b.addr).filter(|c| c.key == b.key && c.record.size == b.size)?;
+                    Some((b.id, b.version, b.addr, b.size, b.key, c.record.clone()))
+                })
+                .collect()
+        };
+        // Adopted only once its data is checked: the record before an adopted version may
+        // be pruned (it is safe), so a damaged file found later could not be rebuilt. The
+        // workers read them, each straight into its memory and all at once (the worker
+        // that saved one, if it is still a target: the first job's layout), and check them.
+        // For one request (`only`), all on one worker, so that it finds its inputs together:
+        // the one that saved most of them.
+        let targets: Vec<i32> = self.targets().collect();
+        let mut savers: BTreeMap<i32, usize> = BTreeMap::new();
+        for c in &candidates {
+            *savers.entry(c.5.rank as i32).or_default() += 1;
+        }
+        let together = only.is_some().then(|| savers.iter().filter(|(w, _)| targets.contains(w)).max_by_key(|&(_, n)| *n).map(|(&w, _)| w)).flatten();
+        // Per candidate: the tag of its RESTORE, or what became of it already.
+        enum Got {
+            Posted(i32),
+            Done(std::result::Result<(), String>),
+            /// Its worker died first.
+            Unreached,
+        }
+        let mut posted = Vec::with_capacity(candidates.len());
+        let mut failed = None;
+        for (i, (id, version, addr, size, key, rec)) in candidates.into_iter().enumerate() {
+            let saver = rec.rank as i32;
+            let w = match together {
+                Some(w) => w,
+                None if targets.contains(&saver) => saver,
+                None => targets.get(i % targets.len().max(1)).copied().unwrap_or(HEAD),
+            };
+            let got = if w == HEAD {
+                // No worker left: the head runs the regions, and holds the data itself.
+                let a = Access { buffer: id, version };
+                Got::Done(
+                    ckpt_veloc::load_record(cp.store.persistent_dir(), &rec)
+                        .map_err(|e| e.to_string())
+                        .and_then(|bytes| self.put_on_head(a, addr, &bytes).map_err(|e| e.to_string())),
+                )
+            } else {
+                let backed = match self.buffers.lock().by_id_mut(id) {
+                    Some(b) => self.back_on(b, w),
+                    None => continue,
+                };
+                match backed.and_then(|()| self.post_restore(w, Region { addr, size }, &rec)) {
+                    Ok(tag) => Got::Posted(tag),
+                    Err(e) => {
+                        failed = failed.or(Some(e));
+                        Got::Unreached
+                    }
+                }
+            };
+            posted.push((id, version, addr, size, key, rec, w, got));
+        }
+        for (id, version, addr, size, key, rec, w, got) in posted {
+            let got = match got {
+                Got::Posted(tag) => match self.restored(w, tag) {
+                    Ok(res) => Got::Done(res),
+                    Err(e) => {
+                        failed = failed.or(Some(e));
+                        Got::Unreached
+                    }
+                },
+                got => got,
+            };
+            // Where the checked copy is now (None: in the checkpoint only), or why not.
+            let held = match got {
+                Got::Done(Ok(())) => Ok(Some(w)),
+                Got::Done(Err(why)) if w == HEAD => Err(why),
+                Got::Done(Err(why)) => {
+                    // Its copy on `w` may hold part of the file: not a version any more.
+                    self.buffers.lock().drop_copy(addr, w);
+                    // The head checks it too: a worker that could not read a good copy
+                    // (its own file system, memory) must not lose it; recovery loads it.
+                    ckpt_veloc::load_record(cp.store.persistent_dir(), &rec).map(|_| None).map_err(|e| format!("rank {w}: {why}; the head: {e}"))
+                }
+                // Checked by the head, for recovery to load (the handler recovers from
+                // the worker's death when this returns).
+                Got::Unreached | Got::Posted(_) => ckpt_veloc::load_record(cp.store.persistent_dir(), &rec).map(|_| None).map_err(|e| e.to_string()),
+            };
+            match held {
+                Ok(at) => {
+                    cp.adopt(id, version, rec);
+                    if let Some(j) = &self.journal {
+                        j.adopt(id, addr, size, key);
+                    }
+                    if let Some(w) = at {
+                        self.buffers.lock().install(id, w, version);
+                    }
+                    adopted += 1;
+                }
+                Err(e) => {
+                    eprintln!("ompcluster: resume: the checkpoint's copy of the buffer at {addr:#x} is unusable ({e}); rebuilding it by re-running logged regions");
+                    self.adoptable.lock().remove(&addr);
+                }
+            }
+        }
+        if adopted > 0 {
+            if let Some(r) = self.resume_record.lock().as_mut() {
+                r.versions_adopted += adopted;
+            }
+            self.log(format_args!("RESUME adopted {adopted} checkpointed version(s), read by the workers"));
+        }
+        if let Some(e) = failed {
+            return Err(new_failure(e));
+        }
         Ok(())
     }
 
