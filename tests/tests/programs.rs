@@ -298,6 +298,39 @@ fn resident_blocks_spread_over_the_workers() {
     }
 }
 
+/// Regions released by a finished one run at once, not one after another: libomp 16 queues
+/// them on the hidden helper thread that ran the finished region and lets the other helpers
+/// sleep, so without the runtime waking them each fan-out of `fan_out.c` ran one region at a
+/// time in two runs of three (checked with the build before the waker). Three runs, three
+/// rounds each: in every round at least as many of the 12 readers run at the same moment as
+/// there are workers (from the task log's start and end times), and every result is right.
+#[test]
+fn regions_released_by_a_finished_one_run_at_once() {
+    let prog = compile("fan_out.c");
+    let dir = tempfile::tempdir_in(ompcluster_tests::work_dir()).unwrap();
+    for run_no in 0..3 {
+        let log = dir.path().join(format!("tasks-{run_no}.jsonl"));
+        let log_s = log.to_string_lossy().into_owned();
+        let (o, r) = run_with_report(4, &prog, &["12", "40", "3"], &[("OMPCLUSTER_TASKS", &log_s)]);
+        ompcluster_tests::assert_pass(&o);
+        assert_eq!(r.tasks_executed, 39, "{r:?}");
+        let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let mut readers: Vec<(f64, f64)> = lines
+            .iter()
+            .filter(|l| l["op"] == "kernel" && l["kernel"].as_str().is_some_and(|k| k.contains("_readers_l")))
+            .map(|l| (l["start_s"].as_f64().unwrap(), l["end_s"].as_f64().unwrap()))
+            .collect();
+        assert_eq!(readers.len(), 36, "run {run_no}: {lines:?}");
+        // A round's readers all start after the previous round's have ended (its first region
+        // waits for them), so sorted by start time they come round by round.
+        readers.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for (k, round) in readers.chunks(12).enumerate() {
+            let most = round.iter().map(|&(s, _)| round.iter().filter(|&&(s2, e2)| s2 <= s && s < e2).count()).max().unwrap();
+            assert!(most >= 3, "run {run_no}, round {}: at most {most} of its 12 readers ran at once on 3 workers: {round:?}", k + 1);
+        }
+    }
+}
+
 /// Slow independent nowait regions (60 x 50 ms) from 4 threads: all run, spread over workers.
 #[test]
 fn slow_nowait_tasks_spread_over_workers() {

@@ -203,6 +203,10 @@ impl Cluster {
             }
         };
         self.in_flight[w as usize].fetch_add(1, Ordering::Relaxed);
+        if let Some(waker) = &self.waker {
+            let running: u32 = self.in_flight.iter().map(|n| n.load(Ordering::Relaxed)).sum();
+            waker.nudge(running < self.targets().count() as u32);
+        }
         // The buffers it maps `from` that libomptarget retrieved after its earlier runs come
         // back with the reply (see `Kernel::send_back`).
         let back_args = kernel.send_back.load(Ordering::Relaxed);

@@ -280,6 +280,9 @@ pub struct Cluster {
     /// The head's own device, once every worker died and the head runs the target regions
     /// itself (see `images::continue_on_head`), and when that started (seconds since start).
     local: std::sync::OnceLock<(event_system::LocalDevice, f64)>,
+    /// Wakes libomp's hidden helper threads when regions are ready and workers idle
+    /// (`helpers.rs`).
+    waker: Option<crate::helpers::Waker>,
 }
 
 impl Cluster {
@@ -347,6 +350,7 @@ impl Cluster {
             attempts: AtomicU32::new(0),
             procs,
             local: std::sync::OnceLock::new(),
+            waker: crate::helpers::Waker::start(),
             inject: crate::inject::Injector::new(
                 cfg.ft_inject.as_deref().and_then(|s| crate::inject::parse(s, Some(n as i32)).ok()).unwrap_or_default(),
             ),
