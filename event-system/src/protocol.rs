@@ -25,6 +25,51 @@ pub const MAX_CONTROL_BYTES: u64 = 16 << 20;
 /// Largest number of kernel arguments or regions accepted in one EXECUTE.
 pub const MAX_LIST: usize = 1 << 16;
 
+/// One of the C standard streams. clang passes `stdout`, `stderr` or `stdin` named in a target
+/// region to its kernel as an argument, by value: the head's `FILE *`, which means nothing in a
+/// worker's memory. The head names such arguments and the worker passes its own stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StdStream {
+    /// `stdin`.
+    Stdin,
+    /// `stdout`.
+    Stdout,
+    /// `stderr`.
+    Stderr,
+}
+
+impl StdStream {
+    const ALL: [StdStream; 3] = [StdStream::Stdin, StdStream::Stdout, StdStream::Stderr];
+
+    /// This process's stream (its `FILE *`, as a kernel argument).
+    pub fn here(self) -> u64 {
+        extern "C" {
+            static stdin: *mut libc::FILE;
+            static stdout: *mut libc::FILE;
+            static stderr: *mut libc::FILE;
+        }
+        // SAFETY: glibc's standard stream variables are initialised before any code of ours
+        // runs; reading a pointer-sized variable is always sound (a program may reassign it,
+        // and then the value read is the stream it uses now).
+        unsafe {
+            match self {
+                StdStream::Stdin => stdin as u64,
+                StdStream::Stdout => stdout as u64,
+                StdStream::Stderr => stderr as u64,
+            }
+        }
+    }
+
+    /// The arguments among `args` that are this process's standard streams.
+    pub fn in_args(args: &[u64]) -> Vec<(u32, StdStream)> {
+        let here = Self::ALL.map(|s| (s.here(), s));
+        args.iter()
+            .enumerate()
+            .filter_map(|(i, a)| here.iter().find(|(v, _)| *v == *a && *v != 0).map(|&(_, s)| (i as u32, s)))
+            .collect()
+    }
+}
+
 /// A contiguous range of device (symmetric heap) addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Region {
@@ -125,6 +170,9 @@ pub enum Event {
         /// send its new contents right behind the reply (the head expects to retrieve them
         /// next: one round trip instead of two).
         send_back: Vec<bool>,
+        /// Arguments that are the head's C standard streams ([`StdStream::in_args`]): the
+        /// worker passes its own instead.
+        streams: Vec<(u32, StdStream)>,
     },
     /// Save these regions as part of checkpoint `ckpt` (to scratch: fast) and reply `Ok` (or
     /// `Error`); after an `Ok`, flush them to persistent storage and reply again, on the same
@@ -350,9 +398,12 @@ impl Event {
                 in_heap(&Region { addr: *src, size: *size })?;
                 in_heap(&Region { addr: *dst, size: *size })
             }
-            Event::Execute { args, regions, assume_written, replay, send_back, .. } => {
+            Event::Execute { args, regions, assume_written, replay, send_back, streams, .. } => {
                 if args.len() > MAX_LIST || regions.len() > MAX_LIST || replay.len() > MAX_LIST {
                     return Err(ProtocolError::Invalid("too many kernel arguments".into()));
+                }
+                if streams.iter().any(|&(i, _)| i as usize >= args.len()) {
+                    return Err(ProtocolError::Invalid("a standard stream names no argument".into()));
                 }
                 if assume_written.len() != regions.len() || send_back.len() != regions.len() {
                     return Err(ProtocolError::Invalid("assume_written or send_back does not match regions".into()));
@@ -490,6 +541,7 @@ mod tests {
                 short: true,
                 replay: vec![Region { addr: 8192, size: 4096 }],
                 send_back: vec![true],
+                streams: vec![(2, StdStream::Stderr)],
             },
         };
         let bytes = encode(&ev).unwrap();

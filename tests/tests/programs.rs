@@ -159,6 +159,25 @@ fn a_regions_output_comes_back_with_its_reply() {
     assert!(ompcluster_tests::stderr(&o).contains("recovered from the loss of rank 1"), "{}", describe(&o));
 }
 
+/// Regions that name `stdout`, `stderr` and `stdin` (clang passes them to the kernel by value,
+/// as the head's `FILE *`; before, a worker dereferenced that address and the region crashed
+/// with SIGSEGV): what they print comes out on the head's stdout and stderr, with 1, 2 and 3
+/// workers.
+#[test]
+fn regions_that_name_the_standard_streams() {
+    let prog = compile("std_streams.c");
+    for np in NPS {
+        let o = run(np, &prog, &["8"], &[]);
+        ompcluster_tests::assert_pass(&o);
+        let (out, err) = (stdout(&o), ompcluster_tests::stderr(&o));
+        for i in 0..8 {
+            assert!(out.contains(&format!("region {i} on stdout\n")), "-np {np}: {}", describe(&o));
+            assert!(err.contains(&format!("region {i} on stderr\n")), "-np {np}: {}", describe(&o));
+        }
+        assert_eq!(out.matches("fputs on stdout\n").count(), 8, "-np {np}: {}", describe(&o));
+    }
+}
+
 /// Events and replies larger than one message of the transport (a header, then the body on
 /// the request's tag): an EXECUTE reaching 401 buffers, its reply listing the pointers found
 /// in 400 of them, and 12 KiB of output per region, with 1, 2 and 3 workers.

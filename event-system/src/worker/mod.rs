@@ -386,7 +386,19 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
             }
             (Err(e), _) | (_, Err(e)) => Reply::Error(e),
         },
-        Event::Execute { image, kernel, args, regions, assume_written, replay, send_back, .. } => {
+        Event::Execute { image, kernel, args, regions, assume_written, replay, send_back, streams, .. } => {
+            // The head's standard streams, passed by value, become this process's.
+            let own;
+            let args = if streams.is_empty() {
+                args
+            } else {
+                let mut a = args.clone();
+                for &(i, s) in streams {
+                    a[i as usize] = s.here();
+                }
+                own = a;
+                &own
+            };
             let (reply, back) = execute(w, env.tag, *image, *kernel, args, regions, assume_written, replay, send_back);
             if back.is_empty() {
                 reply

@@ -631,7 +631,17 @@ impl Cluster {
         let sizes: Vec<u64> = regions.iter().map(|r| r.size).collect();
         let asked = send_back.clone();
         let event =
-            Event::Execute { image: kernel.image, kernel: kernel.index, args: args.to_vec(), regions, assume_written, short, replay: Vec::new(), send_back };
+            Event::Execute {
+                image: kernel.image,
+                kernel: kernel.index,
+                args: args.to_vec(),
+                regions,
+                assume_written,
+                short,
+                replay: Vec::new(),
+                send_back,
+                streams: event_system::protocol::StdStream::in_args(args),
+            };
         let tag = self.post(w, event)?;
         match self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref())? {
             Reply::Executed { changed, pointers, seconds, patches, output, errors, allocated, freed, returned } if changed.len() == n => {

@@ -598,6 +598,7 @@ impl Cluster {
                 short: true,
                 replay: Vec::new(),
                 send_back: vec![false; n],
+                streams: event_system::protocol::StdStream::in_args(&t.args),
             };
             let since = self.trace_now();
             sent.push((self.post(w, event).map_err(new_failure)?, written, since));
@@ -844,7 +845,8 @@ impl Cluster {
         let replay: Vec<Region> = t.allocs.iter().map(|&(addr, size)| Region { addr, size }).collect();
         self.log(format_args!("RERUN task #{} ({}) on {w}, {} device allocation(s) given again", t.id, t.kernel, replay.len()));
         let send_back = vec![false; regions.len()];
-        let event = Event::Execute { image: t.image, kernel: t.index, args: t.args.clone(), regions, assume_written: written.to_vec(), short: false, replay, send_back };
+        let streams = event_system::protocol::StdStream::in_args(&t.args);
+        let event = Event::Execute { image: t.image, kernel: t.index, args: t.args.clone(), regions, assume_written: written.to_vec(), short: false, replay, send_back, streams };
         let sent = self.trace_now();
         let tag = self.post(w, event).map_err(new_failure)?;
         let reply = self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref());
