@@ -68,6 +68,20 @@ impl StdStream {
             .filter_map(|(i, a)| here.iter().find(|(v, _)| *v == *a && *v != 0).map(|&(_, s)| (i as u32, s)))
             .collect()
     }
+
+    /// `args` with each standard stream replaced by a value that is the same in every process
+    /// (a stream's address changes from run to run): what a region's content key hashes.
+    pub fn stable_args(args: &[u64]) -> std::borrow::Cow<'_, [u64]> {
+        let streams = Self::in_args(args);
+        if streams.is_empty() {
+            return std::borrow::Cow::Borrowed(args);
+        }
+        let mut a = args.to_vec();
+        for (i, s) in streams {
+            a[i as usize] = u64::MAX - s as u64;
+        }
+        std::borrow::Cow::Owned(a)
+    }
 }
 
 /// A contiguous range of device (symmetric heap) addresses.
@@ -402,7 +416,7 @@ impl Event {
                 if args.len() > MAX_LIST || regions.len() > MAX_LIST || replay.len() > MAX_LIST {
                     return Err(ProtocolError::Invalid("too many kernel arguments".into()));
                 }
-                if streams.iter().any(|&(i, _)| i as usize >= args.len()) {
+                if streams.len() > args.len() || streams.iter().any(|&(i, _)| i as usize >= args.len()) {
                     return Err(ProtocolError::Invalid("a standard stream names no argument".into()));
                 }
                 if assume_written.len() != regions.len() || send_back.len() != regions.len() {
@@ -584,6 +598,34 @@ mod tests {
         assert!(load(0x1000, 0x3000).validate(0x1000, 0x3000).is_err());
         assert!(load(0x1800, 0x1000).validate(0x1000, 0x3000).is_err());
         assert!(load(0x1000, 0).validate(0x1000, 0x3000).is_err());
+        let exec = |streams: Vec<(u32, StdStream)>| Event::Execute {
+            image: 0,
+            kernel: 0,
+            args: vec![1, 2],
+            regions: vec![],
+            assume_written: vec![],
+            short: false,
+            replay: vec![],
+            send_back: vec![],
+            streams,
+        };
+        assert!(exec(vec![(1, StdStream::Stderr)]).validate(0x1000, 0x3000).is_ok());
+        assert!(exec(vec![(2, StdStream::Stdout)]).validate(0x1000, 0x3000).is_err());
+        assert!(exec(vec![(0, StdStream::Stdout); 3]).validate(0x1000, 0x3000).is_err());
+    }
+
+    /// The head's streams among a kernel's arguments are found, and stand for the same value
+    /// in every process in a content key; other values are left alone.
+    #[test]
+    fn standard_streams_among_arguments() {
+        let (out, err) = (StdStream::Stdout.here(), StdStream::Stderr.here());
+        let args = [7, out, 0, err];
+        assert_eq!(StdStream::in_args(&args), vec![(1, StdStream::Stdout), (3, StdStream::Stderr)]);
+        let stable = StdStream::stable_args(&args);
+        assert_eq!(stable[0], 7);
+        assert_eq!(stable[2], 0);
+        assert!(stable[1] != out && stable[3] != err && stable[1] != stable[3]);
+        assert!(matches!(StdStream::stable_args(&[1, 2]), std::borrow::Cow::Borrowed(_)));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Waking libomp's sleeping hidden helper threads, so that ready `nowait` regions run at once.
 //!
-//! libomp 16 runs `target nowait` tasks on its hidden helper threads (8 by default). A task
+//! libomp 16 runs `target nowait` tasks on its hidden helper threads (8 by default, of which
+//! the first, the helper team's main thread, runs none). A task
 //! whose dependences a helper thread releases goes on that helper's own queue, and nothing
 //! wakes the other helpers: they sleep on a semaphore that only a push from a thread outside
 //! the helpers posts (libomp's `__kmp_push_task`; a helper sleeps as soon as no hidden helper
@@ -16,13 +17,22 @@
 //! wakes, runs the empty task and then takes a ready task from the busy helper's queue if
 //! there is one, whose region start wakes the next. With nothing ready, it sleeps again.
 //!
+//! Which threads are helpers: libomp 16 gives them the global thread ids 1 to 8, or 1 to N + 1
+//! with `LIBOMP_NUM_HIDDEN_HELPER_THREADS=N` (N at most 16; the extra one is the helper team's
+//! main thread). A libomp that builds the helper team from pooled threads with other ids
+//! (llvm-project issue 87117, fixed in 19) leaves those helpers unrecognised: the waker then
+//! wakes less, never wrongly.
+//!
 //! Concurrency: [`Waker::nudge`] is called by offloading threads; requests coalesce in a
 //! channel of one slot, and the waker thread serves them one at a time, so a burst of region
-//! starts costs one wake-up. The thread blocks on the channel between requests and is left
-//! blocked at exit (it holds nothing).
+//! starts costs one wake-up. The thread blocks on the channel between requests; once the
+//! plugin shuts down ([`Waker::stop`]) it pushes nothing more (libomp tears its helpers down
+//! at exit), and it is left blocked (it holds nothing).
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use std::ffi::{c_char, c_void, CStr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// libomp's source location (`ident_t`); libomp reads only its flags and, for traces, its
 /// string.
@@ -107,6 +117,34 @@ pub(crate) struct Waker {
     /// libomp's hidden helper threads have the global ids 1..=helpers.
     helpers: i32,
     tx: Sender<()>,
+    stopped: Arc<AtomicBool>,
+}
+
+/// libomp's reading of a false boolean setting (`__kmp_str_match_false`): `0`, `false`, `no`
+/// and their abbreviations (`f`, `n`), `off` (`of`), `.false.`, `.f.`, `disabled`, in any case.
+fn libomp_false(value: &str) -> bool {
+    // libomp's `__kmp_str_match`: `value` agrees with `word` as far as both go, and that is at
+    // least `min` characters (or, with `min` 0, both are whole).
+    let matches = |word: &str, min: usize| {
+        let v = value.trim().as_bytes();
+        let agree = word.bytes().zip(v).take_while(|(w, c)| w.eq_ignore_ascii_case(c)).count();
+        let mismatch = agree < word.len().min(v.len());
+        !mismatch && if min > 0 { agree >= min } else { agree == word.len() && agree == v.len() }
+    };
+    [("false", 1), ("off", 2), ("0", 1), (".false.", 2), (".f.", 2), ("no", 1), ("disabled", 0)].iter().any(|&(w, m)| matches(w, m))
+}
+
+/// How many global thread ids libomp's hidden helper team takes (see the module docs), or
+/// `None` if it has none.
+fn helper_ids(use_helpers: Option<&str>, count: Option<&str>) -> Option<i32> {
+    if use_helpers.is_some_and(libomp_false) {
+        return None;
+    }
+    match count.map(|c| c.trim().parse::<i64>()) {
+        None | Some(Err(_)) => Some(8),
+        Some(Ok(n)) if n <= 0 => None,
+        Some(Ok(n)) => Some(n.min(16) as i32 + 1),
+    }
 }
 
 impl Waker {
@@ -114,21 +152,19 @@ impl Waker {
     /// `LIBOMP_USE_HIDDEN_HELPER_TASK` and `LIBOMP_NUM_HIDDEN_HELPER_THREADS` settings) and
     /// exports what the waker needs.
     pub(crate) fn start() -> Option<Waker> {
-        let off = |v: &str| matches!(v.trim().to_ascii_lowercase().as_str(), "0" | "false" | "off" | "no" | "disabled");
-        if std::env::var("LIBOMP_USE_HIDDEN_HELPER_TASK").is_ok_and(|v| off(&v)) {
-            return None;
-        }
-        let helpers = match std::env::var("LIBOMP_NUM_HIDDEN_HELPER_THREADS") {
-            Ok(v) => v.trim().parse::<i32>().ok()?,
-            Err(_) => 8,
-        };
-        if helpers <= 0 {
-            return None;
-        }
+        let var = |name| std::env::var(name).ok();
+        let helpers = helper_ids(var("LIBOMP_USE_HIDDEN_HELPER_TASK").as_deref(), var("LIBOMP_NUM_HIDDEN_HELPER_THREADS").as_deref())?;
         let omp = Libomp::find()?;
         let (tx, rx) = crossbeam_channel::bounded(1);
-        std::thread::Builder::new().name("ompc-omp-waker".into()).spawn(move || serve(omp, rx)).ok()?;
-        Some(Waker { omp, helpers, tx })
+        let stopped = Arc::new(AtomicBool::new(false));
+        let stop = stopped.clone();
+        std::thread::Builder::new().name("ompc-omp-waker".into()).spawn(move || serve(omp, rx, &stop)).ok()?;
+        Some(Waker { omp, helpers, tx, stopped })
+    }
+
+    /// The plugin is shutting down: push nothing more.
+    pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
     }
 
     /// A region is starting on the calling thread: if that is a hidden helper thread and
@@ -146,10 +182,13 @@ impl Waker {
     }
 }
 
-/// The waker thread: one empty hidden helper task per request.
-fn serve(omp: Libomp, rx: Receiver<()>) {
+/// The waker thread: one empty hidden helper task per request, until stopped.
+fn serve(omp: Libomp, rx: Receiver<()>, stopped: &AtomicBool) {
     let gtid = omp.gtid();
     while rx.recv().is_ok() {
+        if stopped.load(Ordering::Acquire) {
+            return;
+        }
         // SAFETY: libomp allocates the task (KMP_TASK_SIZE bytes of `kmp_task_t`, no shareds)
         // for this registered thread; its routine ignores its arguments; `__kmpc_omp_task`
         // takes ownership of a task this thread allocated, and libomp frees it once run.
@@ -158,6 +197,26 @@ fn serve(omp: Libomp, rx: Receiver<()>) {
             if !t.is_null() {
                 (omp.task)(&LOCATION, gtid, t);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn helper_ids_follow_libomps_settings() {
+        assert_eq!(helper_ids(None, None), Some(8));
+        assert_eq!(helper_ids(None, Some("2")), Some(3));
+        assert_eq!(helper_ids(None, Some("32")), Some(17));
+        assert_eq!(helper_ids(None, Some("0")), None);
+        assert_eq!(helper_ids(None, Some("many")), Some(8));
+        for off in ["0", "false", "F", "no", "n", "off", "OF", ".false.", ".f.", "disabled", " false "] {
+            assert_eq!(helper_ids(Some(off), None), None, "{off}");
+        }
+        for on in ["1", "true", "on", "yes", "o", "enabled", "disable"] {
+            assert_eq!(helper_ids(Some(on), None), Some(8), "{on}");
         }
     }
 }

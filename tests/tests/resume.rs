@@ -49,6 +49,9 @@ const STENCIL: &[&str] = &["2000", "1000", "1"];
 /// resume_residual MODE DELAY_US: 458 iterations of a region of at least 6 ms each.
 const RESIDUAL_MAP: &[&str] = &["map", "6000"];
 const RESIDUAL_UPDATE: &[&str] = &["update", "6000"];
+/// std_streams REGIONS MS: regions that print with fprintf to stdout and stderr (the head's
+/// streams are kernel arguments), 60 of 30 ms.
+const STREAMS: &[&str] = &["60", "30"];
 
 /// A program under test.
 struct Case {
@@ -97,6 +100,10 @@ fn cholesky() -> Case {
 
 fn stencil() -> Case {
     Case { name: "resume_stencil", prog: compile("resume_stencil.c"), args: STENCIL, done: "resume_stencil: PASS", mask: exact }
+}
+
+fn streams() -> Case {
+    Case { name: "std_streams", prog: compile("std_streams.c"), args: STREAMS, done: "std_streams: PASS", mask: exact }
 }
 
 fn residual(args: &'static [&'static str]) -> Case {
@@ -584,10 +591,11 @@ fn a_damaged_or_missing_log_is_never_trusted() {
 
 /// A job that ran to the end with checkpoints on, resumed: the same output, and every region
 /// up to its last checkpoint skipped (at least half of them, for runs of a few seconds with a
-/// checkpoint every 0.3 s).
+/// checkpoint every 0.3 s). Also regions that name `stdout` and `stderr`: their arguments are
+/// the head's streams, whose addresses differ from job to job, and they are skipped all the same.
 #[test]
 fn a_completed_job_resumed_skips_everything_it_can() {
-    for case in [stencil(), residual(RESIDUAL_UPDATE)] {
+    for case in [stencil(), residual(RESIDUAL_UPDATE), streams()] {
         let (expected, fresh_report) = fresh(&case, case.args, &[], "failure-free, no checkpoints");
         let dir = scratch_dir();
         let ck = dir.path().join("ckpt");

@@ -151,9 +151,11 @@ impl Kernel {
     /// The content key of a run over the buffers it can reach (`journal::key::task`): one
     /// recipe for where a region is logged (`launch.rs`) and where a resumed job looks it up
     /// (`resume.rs`).
+    /// A standard stream among the arguments counts as which stream it is, not its address.
     fn region_key<'a>(&self, args: &[u64], reached: impl Iterator<Item = &'a Buffer>) -> u64 {
         let mut keyed: Vec<(u64, u64)> = reached.map(|b| (b.addr, b.key)).collect();
-        crate::journal::key::task(self.image_key, &self.name, args, &mut keyed)
+        let args = event_system::protocol::StdStream::stable_args(args);
+        crate::journal::key::task(self.image_key, &self.name, &args, &mut keyed)
     }
 }
 
@@ -545,6 +547,9 @@ impl Cluster {
         }
         if self.stopped.swap(true, Ordering::AcqRel) {
             return;
+        }
+        if let Some(waker) = &self.waker {
+            waker.stop();
         }
         // A batch of buddy copies in progress finishes first (it talks to the workers).
         drop(self.buddy_busy.lock());
