@@ -367,8 +367,17 @@ impl Cluster {
             return Ok(());
         }
         let mut adopted = 0;
-        // The versions to rebuild that the checkpoint holds (same address, same key).
-        let candidates: Vec<(u64, u64, u64, u64, u64, ckpt_veloc::RegionRecord)> = {
+        /// A version to rebuild that the checkpoint holds.
+        struct Candidate {
+            id: u64,
+            version: u64,
+            addr: u64,
+            size: u64,
+            key: u64,
+            rec: ckpt_veloc::RegionRecord,
+        }
+        // Same address, same key.
+        let candidates: Vec<Candidate> = {
             let adoptable = self.adoptable.lock();
             let bufs = self.buffers.lock();
             bufs.iter()
@@ -376,7 +385,7 @@ impl Cluster {
                 .filter(|b| !cp.holds(b.id, b.version))
                 .filter_map(|b| {
                     let c = adoptable.get(&b.addr).filter(|c| c.key == b.key && c.record.size == b.size)?;
-                    Some((b.id, b.version, b.addr, b.size, b.key, c.record.clone()))
+                    Some(Candidate { id: b.id, version: b.version, addr: b.addr, size: b.size, key: b.key, rec: c.record.clone() })
                 })
                 .collect()
         };
@@ -389,7 +398,7 @@ impl Cluster {
         let targets: Vec<i32> = self.targets().collect();
         let mut savers: BTreeMap<i32, usize> = BTreeMap::new();
         for c in &candidates {
-            *savers.entry(c.5.rank as i32).or_default() += 1;
+            *savers.entry(c.rec.rank as i32).or_default() += 1;
         }
         let together = only.is_some().then(|| savers.iter().filter(|(w, _)| targets.contains(w)).max_by_key(|&(_, n)| *n).map(|(&w, _)| w)).flatten();
         // Per candidate: the tag of its RESTORE, or what became of it already.
@@ -399,10 +408,12 @@ impl Cluster {
             /// Its worker died first.
             Unreached,
         }
+        // The head reads and checks a copy itself.
+        let head_reads = |rec: &ckpt_veloc::RegionRecord| ckpt_veloc::load_record(cp.store.persistent_dir(), rec);
         let mut posted = Vec::with_capacity(candidates.len());
         let mut failed = None;
-        for (i, (id, version, addr, size, key, rec)) in candidates.into_iter().enumerate() {
-            let saver = rec.rank as i32;
+        for (i, c) in candidates.into_iter().enumerate() {
+            let saver = c.rec.rank as i32;
             let w = match together {
                 Some(w) => w,
                 None if targets.contains(&saver) => saver,
@@ -410,18 +421,14 @@ impl Cluster {
             };
             let got = if w == HEAD {
                 // No worker left: the head runs the regions, and holds the data itself.
-                let a = Access { buffer: id, version };
-                Got::Done(
-                    ckpt_veloc::load_record(cp.store.persistent_dir(), &rec)
-                        .map_err(|e| e.to_string())
-                        .and_then(|bytes| self.put_on_head(a, addr, &bytes).map_err(|e| e.to_string())),
-                )
+                let a = Access { buffer: c.id, version: c.version };
+                Got::Done(head_reads(&c.rec).map_err(|e| e.to_string()).and_then(|bytes| self.put_on_head(a, c.addr, &bytes).map_err(|e| e.to_string())))
             } else {
-                let backed = match self.buffers.lock().by_id_mut(id) {
+                let backed = match self.buffers.lock().by_id_mut(c.id) {
                     Some(b) => self.back_on(b, w),
                     None => continue,
                 };
-                match backed.and_then(|()| self.post_restore(w, Region { addr, size }, &rec)) {
+                match backed.and_then(|()| self.post_restore(w, Region { addr: c.addr, size: c.size }, &c.rec)) {
                     Ok(tag) => Got::Posted(tag),
                     Err(e) => {
                         failed = failed.or(Some(e));
@@ -429,9 +436,9 @@ impl Cluster {
                     }
                 }
             };
-            posted.push((id, version, addr, size, key, rec, w, got));
+            posted.push((c, w, got));
         }
-        for (id, version, addr, size, key, rec, w, got) in posted {
+        for (c, w, got) in posted {
             let got = match got {
                 Got::Posted(tag) => match self.restored(w, tag) {
                     Ok(res) => Got::Done(res),
@@ -448,29 +455,29 @@ impl Cluster {
                 Got::Done(Err(why)) if w == HEAD => Err(why),
                 Got::Done(Err(why)) => {
                     // Its copy on `w` may hold part of the file: not a version any more.
-                    self.buffers.lock().drop_copy(addr, w);
+                    self.buffers.lock().drop_copy(c.addr, w);
                     // The head checks it too: a worker that could not read a good copy
                     // (its own file system, memory) must not lose it; recovery loads it.
-                    ckpt_veloc::load_record(cp.store.persistent_dir(), &rec).map(|_| None).map_err(|e| format!("rank {w}: {why}; the head: {e}"))
+                    head_reads(&c.rec).map(|_| None).map_err(|e| format!("rank {w}: {why}; the head: {e}"))
                 }
                 // Checked by the head, for recovery to load (the handler recovers from
                 // the worker's death when this returns).
-                Got::Unreached | Got::Posted(_) => ckpt_veloc::load_record(cp.store.persistent_dir(), &rec).map(|_| None).map_err(|e| e.to_string()),
+                Got::Unreached | Got::Posted(_) => head_reads(&c.rec).map(|_| None).map_err(|e| e.to_string()),
             };
             match held {
                 Ok(at) => {
-                    cp.adopt(id, version, rec);
+                    cp.adopt(c.id, c.version, c.rec);
                     if let Some(j) = &self.journal {
-                        j.adopt(id, addr, size, key);
+                        j.adopt(c.id, c.addr, c.size, c.key);
                     }
                     if let Some(w) = at {
-                        self.buffers.lock().install(id, w, version);
+                        self.buffers.lock().install(c.id, w, c.version);
                     }
                     adopted += 1;
                 }
                 Err(e) => {
-                    eprintln!("ompcluster: resume: the checkpoint's copy of the buffer at {addr:#x} is unusable ({e}); rebuilding it by re-running logged regions");
-                    self.adoptable.lock().remove(&addr);
+                    eprintln!("ompcluster: resume: the checkpoint's copy of the buffer at {:#x} is unusable ({e}); rebuilding it by re-running logged regions", c.addr);
+                    self.adoptable.lock().remove(&c.addr);
                 }
             }
         }
