@@ -155,28 +155,53 @@ fn matmul_checkpoints_verify_and_hold_what_the_program_computed() {
 /// on a worker (a region), while checkpoints are taken every few milliseconds: every saved
 /// copy must hold one value throughout. Saves run after offloading resumed, so this is the
 /// test that each buffer is still saved as it was at its checkpoint.
+///
+/// Under VeloC's async engine, which at this rate of checkpoints sometimes loses a request
+/// (docs/checkpoints.md: the flush watchdog then wedges that rank's store after 30 s, seen in
+/// one clean-clone CI run of three), such a run is checked like any other (right output,
+/// every saved copy uniform) and then run again, at most 3 runs; any other checkpoint error
+/// fails the test at once, and so does a stall in every run.
 #[test]
 fn checkpoints_never_save_a_buffer_half_changed() {
     let prog = ompcluster_tests::compile("ckpt_uniform.c");
-    let dir = tempfile::tempdir().unwrap();
-    let ck = dir.path().join("ckpt");
-    let report = dir.path().join("report.json");
-    let mut e = ckpt_env(&ck, "0.005");
-    e.push(("OMPCLUSTER_REPORT".into(), report.display().to_string()));
-    // 3000 rounds: about half a second, many checkpoints (each waits for the previous flush).
-    let out = Job::spawn(3, &prog, &["3000", "1048576"], &envs(&e)).wait(Duration::from_secs(180));
-    assert!(out.status.success() && stdout(&out).contains("PASS"), "{}", describe(&out));
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
-    assert!(json["checkpoint_errors"].as_array().unwrap().is_empty(), "{json}");
+    let mut stalled = Vec::new();
+    loop {
+        let dir = tempfile::tempdir().unwrap();
+        let ck = dir.path().join("ckpt");
+        let report = dir.path().join("report.json");
+        let mut e = ckpt_env(&ck, "0.005");
+        e.push(("OMPCLUSTER_REPORT".into(), report.display().to_string()));
+        // 3000 rounds: about half a second, many checkpoints (each waits for the previous flush).
+        let out = Job::spawn(3, &prog, &["3000", "1048576"], &envs(&e)).wait(Duration::from_secs(180));
+        assert!(out.status.success() && stdout(&out).contains("PASS"), "{}", describe(&out));
+        let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        let errors = json["checkpoint_errors"].as_array().unwrap();
+        let veloc_stall = |e: &serde_json::Value| e.as_str().is_some_and(|e| e.contains("VeloC's engine made no progress on checkpoint"));
+        assert!(errors.iter().all(veloc_stall), "{json}");
+        let (copies, savers) = uniform_copies(&ck);
+        if errors.is_empty() {
+            // Both kinds of saver were exercised, many times.
+            assert_eq!(savers.len(), 2, "saved by the head and by workers: {savers:?}");
+            assert!(copies >= 10, "only {copies} saved copies: {json}");
+            return;
+        }
+        stalled.push(json["checkpoint_errors"].clone());
+        assert!(stalled.len() < 3, "VeloC's engine stalled in every run: {stalled:?}");
+    }
+}
+
+/// Every 1 MiB copy saved in the checkpoints under `ck` holds one value throughout (panics
+/// otherwise); returns how many there are, and which savers made them (head or not).
+fn uniform_copies(ck: &Path) -> (usize, BTreeSet<bool>) {
     let mut copies = BTreeSet::new();
     let mut savers = BTreeSet::new();
-    for version in list_versions(&ck).unwrap() {
-        let m = Manifest::read(&ck, version).unwrap();
+    for version in list_versions(ck).unwrap() {
+        let m = Manifest::read(ck, version).unwrap();
         for rec in &m.regions {
             if rec.size != 1 << 20 || !copies.insert((rec.ckpt, rec.region)) {
                 continue; // the image's data, or a copy already checked
             }
-            let bytes = load_region(&ck, version, rec.region).unwrap();
+            let bytes = load_region(ck, version, rec.region).unwrap();
             assert!(
                 bytes.iter().all(|&b| b == bytes[0]),
                 "checkpoint {}, region {} (saved by rank {}) mixes values {} and {}",
@@ -189,9 +214,7 @@ fn checkpoints_never_save_a_buffer_half_changed() {
             savers.insert(rec.rank == 0);
         }
     }
-    // Both kinds of saver were exercised, many times.
-    assert_eq!(savers.len(), 2, "saved by the head and by workers: {savers:?}");
-    assert!(copies.len() >= 10, "only {} saved copies: {json}", copies.len());
+    (copies.len(), savers)
 }
 
 /// A checkpoint that falls due while nothing changed is not taken: it would publish the same
