@@ -21,7 +21,7 @@ use crate::heap::SymmetricHeap;
 use crate::protocol::{self, Envelope, Event, Reply};
 use crate::HEAD;
 use device::Device;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -68,6 +68,8 @@ struct Worker {
     threads: AtomicUsize,
     /// Events being handled off the poll lock.
     busy: AtomicUsize,
+    /// Wakes the polling thread when one of them ends.
+    ended: Ended,
     ckpt: Option<Arc<dyn CheckpointSink>>,
     /// A signal to raise once EXIT is answered (`Event::Inject` with `at_exit`; 0: none).
     exit_signal: AtomicI32,
@@ -96,6 +98,7 @@ pub fn run(
         idle: AtomicUsize::new(1),
         threads: AtomicUsize::new(1),
         busy: AtomicUsize::new(0),
+        ended: Ended::default(),
         ckpt,
         stdout: match output::Capture::start(1) {
             Ok(c) => Some(c),
@@ -169,6 +172,39 @@ fn spawn_helper(w: &Arc<Worker>) {
     }
 }
 
+/// How many events handled off the poll lock have ended, for the polling thread to sleep on
+/// while kernels run (README.md, "Polling while a kernel runs").
+#[derive(Default)]
+struct Ended {
+    count: Mutex<u64>,
+    cv: Condvar,
+}
+
+impl Ended {
+    fn count(&self) -> u64 {
+        *self.count.lock()
+    }
+
+    fn one_more(&self) {
+        *self.count.lock() += 1;
+        self.cv.notify_one();
+    }
+
+    /// Wait at most `nap` for the count to pass `seen`; the count then, if it did.
+    fn wait(&self, seen: u64, nap: Duration) -> Option<u64> {
+        let mut count = self.count.lock();
+        if *count == seen {
+            self.cv.wait_for(&mut count, nap);
+        }
+        (*count != seen).then_some(*count)
+    }
+}
+
+/// While a kernel of this worker runs, the polling thread sleeps between polls from this...
+const NAP_MIN: Duration = Duration::from_micros(10);
+/// ...doubling up to this: how late an event that arrives meanwhile can be noticed.
+const NAP_MAX: Duration = Duration::from_micros(200);
+
 /// What the leader (the thread holding `poll`) ends its turn with.
 enum Turn {
     /// An event to handle after releasing `poll`.
@@ -188,6 +224,8 @@ fn lead(w: &Arc<Worker>) -> Result<Turn, CommError> {
     let mut inbox = w.poll.lock();
     loop {
         let mut backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(1));
+        let mut seen = w.ended.count();
+        let mut nap = NAP_MIN;
         let msg = loop {
             if w.exit.load(Ordering::Acquire) {
                 return Ok(Turn::Stop);
@@ -203,6 +241,20 @@ fn lead(w: &Arc<Worker>) -> Result<Turn, CommError> {
             }
             if !backoff.spinning() && w.live.is_dead(HEAD) {
                 return Err(CommError::PeerDead(HEAD));
+            }
+            if !backoff.spinning() && w.busy.load(Ordering::Acquire) > 0 {
+                // A kernel (or transfer) of this worker runs: leave the cores to it instead
+                // of yielding, until an event ends (the head's next one usually follows
+                // that reply: poll hard again) or the nap does.
+                match w.ended.wait(seen, nap) {
+                    Some(now) => {
+                        seen = now;
+                        nap = NAP_MIN;
+                        backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(1));
+                    }
+                    None => nap = (nap * 2).min(NAP_MAX),
+                }
+                continue;
             }
             backoff.snooze();
         };
@@ -292,6 +344,7 @@ fn serve(w: &Arc<Worker>) -> Result<(), CommError> {
             }
             Err(e) => return Err(e),
         }
+        w.ended.one_more();
     }
 }
 
