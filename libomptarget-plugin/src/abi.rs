@@ -392,6 +392,7 @@ pub unsafe extern "C" fn __tgt_rtl_launch_kernel(
     _async_info: *mut c_void,
 ) -> i32 {
     guard_traced("launch_kernel", None, || {
+        crate::stack::note_launch();
         let Some(Runtime::Head(c)) = runtime::get() else { return OFFLOAD_FAIL };
         if dev != 0 || kargs.is_null() {
             return OFFLOAD_FAIL;

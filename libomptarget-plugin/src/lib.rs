@@ -21,3 +21,4 @@ pub mod mpi_noise;
 pub mod report;
 mod runtime;
 pub mod sigterm;
+mod stack;
