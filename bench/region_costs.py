@@ -12,6 +12,16 @@ Cases (bench/region_costs.c times its own offloaded part, after a warm-up region
                                  regions, -np 4; the program's own time)
 With --metg, bench/taskbench.py --quick for the stock plugin and ours on 3 workers.
 
+The floor of exact write detection (columns "one read pass" and "floor"): `region_costs floor BYTES
+REPS` runs the resident cases' kernel on the host, with no offloading, followed by one pass
+reading every word it wrote, and times both. Telling what a kernel changed (which bytes, and the
+device pointers they hold) reads the pages it wrote at least once; a kernel that rewrites its
+buffer whole writes every page, so that pass is the least any exact detection adds to it, and
+floor = stock + read pass is the least a plugin that detects writes exactly can reach, even
+with nothing else to do (no message, no bookkeeping). For 4 host threads the pass is taken per
+region on one thread, and counted twice: four regions, one per thread, share 2 cores for each
+region's time of the case.
+
 Configurations, alternated within each round so that the machine's drift hits all alike:
   stock   the binary run with /usr/lib/llvm-16/lib first on LD_LIBRARY_PATH (the stock
           x86_64 plugin in process; the program refuses to run without a device)
@@ -71,6 +81,18 @@ def run_once(config, prog, args, np):
     raise RuntimeError(f"{config}: no time in the output:\n{p.stdout}")
 
 
+# case: (BYTES, REPS of `floor`, read passes per region of the case's time)
+FLOOR = {"resident 4 KiB": ("4096", "2000", 1), "resident 64 KiB": ("65536", "2000", 1), "resident 1 MiB": ("1048576", "400", 1),
+         "resident 16 MiB": ("16777216", "40", 1), "4 host threads, 1.6 MB each": ("1600000", "400", 2)}
+
+
+def read_pass(prog, size, reps):
+    """The host kernel's and the read pass's time, us (medians of REPS)."""
+    p = subprocess.run([prog, "floor", size, reps], capture_output=True, text=True, timeout=120, check=True)
+    f = p.stdout.split()
+    return float(f[1]), float(f[3])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
@@ -89,15 +111,25 @@ def main():
                     t = run_once(c, progs[prog], args, np)
                     times.setdefault(name, {}).setdefault(c, []).append(t)
                     print(f"round {r + 1}: {name:30} {c:6} {t:10.3f}", file=sys.stderr)
+                if name in FLOOR:
+                    size, reps, passes = FLOOR[name]
+                    k, rd = read_pass(progs[prog], size, reps)
+                    rd *= passes
+                    times[name].setdefault("host kernel", []).append(k)
+                    times[name].setdefault("read pass", []).append(rd)
+                    print(f"round {r + 1}: {name:30} host kernel {k:.3f} us, read pass {rd:.3f} us", file=sys.stderr)
     rows = []
     print(f"# Region costs, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}, `python3 bench/region_costs.py {' '.join(sys.argv[1:])}`\n")
-    print("| case | unit | stock | ours, pages | ratio | ours, hashing | ratio |")
-    print("|---|---|---|---|---|---|---|")
+    print("| case | unit | stock | ours, pages | ratio | ours, hashing | ratio | one read pass | floor of exact detection |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, *_ in CASES:
-        med = {c: statistics.median(times[name][c]) for c in CONFIGS}
+        med = {c: statistics.median(v) for c, v in times[name].items()}
         unit = "s per run" if name.startswith("matmul") else "us per region"
         rows.append({"case": name, "unit": unit, "median": med, "runs": times[name]})
-        print(f"| {name} | {unit} | {med['stock']:.3f} | {med['pages']:.3f} | {med['pages'] / med['stock']:.2f}x | {med['hash']:.3f} | {med['hash'] / med['stock']:.2f}x |")
+        floor = "| |"
+        if "read pass" in med:
+            floor = f"| {med['read pass']:.3f} | {(med['stock'] + med['read pass']) / med['stock']:.2f}x |"
+        print(f"| {name} | {unit} | {med['stock']:.3f} | {med['pages']:.3f} | {med['pages'] / med['stock']:.2f}x | {med['hash']:.3f} | {med['hash'] / med['stock']:.2f}x {floor}")
     if a.metg:
         p = subprocess.run([sys.executable, os.path.join(ROOT, "bench/taskbench.py"), "--quick", "--configs", "stock,ours-3w"], capture_output=True, text=True)
         print("\n" + p.stdout)
