@@ -41,8 +41,10 @@ pub struct Backoff {
 /// rounds). The kernel's timer slack (50 us) bounds how short the naps get.
 const TIGHT_DIVISOR: u32 = 256;
 
-/// A wait for a reply sleeps at most 1/this of the time waited so far: it ends at most 6%
-/// late, at the cost of about 16 more wake-ups per doubling of its length, up to `max_sleep`.
+/// A wait for a reply sleeps at most 1/this of the time waited so far: past its first
+/// millisecond it ends at most about 6% late (before that, the kernel's 50 us timer slack
+/// dominates), at the cost of about 11 more wake-ups per doubling of its length, up to
+/// `max_sleep`.
 const REPLY_DIVISOR: u32 = 16;
 
 /// In the pure-spin phase the clock is read once every this many polls: a read costs about

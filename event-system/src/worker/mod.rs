@@ -226,6 +226,7 @@ fn lead(w: &Arc<Worker>) -> Result<Turn, CommError> {
         let mut backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(1));
         let mut seen = w.ended.count();
         let mut nap = NAP_MIN;
+        let mut napped = false;
         let msg = loop {
             if w.exit.load(Ordering::Acquire) {
                 return Ok(Turn::Stop);
@@ -250,11 +251,23 @@ fn lead(w: &Arc<Worker>) -> Result<Turn, CommError> {
                     Some(now) => {
                         seen = now;
                         nap = NAP_MIN;
+                        napped = false;
                         backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(1));
                     }
-                    None => nap = (nap * 2).min(NAP_MAX),
+                    None => {
+                        nap = (nap * 2).min(NAP_MAX);
+                        napped = true;
+                    }
                 }
                 continue;
+            }
+            if napped {
+                // The event ended between a nap and its thread's wake-up call (it counts
+                // itself out of `busy` before it replies): poll hard again all the same.
+                napped = false;
+                nap = NAP_MIN;
+                seen = w.ended.count();
+                backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(1));
             }
             backoff.snooze();
         };
