@@ -222,8 +222,10 @@ enum Turn {
 /// 2 cores, several microseconds per short event).
 fn lead(w: &Arc<Worker>) -> Result<Turn, CommError> {
     let mut inbox = w.poll.lock();
+    // Spin, then yield for 5 ms, then sleep up to 1 ms between polls (see README.md).
+    let fresh = || Backoff::new(Duration::from_millis(5), Duration::from_millis(1));
     loop {
-        let mut backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(1));
+        let mut backoff = fresh();
         let mut seen = w.ended.count();
         let mut nap = NAP_MIN;
         let mut napped = false;
@@ -245,29 +247,22 @@ fn lead(w: &Arc<Worker>) -> Result<Turn, CommError> {
             }
             if !backoff.spinning() && w.busy.load(Ordering::Acquire) > 0 {
                 // A kernel (or transfer) of this worker runs: leave the cores to it instead
-                // of yielding, until an event ends (the head's next one usually follows
-                // that reply: poll hard again) or the nap does.
-                match w.ended.wait(seen, nap) {
-                    Some(now) => {
-                        seen = now;
-                        nap = NAP_MIN;
-                        napped = false;
-                        backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(1));
-                    }
-                    None => {
-                        nap = (nap * 2).min(NAP_MAX);
-                        napped = true;
-                    }
+                // of yielding, until an event ends or the nap does.
+                napped = true;
+                if w.ended.wait(seen, nap).is_none() {
+                    nap = (nap * 2).min(NAP_MAX);
+                    continue;
                 }
-                continue;
             }
             if napped {
-                // The event ended between a nap and its thread's wake-up call (it counts
-                // itself out of `busy` before it replies): poll hard again all the same.
+                // An event ended: the head's next one usually follows its reply, so poll hard
+                // again. (Also when no wake-up came: a handler counts itself out of `busy`
+                // before it replies and wakes this thread, and a nap may end in between.)
                 napped = false;
                 nap = NAP_MIN;
                 seen = w.ended.count();
-                backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(1));
+                backoff = fresh();
+                continue;
             }
             backoff.snooze();
         };
