@@ -51,16 +51,17 @@ struct Watch {
 
 const FRESH: Watch = Watch { seen: 0, low: usize::MAX, prev: usize::MAX, run: 0, top: 0, done: false };
 
-/// What a window's end found.
-#[derive(Debug, PartialEq)]
-enum Finding {
-    /// The stack went down by this many bytes per launch, steadily, down to `low`.
-    Descent { per_launch: usize, low: usize },
+/// What a window's end found: the stack went down by about `per_launch` bytes per launch,
+/// steadily, down to `low`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Descent {
+    per_launch: usize,
+    low: usize,
 }
 
 impl Watch {
     /// Note a launch at stack address `sp`.
-    fn see(&mut self, sp: usize) -> Option<Finding> {
+    fn see(&mut self, sp: usize) -> Option<Descent> {
         if self.done {
             return None;
         }
@@ -87,7 +88,7 @@ impl Watch {
         }
         self.done = true;
         let launches = (WINDOWS * WINDOW) as usize;
-        Some(Finding::Descent { per_launch: ((self.top - low) / launches).max(1), low })
+        Some(Descent { per_launch: ((self.top - low) / launches).max(1), low })
     }
 }
 
@@ -100,7 +101,7 @@ thread_local! {
 pub(crate) fn note_launch() {
     let marker = 0u8;
     let sp = std::hint::black_box(&marker) as *const u8 as usize;
-    let Some(Finding::Descent { per_launch, low }) = WATCH.with(|w| {
+    let Some(Descent { per_launch, low }) = WATCH.with(|w| {
         let mut s = w.get();
         let found = s.see(sp);
         w.set(s);
@@ -175,7 +176,7 @@ mod tests {
     use super::*;
 
     /// Feed `sps` to a fresh watch; the launch (index) and finding of each report.
-    fn run(sps: impl IntoIterator<Item = usize>) -> Vec<(usize, Finding)> {
+    fn run(sps: impl IntoIterator<Item = usize>) -> Vec<(usize, Descent)> {
         let mut w = FRESH;
         sps.into_iter().enumerate().filter_map(|(i, sp)| w.see(sp).map(|f| (i, f))).collect()
     }
@@ -187,7 +188,7 @@ mod tests {
         let found = run((0..100_000).map(|i| TOP - 112 * i));
         // The first window sets the reference, then WINDOWS lower ones.
         let at = (WINDOWS as usize + 1) * WINDOW as usize - 1;
-        assert_eq!(found, vec![(at, Finding::Descent { per_launch: 112, low: TOP - 112 * at })]);
+        assert_eq!(found, vec![(at, Descent { per_launch: 112, low: TOP - 112 * at })]);
     }
 
     #[test]
@@ -200,7 +201,7 @@ mod tests {
             [base, base - 208, base - 40]
         }));
         assert_eq!(found.len(), 1, "{found:?}");
-        let Finding::Descent { per_launch, .. } = found[0].1;
+        let Descent { per_launch, .. } = found[0].1;
         assert!((30..=45).contains(&per_launch), "112 bytes per 3 launches: {per_launch}");
     }
 
