@@ -15,6 +15,7 @@
 //! A prediction can be wrong (a write that depends on the data): then two regions changed one
 //! buffer in two copies, which are merged, or one of which is undone and run again
 //! (`merge.rs`).
+use super::execute::Execute;
 use super::merge::{needs_merge, Run, Snap};
 use super::*;
 use event_system::protocol::MAX_SEND_BACK;
@@ -42,35 +43,6 @@ const LEARNING_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 const MAX_RUNS_AGAIN: u32 = 32;
 
 impl Cluster {
-    /// What worker `w`'s region printed on stderr, less libomp's messages that another
-    /// worker printed already. libomp says some of its messages once per process (`OMP:
-    /// Warning #96: Cannot form a team ...` whatever the numbers, with its `OMP: Hint` lines),
-    /// and the program without the cluster device is one process: a message number another
-    /// worker printed first is dropped, with the hints that follow it.
-    fn once_per_job(&self, w: i32, errors: &[u8]) -> Vec<u8> {
-        if errors.is_empty() {
-            return Vec::new();
-        }
-        let mut said = self.omp_said.lock();
-        let mut keep_hints = true;
-        errors
-            .split_inclusive(|&b| b == b'\n')
-            .filter(|line| match omp_message_id(line) {
-                Some(id) => {
-                    keep_hints = *said.entry(id.to_vec()).or_insert(w) == w;
-                    keep_hints
-                }
-                None if line.starts_with(b"OMP: Hint") => keep_hints,
-                None => {
-                    keep_hints = true;
-                    true
-                }
-            })
-            .flatten()
-            .copied()
-            .collect()
-    }
-
     /// Run the kernel `entry` (a token from `load_binary`) with argument values `args`;
     /// `begins[i]` is the device begin of argument i's mapped section, `hosts[i]` its host
     /// pointer (0 for by-value arguments): see [`Buffers::by_translation`] for why both.
@@ -530,7 +502,9 @@ impl Cluster {
                 })
                 .collect();
         }
-        let ran = self.execute_on(w, kernel, args, regions, assume_written, send_back);
+        let short = kernel.last_ns.load(Ordering::Relaxed) < SHORT_KERNEL_NS;
+        let run = Execute { image: kernel.image, kernel: kernel.index, args, regions, assume_written, send_back, replay: Vec::new(), short, quiet: false };
+        let ran = self.execute(w, run);
         if ran.is_err() {
             self.ended(&mut self.buffers.lock(), w, reach, snaps);
             self.moved.notify_all();
@@ -604,104 +578,5 @@ impl Cluster {
             Ok(()) | Err(ClusterError::UnknownAddress(_)) => Ok(()),
             Err(e) => Err(e),
         }
-    }
-
-    /// Run the kernel on `w` (whose copies of `regions` are present) and wait for its report.
-    fn execute_on(&self, w: i32, kernel: &Kernel, args: &[u64], regions: Vec<Region>, assume_written: Vec<bool>, send_back: Vec<bool>) -> Result<Executed> {
-        let sent = self.trace_now();
-        let mut ran = self.execute_untraced(w, kernel, args, regions, assume_written, send_back)?;
-        ran.traced = sent.zip(self.trace_now());
-        Ok(ran)
-    }
-
-    fn execute_untraced(
-        &self,
-        w: i32,
-        kernel: &Kernel,
-        args: &[u64],
-        regions: Vec<Region>,
-        assume_written: Vec<bool>,
-        send_back: Vec<bool>,
-    ) -> Result<Executed> {
-        if w == HEAD {
-            return self.run_here(kernel.image, kernel.index, args, &regions, &assume_written, false);
-        }
-        let n = regions.len();
-        let short = kernel.last_ns.load(Ordering::Relaxed) < SHORT_KERNEL_NS;
-        let sizes: Vec<u64> = regions.iter().map(|r| r.size).collect();
-        let asked = send_back.clone();
-        let event =
-            Event::Execute {
-                image: kernel.image,
-                kernel: kernel.index,
-                args: args.to_vec(),
-                regions,
-                assume_written,
-                short,
-                replay: Vec::new(),
-                send_back,
-                streams: event_system::protocol::StdStream::in_args(args),
-            };
-        let tag = self.post(w, event)?;
-        match self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref())? {
-            Reply::Executed { changed, pointers, seconds, patches, output, errors, allocated, freed, returned } if changed.len() == n => {
-                let errors = if errors.is_empty() { errors } else { self.once_per_job(w, &errors) };
-                if !output.is_empty() || !errors.is_empty() {
-                    // What the region printed, after what the program printed before it.
-                    // SAFETY: flushing all C streams is always allowed.
-                    unsafe { libc::fflush(std::ptr::null_mut()) };
-                    event_system::write_all(1, &output);
-                    event_system::write_all(2, &errors);
-                }
-                // Kept for the log only (`journal.rs`).
-                let (output, errors) = if self.journal.is_some() { (output, errors) } else { (Vec::new(), Vec::new()) };
-                // Only regions asked back, changed, in increasing order.
-                let valid = returned.windows(2).all(|p| p[0] < p[1])
-                    && returned.iter().all(|&i| (i as usize) < n && asked[i as usize] && changed[i as usize] && sizes[i as usize] <= MAX_SEND_BACK);
-                if !valid {
-                    return Err(ClusterError::Worker { rank: w, msg: format!("EXECUTE reply sends back regions {returned:?} it was not asked for") });
-                }
-                let mut back = Vec::with_capacity(returned.len());
-                for i in returned {
-                    let i = i as usize;
-                    let mut bytes = vec![0u8; sizes[i] as usize];
-                    // SAFETY: `bytes` has `sizes[i]` writable bytes, leaked if the peer died
-                    // (MPI may still write them).
-                    let got = unsafe { self.comm.recv_bytes(w, tag, bytes.as_mut_ptr(), bytes.len(), self.live.as_ref()) };
-                    if let Err(e) = got {
-                        std::mem::forget(bytes);
-                        return Err(e.into());
-                    }
-                    back.push((i, bytes));
-                }
-                Ok(Executed { changed, pointers, seconds, patches, allocated, freed, traced: None, returned: back, output, errors })
-            }
-            Reply::Error(msg) => Err(ClusterError::Worker { rank: w, msg }),
-            Reply::PeerDead(peer) => Err(ClusterError::PeerDead(peer)),
-            other => Err(ClusterError::Worker { rank: w, msg: format!("bad reply to EXECUTE: {other:?}") }),
-        }
-    }
-}
-
-/// `OMP: Warning #96` of `OMP: Warning #96: Cannot form a team ...` (libomp's messages:
-/// Warning, Info, Error, Fatal error, each with its number).
-fn omp_message_id(line: &[u8]) -> Option<&[u8]> {
-    let rest = line.strip_prefix(b"OMP: ")?;
-    let hash = rest.iter().position(|&b| b == b'#')?;
-    let digits = rest[hash + 1..].iter().take_while(|b| b.is_ascii_digit()).count();
-    (digits > 0 && rest[..hash].iter().all(|b| b.is_ascii_alphabetic() || *b == b' ')).then(|| &line[..5 + hash + 1 + digits])
-}
-
-#[cfg(test)]
-mod omp_message_tests {
-    use super::omp_message_id;
-
-    #[test]
-    fn libomps_message_numbers() {
-        assert_eq!(omp_message_id(b"OMP: Warning #96: Cannot form a team with 256 threads, using 2 instead.\n"), Some(&b"OMP: Warning #96"[..]));
-        assert_eq!(omp_message_id(b"OMP: Error #15: Initializing libomp.so\n"), Some(&b"OMP: Error #15"[..]));
-        assert_eq!(omp_message_id(b"OMP: Hint Consider unsetting KMP_DEVICE_THREAD_LIMIT\n"), None);
-        assert_eq!(omp_message_id(b"OMP: #\n"), None);
-        assert_eq!(omp_message_id(b"my OMP: Warning #1\n"), None);
     }
 }

@@ -40,6 +40,7 @@ use timeline::Cat;
 
 mod buddy;
 mod checkpointing;
+mod execute;
 mod faults;
 mod images;
 mod launch;

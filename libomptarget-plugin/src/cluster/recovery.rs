@@ -11,6 +11,7 @@
 //! [`RecoverError::NewFailure`]; the handler calls it again with the larger set (what was
 //! rebuilt so far stays rebuilt).
 
+use super::execute::Execute;
 use super::*;
 use crate::config::Reexec;
 use ft_handler::recovery::{self as algo, BatchDone, Restored, Stop, View};
@@ -589,24 +590,13 @@ impl Cluster {
             };
             let written = written_of(t);
             let n = regions.len();
-            let event = Event::Execute {
-                image: t.image,
-                kernel: t.index,
-                args: t.args.clone(),
-                regions,
-                assume_written: written.clone(),
-                short: true,
-                replay: Vec::new(),
-                send_back: vec![false; n],
-                streams: event_system::protocol::StdStream::in_args(&t.args),
-            };
-            let since = self.trace_now();
-            sent.push((self.post(w, event).map_err(new_failure)?, written, since));
+            let run = Execute { image: t.image, kernel: t.index, args: &t.args, regions, assume_written: written.clone(), send_back: vec![false; n], replay: Vec::new(), short: true, quiet: true };
+            sent.push((self.post_execute(w, run).map_err(new_failure)?, written));
         }
         out.done = batch.len();
-        for (k, (t, (tag, written, since))) in batch.iter().zip(sent).enumerate() {
-            let reply = self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref());
-            let changed = self.rerun_reply(t, w, reply, since)?;
+        for (k, (t, (posted, written))) in batch.iter().zip(sent).enumerate() {
+            let ran = self.await_executed(posted);
+            let changed = self.rerun_ran(t, w, ran)?;
             if k < out.done {
                 if self.record_rerun(t, w, &changed, &written) {
                     out.done = k + 1;
@@ -825,61 +815,35 @@ impl Cluster {
 
     /// Run the kernel of task `t` on `w` over `regions` (its reads); which regions changed.
     fn rerun_kernel(&self, t: &TaskRecord, w: i32, regions: Vec<Region>, written: &[bool]) -> std::result::Result<Vec<bool>, Stop> {
-        let differs = |what: &str| {
-            Stop::Recover(RecoverError::Fatal(format!(
-                "task #{} ({}) allocated device memory (malloc or new in the region) and must run again, but {what}: \
-                 its objects cannot be rebuilt where the program's pointers expect them",
-                t.id, t.kernel
-            )))
-        };
-        if w == HEAD {
-            if !t.allocs.is_empty() {
-                return Err(differs("the head, which runs the regions now that no worker is left, allocates from its own memory"));
-            }
-            let sent = self.trace_now();
-            let changed = self.run_here(t.image, t.index, &t.args, &regions, written, true).map_err(fatal)?.changed;
-            self.trace(sent, Cat::Rerun, w, t.kernel.clone(), || vec![("task", json!(t.id))]);
-            return Ok(changed);
+        if w == HEAD && !t.allocs.is_empty() {
+            return Err(allocated_again(t, "the head, which runs the regions now that no worker is left, allocates from its own memory"));
         }
         // Its allocations take the addresses of its first run's (see `worker/device_alloc.rs`).
         let replay: Vec<Region> = t.allocs.iter().map(|&(addr, size)| Region { addr, size }).collect();
         self.log(format_args!("RERUN task #{} ({}) on {w}, {} device allocation(s) given again", t.id, t.kernel, replay.len()));
-        let send_back = vec![false; regions.len()];
-        let streams = event_system::protocol::StdStream::in_args(&t.args);
-        let event = Event::Execute { image: t.image, kernel: t.index, args: t.args.clone(), regions, assume_written: written.to_vec(), short: false, replay, send_back, streams };
-        let sent = self.trace_now();
-        let tag = self.post(w, event).map_err(new_failure)?;
-        let reply = self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref());
-        self.rerun_reply(t, w, reply, sent)
+        let n = regions.len();
+        let run = Execute { image: t.image, kernel: t.index, args: &t.args, regions, assume_written: written.to_vec(), send_back: vec![false; n], replay, short: false, quiet: true };
+        let ran = self.execute(w, run);
+        self.rerun_ran(t, w, ran)
     }
 
-    /// Check the reply to the EXECUTE that re-ran task `t` on `w` (sent at `since`, a trace
-    /// time): which of its regions changed. Its device allocations must be its first run's.
-    fn rerun_reply(&self, t: &TaskRecord, w: i32, reply: std::result::Result<Reply, CommError>, since: Option<f64>) -> std::result::Result<Vec<bool>, Stop> {
-        match reply {
-            Ok(Reply::Executed { changed, allocated, .. }) if changed.len() == t.reads.len() => {
-                let again: Vec<(u64, u64)> = allocated.iter().map(|a| (a.region.addr, a.span)).collect();
-                if again != t.allocs {
-                    let spans = |v: &[(u64, u64)]| {
-                        let shown: Vec<String> = v.iter().take(4).map(|(_, s)| s.to_string()).collect();
-                        format!("{} block(s) of {}{} bytes", v.len(), shown.join(", "), if v.len() > 4 { ", ..." } else { "" })
-                    };
-                    return Err(Stop::Recover(RecoverError::Fatal(format!(
-                        "task #{} ({}) allocated device memory (malloc or new in the region) and must run again, but this run allocated {} where its first run allocated {} (other sizes, or in another order): \
-                         its objects cannot be rebuilt where the program's pointers expect them",
-                        t.id,
-                        t.kernel,
-                        spans(&again),
-                        spans(&t.allocs)
-                    ))));
-                }
-                self.trace(since, Cat::Rerun, w, t.kernel.clone(), || vec![("task", json!(t.id))]);
-                Ok(changed)
-            }
-            Ok(Reply::PeerDead(r)) => Err(fatal(ClusterError::PeerDead(r))),
-            Ok(other) => Err(fatal(ClusterError::Worker { rank: w, msg: format!("re-running task #{} ({}): {other:?}", t.id, t.kernel) })),
-            Err(e) => Err(fatal(e.into())),
+    /// Check what re-running task `t` on `w` gave: which of its regions changed. Its device
+    /// allocations must be its first run's.
+    fn rerun_ran(&self, t: &TaskRecord, w: i32, ran: Result<Executed>) -> std::result::Result<Vec<bool>, Stop> {
+        let ran = ran.map_err(|e| match e {
+            ClusterError::Worker { rank, msg } => fatal(ClusterError::Worker { rank, msg: format!("re-running task #{} ({}): {msg}", t.id, t.kernel) }),
+            e => fatal(e),
+        })?;
+        let again: Vec<(u64, u64)> = ran.allocated.iter().map(|a| (a.region.addr, a.span)).collect();
+        if again != t.allocs {
+            let spans = |v: &[(u64, u64)]| {
+                let shown: Vec<String> = v.iter().take(4).map(|(_, s)| s.to_string()).collect();
+                format!("{} block(s) of {}{} bytes", v.len(), shown.join(", "), if v.len() > 4 { ", ..." } else { "" })
+            };
+            return Err(allocated_again(t, &format!("this run allocated {} where its first run allocated {} (other sizes, or in another order)", spans(&again), spans(&t.allocs))));
         }
+        self.trace(ran.traced.map(|(sent, _)| sent), Cat::Rerun, w, t.kernel.clone(), || vec![("task", json!(t.id))]);
+        Ok(ran.changed)
     }
 
     /// Retired buffers that recovery backed on workers (to re-run tasks that read them) are
@@ -1005,4 +969,13 @@ pub(super) fn new_failure(e: ClusterError) -> RecoverError {
 
 fn fatal(e: ClusterError) -> Stop {
     Stop::Recover(new_failure(e))
+}
+
+/// Task `t` allocated device memory and must run again, but `what` (a fatal rule).
+fn allocated_again(t: &TaskRecord, what: &str) -> Stop {
+    Stop::Recover(RecoverError::Fatal(format!(
+        "task #{} ({}) allocated device memory (malloc or new in the region) and must run again, but {what}: \
+         its objects cannot be rebuilt where the program's pointers expect them",
+        t.id, t.kernel
+    )))
 }

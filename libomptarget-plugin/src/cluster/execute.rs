@@ -1,0 +1,295 @@
+//! The one EXECUTE client. Every kernel run, a launch's (`launch.rs`) or a recovery's re-run
+//! (`recovery.rs`), is described by one [`Execute`], sent by [`Cluster::post_execute`] and its
+//! reply received by [`Cluster::await_executed`], which validates it ([`check_reply`]) before
+//! anything in it is used. Posting and awaiting are separate so that a caller can have several
+//! EXECUTEs in flight on one worker (a recovery's chain) and await them in order.
+//! [`Cluster::execute`] does both, and runs on the head itself once no worker is left.
+//!
+//! What a run printed is printed here, once, in program order, unless the run is `quiet` (a
+//! re-run: its first run printed it).
+
+use super::{Cluster, ClusterError, Executed, Result};
+use crate::data::HEAD;
+use event_system::protocol::{Event, FoundPointers, Patch, Region, Reply, StdStream, MAX_SEND_BACK};
+
+/// One kernel run to ask of a rank: kernel `kernel` of image `image` with argument values
+/// `args`, over `regions` (present on that rank).
+pub(super) struct Execute<'a> {
+    pub(super) image: u32,
+    pub(super) kernel: u32,
+    pub(super) args: &'a [u64],
+    pub(super) regions: Vec<Region>,
+    /// Per region: count it as changed whatever the kernel does (mapped `from`, or a re-run
+    /// of a task that wrote it).
+    pub(super) assume_written: Vec<bool>,
+    /// Per region: send its new contents back with the reply, if changed (at most
+    /// `MAX_SEND_BACK` bytes each).
+    pub(super) send_back: Vec<bool>,
+    /// Device allocations to give again, in order (a re-run of a task that allocated).
+    pub(super) replay: Vec<Region>,
+    /// Run it on the worker's polling thread (a short kernel).
+    pub(super) short: bool,
+    /// Drop what it prints (a re-run: its first run printed it).
+    pub(super) quiet: bool,
+}
+
+/// An EXECUTE sent to a worker whose reply is still to come: what checking that reply needs.
+pub(super) struct Posted {
+    rank: i32,
+    tag: i32,
+    sizes: Vec<u64>,
+    assume_written: Vec<bool>,
+    send_back: Vec<bool>,
+    quiet: bool,
+    /// When it was sent, on the trace's clock.
+    since: Option<f64>,
+}
+
+impl Cluster {
+    /// Run `run` on `w` (a worker, or the head once it runs regions itself) and wait for its
+    /// report.
+    pub(super) fn execute(&self, w: i32, run: Execute<'_>) -> Result<Executed> {
+        if w == HEAD {
+            let since = self.trace_now();
+            let mut ran = self.run_here(run.image, run.kernel, run.args, &run.regions, &run.assume_written, run.quiet)?;
+            ran.traced = since.zip(self.trace_now());
+            return Ok(ran);
+        }
+        let posted = self.post_execute(w, run)?;
+        self.await_executed(posted)
+    }
+
+    /// Send `run` to worker `w`; its reply is awaited by [`Cluster::await_executed`].
+    pub(super) fn post_execute(&self, w: i32, run: Execute<'_>) -> Result<Posted> {
+        let n = run.regions.len();
+        assert!(run.assume_written.len() == n && run.send_back.len() == n, "one flag per region");
+        let since = self.trace_now();
+        let sizes = run.regions.iter().map(|r| r.size).collect();
+        let posted = Posted { rank: w, tag: 0, sizes, assume_written: run.assume_written.clone(), send_back: run.send_back.clone(), quiet: run.quiet, since };
+        let event = Event::Execute {
+            image: run.image,
+            kernel: run.kernel,
+            args: run.args.to_vec(),
+            regions: run.regions,
+            assume_written: run.assume_written,
+            short: run.short,
+            replay: run.replay,
+            send_back: run.send_back,
+            streams: StdStream::in_args(run.args),
+        };
+        let tag = self.post(w, event)?;
+        Ok(Posted { tag, ..posted })
+    }
+
+    /// Wait for the reply to `p`, check it, receive the bytes it sends back, and print what
+    /// the run printed (unless it is quiet).
+    pub(super) fn await_executed(&self, p: Posted) -> Result<Executed> {
+        let w = p.rank;
+        let (changed, pointers, seconds, patches, output, errors, allocated, freed, returned) = match self.comm.recv_msg::<Reply>(w, p.tag, self.live.as_ref())? {
+            Reply::Executed { changed, pointers, seconds, patches, output, errors, allocated, freed, returned } => {
+                (changed, pointers, seconds, patches, output, errors, allocated, freed, returned)
+            }
+            Reply::Error(msg) => return Err(ClusterError::Worker { rank: w, msg }),
+            Reply::PeerDead(peer) => return Err(ClusterError::PeerDead(peer)),
+            other => return Err(ClusterError::Worker { rank: w, msg: format!("bad reply to EXECUTE: {other:?}") }),
+        };
+        let reply = ReplyParts { changed: &changed, pointers: &pointers, seconds, patches: &patches, returned: &returned };
+        if let Err(why) = check_reply(&reply, &p) {
+            return Err(ClusterError::Worker { rank: w, msg: format!("bad reply to EXECUTE: {why}") });
+        }
+        let (output, errors) = if p.quiet {
+            (Vec::new(), Vec::new())
+        } else {
+            let errors = self.once_per_job(w, &errors);
+            if !output.is_empty() || !errors.is_empty() {
+                // What the region printed, after what the program printed before it.
+                // SAFETY: flushing all C streams is always allowed.
+                unsafe { libc::fflush(std::ptr::null_mut()) };
+                event_system::write_all(1, &output);
+                event_system::write_all(2, &errors);
+            }
+            // Kept for the log only (`journal.rs`).
+            if self.journal.is_some() {
+                (output, errors)
+            } else {
+                (Vec::new(), Vec::new())
+            }
+        };
+        let mut back = Vec::with_capacity(returned.len());
+        for i in returned {
+            let i = i as usize;
+            let mut bytes = vec![0u8; p.sizes[i] as usize];
+            // SAFETY: `bytes` has `sizes[i]` writable bytes, leaked if the peer died (MPI may
+            // still write them).
+            let got = unsafe { self.comm.recv_bytes(w, p.tag, bytes.as_mut_ptr(), bytes.len(), self.live.as_ref()) };
+            if let Err(e) = got {
+                std::mem::forget(bytes);
+                return Err(e.into());
+            }
+            back.push((i, bytes));
+        }
+        Ok(Executed { changed, pointers, seconds, patches, allocated, freed, traced: p.since.zip(self.trace_now()), returned: back, output, errors })
+    }
+
+    /// What worker `w`'s region printed on stderr, less libomp's messages that another
+    /// worker printed already. libomp says some of its messages once per process (`OMP:
+    /// Warning #96: Cannot form a team ...` whatever the numbers, with its `OMP: Hint` lines),
+    /// and the program without the cluster device is one process: a message number another
+    /// worker printed first is dropped, with the hints that follow it.
+    fn once_per_job(&self, w: i32, errors: &[u8]) -> Vec<u8> {
+        if errors.is_empty() {
+            return Vec::new();
+        }
+        let mut said = self.omp_said.lock();
+        let mut keep_hints = true;
+        errors
+            .split_inclusive(|&b| b == b'\n')
+            .filter(|line| match omp_message_id(line) {
+                Some(id) => {
+                    keep_hints = *said.entry(id.to_vec()).or_insert(w) == w;
+                    keep_hints
+                }
+                None if line.starts_with(b"OMP: Hint") => keep_hints,
+                None => {
+                    keep_hints = true;
+                    true
+                }
+            })
+            .flatten()
+            .copied()
+            .collect()
+    }
+}
+
+/// The parts of a worker's `Reply::Executed` that must agree with the EXECUTE it answers.
+/// Its device allocations are checked by their users: a launch adopts those inside the
+/// worker's arena, a re-run needs its first run's.
+struct ReplyParts<'a> {
+    changed: &'a [bool],
+    pointers: &'a [FoundPointers],
+    seconds: f64,
+    patches: &'a [(u32, Patch)],
+    returned: &'a [u32],
+}
+
+/// What is wrong with `r` as the reply to `p`, if anything: one flag per region, every region
+/// counted as written changed, one pointer scan per changed region, patches and regions sent
+/// back only of changed regions (in increasing order; sent back only if asked, and small enough).
+fn check_reply(r: &ReplyParts<'_>, p: &Posted) -> std::result::Result<(), String> {
+    let n = p.sizes.len();
+    if r.changed.len() != n {
+        return Err(format!("{} change flags for {n} regions", r.changed.len()));
+    }
+    if let Some(i) = (0..n).find(|&i| p.assume_written[i] && !r.changed[i]) {
+        return Err(format!("region {i}, counted as written, reported unchanged"));
+    }
+    let changed = r.changed.iter().filter(|&&c| c).count();
+    if r.pointers.len() != changed {
+        return Err(format!("{} pointer scans for {changed} changed regions", r.pointers.len()));
+    }
+    if !(r.seconds.is_finite() && r.seconds >= 0.0) {
+        return Err(format!("a kernel time of {} s", r.seconds));
+    }
+    let increasing_changed = |idx: &mut dyn Iterator<Item = u32>| {
+        let idx: Vec<usize> = idx.map(|i| i as usize).collect();
+        idx.windows(2).all(|w| w[0] < w[1]) && idx.iter().all(|&i| i < n && r.changed[i])
+    };
+    if !increasing_changed(&mut r.patches.iter().map(|(i, _)| *i)) {
+        return Err(format!("patches of regions {:?}, not changed ones in order", r.patches.iter().map(|(i, _)| *i).collect::<Vec<_>>()));
+    }
+    let asked = |&i: &u32| p.send_back.get(i as usize).copied().unwrap_or(false) && p.sizes[i as usize] <= MAX_SEND_BACK;
+    if !increasing_changed(&mut r.returned.iter().copied()) || !r.returned.iter().all(asked) {
+        return Err(format!("it sends back regions {:?} it was not asked for", r.returned));
+    }
+    Ok(())
+}
+
+/// `OMP: Warning #96` of `OMP: Warning #96: Cannot form a team ...` (libomp's messages:
+/// Warning, Info, Error, Fatal error, each with its number).
+fn omp_message_id(line: &[u8]) -> Option<&[u8]> {
+    let rest = line.strip_prefix(b"OMP: ")?;
+    let hash = rest.iter().position(|&b| b == b'#')?;
+    let digits = rest[hash + 1..].iter().take_while(|b| b.is_ascii_digit()).count();
+    (digits > 0 && rest[..hash].iter().all(|b| b.is_ascii_alphabetic() || *b == b' ')).then(|| &line[..5 + hash + 1 + digits])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn posted(n: usize) -> Posted {
+        Posted { rank: 1, tag: 7, sizes: vec![64; n], assume_written: vec![false; n], send_back: vec![false; n], quiet: false, since: None }
+    }
+
+    fn reply<'a>(changed: &'a [bool], pointers: &'a [FoundPointers], patches: &'a [(u32, Patch)], returned: &'a [u32]) -> ReplyParts<'a> {
+        ReplyParts { changed, pointers, seconds: 0.5, patches, returned }
+    }
+
+    const NONE: FoundPointers = FoundPointers::Many;
+
+    #[test]
+    fn a_consistent_reply_passes() {
+        let mut p = posted(3);
+        p.send_back[2] = true;
+        p.assume_written[0] = true;
+        let patch: Patch = Vec::new();
+        assert_eq!(check_reply(&reply(&[true, false, true], &[NONE, NONE], &[(0, patch.clone()), (2, patch)], &[2]), &p), Ok(()));
+        assert_eq!(check_reply(&reply(&[false, false, false], &[], &[], &[]), &posted(3)), Ok(()));
+    }
+
+    #[test]
+    fn flags_and_scans_must_match_the_regions() {
+        let p = posted(2);
+        assert!(check_reply(&reply(&[true], &[NONE], &[], &[]), &p).unwrap_err().contains("1 change flags for 2 regions"));
+        assert!(check_reply(&reply(&[true, true], &[NONE], &[], &[]), &p).unwrap_err().contains("1 pointer scans for 2 changed"));
+        assert!(check_reply(&reply(&[false, false], &[NONE], &[], &[]), &p).is_err());
+        let mut w = posted(2);
+        w.assume_written[1] = true;
+        assert!(check_reply(&reply(&[true, false], &[NONE], &[], &[]), &w).unwrap_err().contains("counted as written"));
+        let mut bad_time = reply(&[false, false], &[], &[], &[]);
+        for s in [f64::NAN, -1.0, f64::INFINITY] {
+            bad_time.seconds = s;
+            assert!(check_reply(&bad_time, &p).is_err(), "{s}");
+        }
+    }
+
+    #[test]
+    fn patches_only_of_changed_regions_in_order() {
+        let p = posted(3);
+        let c = [true, false, true];
+        let ptrs = [NONE, NONE];
+        assert!(check_reply(&reply(&c, &ptrs, &[(1, Vec::new())], &[]), &p).is_err(), "unchanged");
+        assert!(check_reply(&reply(&c, &ptrs, &[(3, Vec::new())], &[]), &p).is_err(), "out of range");
+        assert!(check_reply(&reply(&c, &ptrs, &[(2, Vec::new()), (0, Vec::new())], &[]), &p).is_err(), "out of order");
+        assert!(check_reply(&reply(&c, &ptrs, &[(0, Vec::new()), (0, Vec::new())], &[]), &p).is_err(), "twice");
+    }
+
+    #[test]
+    fn only_regions_asked_back_come_back() {
+        let mut p = posted(3);
+        p.send_back = vec![true, true, false];
+        let c = [true, false, true];
+        let ptrs = [NONE, NONE];
+        assert_eq!(check_reply(&reply(&c, &ptrs, &[], &[0]), &p), Ok(()));
+        assert!(check_reply(&reply(&c, &ptrs, &[], &[1]), &p).is_err(), "asked but unchanged");
+        assert!(check_reply(&reply(&c, &ptrs, &[], &[2]), &p).is_err(), "changed but not asked");
+        assert!(check_reply(&reply(&c, &ptrs, &[], &[5]), &p).is_err(), "out of range");
+        assert!(check_reply(&reply(&c, &ptrs, &[], &[0, 0]), &p).is_err(), "twice");
+        p.sizes[0] = MAX_SEND_BACK + 1;
+        assert!(check_reply(&reply(&c, &ptrs, &[], &[0]), &p).is_err(), "too large to come back");
+    }
+}
+
+#[cfg(test)]
+mod omp_message_tests {
+    use super::omp_message_id;
+
+    #[test]
+    fn libomps_message_numbers() {
+        assert_eq!(omp_message_id(b"OMP: Warning #96: Cannot form a team with 256 threads, using 2 instead.\n"), Some(&b"OMP: Warning #96"[..]));
+        assert_eq!(omp_message_id(b"OMP: Error #15: Initializing libomp.so\n"), Some(&b"OMP: Error #15"[..]));
+        assert_eq!(omp_message_id(b"OMP: Hint Consider unsetting KMP_DEVICE_THREAD_LIMIT\n"), None);
+        assert_eq!(omp_message_id(b"OMP: #\n"), None);
+        assert_eq!(omp_message_id(b"my OMP: Warning #1\n"), None);
+    }
+}
