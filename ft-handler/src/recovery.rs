@@ -76,33 +76,8 @@ pub enum Restored {
     Copy,
 }
 
-/// What one recovery did.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct Outcome {
-    /// Versions the dead held that no live rank had.
-    pub versions_lost: u64,
-    /// Tasks run again.
-    pub tasks_reexecuted: u64,
-    /// Versions restored from checkpoints (inputs of re-runs included).
-    pub from_checkpoints: u64,
-    /// Versions copied from buddy copies.
-    pub from_buddy_copies: u64,
-    /// Versions copied from live copies.
-    pub from_live_copies: u64,
-    /// Lost versions rebuilt by re-running tasks.
-    pub rebuilt: u64,
-    /// Seconds spent re-running tasks.
-    pub rerun_seconds: f64,
-    /// Tasks or chains handed to a worker.
-    pub rerun_batches: u64,
-    /// Spares that took a dead worker's place: (spare, dead worker).
-    pub spares: Vec<(i32, i32)>,
-    /// Plans the successful attempt made (more than 1 when a version a plan counted on was
-    /// gone, or a checkpoint it chose turned out damaged).
-    pub plans: u32,
-    /// Where tasks could be re-run.
-    pub survivors: Vec<i32>,
-}
+/// What one recovery did: a part of the run report (`run_report::RecoveryRecord`).
+pub use run_report::Outcome;
 
 /// How recovery re-runs lost tasks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -258,14 +258,7 @@ pub(crate) struct Journal {
     inner: parking_lot::Mutex<Inner>,
 }
 
-/// What the report says about the log.
-#[derive(Debug, Default, Clone, Copy, Serialize)]
-pub struct JournalStats {
-    /// Entries (regions and retrieves) written.
-    pub entries: u64,
-    /// Bytes of log segments written.
-    pub bytes: u64,
-}
+pub use run_report::JournalStats;
 
 impl Journal {
     /// The log in `persistent/resume`. A job that does not resume removes what an earlier job

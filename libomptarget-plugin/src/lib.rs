@@ -14,6 +14,7 @@ pub mod ctypes;
 pub mod config;
 mod crash_status;
 mod data;
+mod exit_status;
 mod helpers;
 pub mod inject;
 pub mod journal;

@@ -90,29 +90,11 @@ fn on_notice(me: i32, notice: Notice, timeout_ms: u128) {
     }
 }
 
-/// Where the head writes its exit status (`OMPCLUSTER_EXIT_STATUS_FILE`, set by the launcher:
-/// in its recovery mode mpirun exits 0 whatever rank 0 did).
-static STATUS_FILE: OnceLock<std::path::PathBuf> = OnceLock::new();
-
-extern "C" {
-    /// glibc: call `func(status, arg)` at `exit`, with the status `exit` was given.
-    fn on_exit(func: extern "C" fn(libc::c_int, *mut libc::c_void), arg: *mut libc::c_void) -> libc::c_int;
-}
-
-extern "C" fn record_exit_status(status: libc::c_int, _arg: *mut libc::c_void) {
-    EXIT_STATUS.store(status, Ordering::Release);
-    let _ = std::panic::catch_unwind(|| write_exit_status(status));
-}
-
-extern "C" fn note_exit_status(status: libc::c_int, _arg: *mut libc::c_void) {
-    EXIT_STATUS.store(status, Ordering::Release);
-}
-
 /// On the head, once the device is in use: learn the exit status before libomptarget
 /// unregisters its images at exit (which stops the workers and finalizes MPI, a wait that
 /// [`finalize`] bounds by leaving with this status). `exit` calls its handlers in reverse
 /// order of registration, and the one that unregisters the images was registered after
-/// [`keep_exit_status`]'s (clang's `omp_offloading.descriptor_reg` registers it once
+/// `exit_status::keep`'s (clang's `omp_offloading.descriptor_reg` registers it once
 /// `__tgt_register_lib` has returned); this one comes later still.
 pub(crate) fn device_in_use() {
     static ONCE: std::sync::Once = std::sync::Once::new();
@@ -120,10 +102,13 @@ pub(crate) fn device_in_use() {
         return;
     }
     ONCE.call_once(|| {
-        // SAFETY: registering a handler that only stores a number; glibc calls it once, from
-        // `exit`, with the exit status.
-        unsafe { on_exit(note_exit_status, std::ptr::null_mut()) };
+        crate::exit_status::note_at_exit();
     });
+}
+
+/// Recovery is impossible (`HeadDevice::fatal`): end the job.
+fn cannot_recover(why: &str) -> ! {
+    internal_error(format_args!("cannot recover: {why}"))
 }
 
 /// End the job after an internal error of this plugin (a panic of ours, caught at a
@@ -161,7 +146,7 @@ pub(crate) fn internal_error(what: std::fmt::Arguments<'_>) -> ! {
     let _ = std::io::stderr().write_all(format!("{who}: {what}; {outcome}\n").as_bytes());
     // A worker's stderr is captured (see event-system's `output.rs`): out before it leaves.
     event_system::flush_stderr();
-    write_exit_status(4);
+    crate::exit_status::write(4);
     let (mut initialized, mut finalized) = (0, 0);
     // SAFETY: both may be called at any time, from any thread, before MPI_Init and after
     // MPI_Finalize too; they only write the flag.
@@ -177,50 +162,6 @@ pub(crate) fn internal_error(what: std::fmt::Arguments<'_>) -> ! {
     // SAFETY: leaving at once, without the program's exit handlers (libomptarget's would call
     // into this plugin again); C streams were flushed above.
     unsafe { libc::_exit(4) }
-}
-
-/// Tell the launcher how the program ended (the head only).
-pub(crate) fn write_exit_status(status: i32) {
-    if let Some(p) = STATUS_FILE.get() {
-        // A second line names the dead ranks the head could not kill (frozen on another host):
-        // the launcher need not wait for the job to end by itself (see `Cluster::shutdown`).
-        let unreachable = UNREACHABLE.lock().iter().map(|r| r.to_string()).collect::<Vec<_>>().join(" ");
-        let text = if unreachable.is_empty() { format!("{status}\n") } else { format!("{status}\nunreachable {unreachable}\n") };
-        let _ = std::fs::write(p, text);
-    }
-}
-
-/// Tell the launcher that the program ended by signal `sig` (the head only).
-pub(crate) fn write_signal_status(sig: i32) {
-    if let Some(p) = STATUS_FILE.get() {
-        let _ = std::fs::write(p, format!("signal {sig}\n"));
-    }
-}
-
-/// Dead ranks that may still be processes on other hosts, which the head cannot kill.
-static UNREACHABLE: parking_lot::Mutex<Vec<i32>> = parking_lot::Mutex::new(Vec::new());
-
-/// The workers are stopped; `ranks` are dead and out of the head's reach (for the status file).
-pub(crate) fn note_unreachable(ranks: Vec<i32>) {
-    *UNREACHABLE.lock() = ranks;
-}
-
-/// On the head: remember the program's exit status, and have it written where the launcher
-/// reads it (if it asked).
-fn keep_exit_status() {
-    if let Some(p) = std::env::var_os("OMPCLUSTER_EXIT_STATUS_FILE").filter(|p| !p.is_empty()) {
-        // "started" until the exit status replaces it: the launcher learns that the cluster
-        // device started on the head at all (if the plugin did not load, libomptarget runs
-        // every region on each rank's own host, and nothing writes here).
-        let _ = std::fs::write(&p, "started\n");
-        if let Err(e) = crate::crash_status::install(std::path::Path::new(&p)) {
-            eprintln!("ompcluster: cannot watch for the program's crash ({e}): a crash is reported as a plain failure");
-        }
-        let _ = STATUS_FILE.set(p.into());
-    }
-    // SAFETY: registering a handler that only stores a number and writes a small file;
-    // glibc calls it once, from `exit`, with the exit status.
-    unsafe { on_exit(record_exit_status, std::ptr::null_mut()) };
 }
 
 /// This host, as a number every rank on it computes alike (a hash of its name).
@@ -277,7 +218,7 @@ pub(crate) fn init() -> Result<(), String> {
     let comm = Arc::new(Comm::duplicate_world(cfg.fragment).map_err(|e| e.to_string())?);
     if comm.rank() == 0 {
         // From here on, the launcher learns the head's exit status, also of a start-up error.
-        keep_exit_status();
+        crate::exit_status::keep();
     }
     if let Some(spec) = &cfg.ft_inject {
         if let Err(e) = crate::inject::parse(spec, Some(comm.size())) {
@@ -379,7 +320,7 @@ pub(crate) fn init() -> Result<(), String> {
     let _ = RUNTIME.set(rt);
     if let Some(Runtime::Head(c)) = RUNTIME.get() {
         if recovery {
-            c.start_handler().map_err(|e| format!("cannot start the recovery handler thread: {e}"))?;
+            c.start_handler(cannot_recover).map_err(|e| format!("cannot start the recovery handler thread: {e}"))?;
         }
     }
     // A final checkpoint on SIGTERM (`sigterm.rs`): the head takes it, the workers wait.
@@ -436,7 +377,7 @@ pub(crate) fn unregister_lib() {
     if let Some(Runtime::Head(c)) = RUNTIME.get() {
         if REGISTERED.fetch_sub(1, Ordering::AcqRel) == 1 {
             SHUTTING_DOWN.store(true, Ordering::Release);
-            c.shutdown();
+            crate::exit_status::note_unreachable(c.shutdown());
             finalize();
         }
     }
@@ -470,8 +411,8 @@ fn finalize() {
             std::thread::sleep(FINALIZE_BOUND);
             // The launcher learns the status here: the handler that writes it at exit does
             // not run after `_exit`.
-            let status = EXIT_STATUS.load(Ordering::Acquire);
-            write_exit_status(status);
+            let status = crate::exit_status::noted();
+            crate::exit_status::write(status);
             // SAFETY: flushing C streams, then leaving with the status the program exited
             // with (noted by `note_exit_status`; 0 on a worker).
             unsafe {
@@ -487,9 +428,6 @@ fn finalize() {
 
 /// Longest wait for `MPI_Finalize` with fault tolerance on.
 const FINALIZE_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// The status the program is exiting with (the head), for a bounded finalize.
-static EXIT_STATUS: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 /// Is this an x86-64 ELF shared object (what clang-16 emits for x86_64-pc-linux-gnu)?
 pub(crate) fn is_x86_64_shared_object(bytes: &[u8]) -> bool {

@@ -72,7 +72,7 @@ pub(crate) fn install_head(final_checkpoint: impl FnOnce() + Send + 'static) -> 
         } else {
             eprintln!("ompcluster: SIGTERM: no final checkpoint within {} s; leaving (a resume starts from the last published one)", GRACE.as_secs());
         }
-        crate::runtime::write_signal_status(libc::SIGTERM);
+        crate::exit_status::write_signal(libc::SIGTERM);
         // SAFETY: flushing every C stream, then leaving without running exit handlers (the
         // program's threads still run: see the module's note).
         unsafe {

@@ -5,8 +5,7 @@
 //! Runs are serialized through a global lock (the machine may have two cores and every run
 //! starts N MPI processes); compilations of different programs may proceed in parallel.
 
-use serde::Deserialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -475,48 +474,8 @@ pub fn run_timeout(np: u32, prog: &Path, args: &[&str], envs: &[(&str, &str)], t
     Job::spawn(np, prog, args, envs).wait(timeout)
 }
 
-/// The run report written by the plugin (`OMPCLUSTER_REPORT`).
-#[derive(Debug, Clone, Deserialize)]
-pub struct Report {
-    /// Workers at the end of the run.
-    pub workers: usize,
-    /// Target regions executed.
-    pub tasks_executed: u64,
-    /// Worker rank -> regions it executed.
-    pub tasks_per_worker: BTreeMap<String, u64>,
-    /// Bytes head -> workers.
-    pub bytes_submitted: u64,
-    /// Bytes workers -> head.
-    pub bytes_retrieved: u64,
-    /// Bytes worker -> worker.
-    pub bytes_exchanged: u64,
-    /// Plugin lifetime.
-    pub wall_seconds: f64,
-    /// Changes to one buffer made at the same time on different workers and merged.
-    pub merges: u64,
-    /// Messages the head received (replies and data).
-    pub head_messages_received: u64,
-    /// How the workers found what kernels wrote (`pages`, `hashing`: worker ranks; `head`).
-    pub write_detection: serde_json::Value,
-}
-
-impl Report {
-    /// Parse a report.
-    pub fn parse(json: &str) -> Result<Report, String> {
-        serde_json::from_str(json).map_err(|e| format!("bad report: {e}\n{json}"))
-    }
-
-    /// Read a report file.
-    pub fn read(path: &Path) -> Result<Report, String> {
-        let s = std::fs::read_to_string(path).map_err(|e| format!("cannot read the report {}: {e}", path.display()))?;
-        Report::parse(&s)
-    }
-
-    /// Number of workers that executed at least one region.
-    pub fn busy_workers(&self) -> usize {
-        self.tasks_per_worker.values().filter(|&&n| n > 0).count()
-    }
-}
+/// The run report written by the plugin (`OMPCLUSTER_REPORT`): the plugin's own types.
+pub use run_report::Report;
 
 /// Run with `OMPCLUSTER_REPORT` pointing to a fresh file and return the output and the report
 /// (panics with the output if the job wrote no readable report).

@@ -100,7 +100,7 @@ fn nowait_depend_chains() {
         ompcluster_tests::assert_pass(&o);
         assert_eq!(r.workers, np as usize - 1, "{r:?}");
         assert_eq!(r.tasks_executed, 201, "-np {np}: {r:?}");
-        assert_eq!(r.tasks_per_worker.values().sum::<u64>(), 201, "{r:?}");
+        assert_eq!(r.counts.tasks_per_worker.values().sum::<u64>(), 201, "{r:?}");
         // Not asserted: that the chains spread over the workers. Their regions take
         // microseconds, and the first ones (one kernel, no run completed yet, so predicted to
         // write the image's globals) share a worker; after that each chain's data is there, and
@@ -113,7 +113,7 @@ fn nowait_depend_chains() {
     ompcluster_tests::assert_pass(&o);
     assert_eq!(r.tasks_executed, 201, "{r:?}");
     assert_eq!(r.busy_workers(), 3, "{r:?}");
-    assert!(r.bytes_exchanged > 0, "chains hopping between workers exchanged nothing: {r:?}");
+    assert!(r.counts.bytes_exchanged > 0, "chains hopping between workers exchanged nothing: {r:?}");
 
     // The task graph: 201 tasks, each step of a chain depends on the previous one (flow
     // edges, solid) and the last task on the 4 chains: at least 4 * 49 + 4 flow edges.
@@ -152,7 +152,7 @@ fn a_regions_output_comes_back_with_its_reply() {
     let prog = compile("many_tasks.c");
     let (o, r) = run_with_report(3, &prog, &["2000"], &[]);
     ompcluster_tests::assert_pass(&o);
-    assert_eq!((r.tasks_executed, r.bytes_retrieved), (2000, 2000 * 8), "{r:?}");
+    assert_eq!((r.tasks_executed, r.counts.bytes_retrieved), (2000, 2000 * 8), "{r:?}");
     let per_region = r.head_messages_received as f64 / 2000.0;
     assert!(per_region < 3.05, "{per_region} messages received per region: {r:?}");
     let o = run(4, &prog, &["2000"], &[("OMPCLUSTER_FT_INJECT", "kill:rank=1:after_tasks=700")]);
@@ -215,10 +215,10 @@ fn buffer_larger_than_fragment() {
                 describe(&o)
             );
             assert_eq!(r.tasks_executed, 5, "{r:?}");
-            assert!(r.bytes_submitted >= 6 << 20, "the buffer was not submitted: {r:?}");
-            assert!(r.bytes_retrieved >= 6 << 20, "the buffer was not retrieved: {r:?}");
+            assert!(r.counts.bytes_submitted >= 6 << 20, "the buffer was not submitted: {r:?}");
+            assert!(r.counts.bytes_retrieved >= 6 << 20, "the buffer was not retrieved: {r:?}");
             if np > 2 && sched == "roundrobin" {
-                assert!(r.bytes_exchanged >= 6 << 20, "-np {np} round robin: {r:?}");
+                assert!(r.counts.bytes_exchanged >= 6 << 20, "-np {np} round robin: {r:?}");
             }
         }
     }
@@ -233,13 +233,13 @@ fn exchange_between_workers() {
         ompcluster_tests::assert_pass(&o);
         assert_eq!(r.tasks_executed, 10, "{r:?}");
         if np == 2 {
-            assert_eq!(r.bytes_exchanged, 0, "one worker has no one to exchange with: {r:?}");
+            assert_eq!(r.counts.bytes_exchanged, 0, "one worker has no one to exchange with: {r:?}");
         } else {
-            assert!(r.bytes_exchanged > 0, "-np {np}: no worker -> worker transfer: {r:?}");
+            assert!(r.counts.bytes_exchanged > 0, "-np {np}: no worker -> worker transfer: {r:?}");
             assert!(r.busy_workers() > 1, "{r:?}");
         }
         // Produced on the device: the buffers never go head -> worker in bulk.
-        assert!(r.bytes_submitted < 1 << 20, "alloc'd buffers were submitted: {r:?}");
+        assert!(r.counts.bytes_submitted < 1 << 20, "alloc'd buffers were submitted: {r:?}");
     }
     // With locality the same program still passes.
     let o = run(4, &prog, &[], &[]);
@@ -279,9 +279,9 @@ fn what_kernels_write_is_found_exactly() {
         assert!(o.status.success() && stdout(&o).contains("write_detection: PASS"), "{mode}: {}", describe(&o));
         let said = if mode == "pages" { "write detection: pages on workers [1, 2, 3], hashing on workers []" } else { "write detection: pages on workers [], hashing on workers [1, 2, 3]" };
         assert!(ompcluster_tests::stderr(&o).contains(said), "{mode}: {}", describe(&o));
-        let (on, off) = if mode == "pages" { ("pages", "hashing") } else { ("hashing", "pages") };
-        assert_eq!(r.write_detection[on], serde_json::json!([1, 2, 3]), "{mode}: {r:?}");
-        assert_eq!(r.write_detection[off], serde_json::json!([]), "{mode}: {r:?}");
+        let wd = &r.write_detection;
+        let (on, off) = if mode == "pages" { (&wd.pages, &wd.hashing) } else { (&wd.hashing, &wd.pages) };
+        assert_eq!((on.as_slice(), off.as_slice()), (&[1, 2, 3][..], &[][..]), "{mode}: {r:?}");
         let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         let runs = |f: &str| lines.iter().filter(|l| l["kernel"].as_str().is_some_and(|k| k.contains(&format!("_{f}_l")))).collect::<Vec<_>>();
         let same = runs("same_bytes");
@@ -311,7 +311,7 @@ fn resident_blocks_spread_over_the_workers() {
             assert!(o.status.success() && stdout(&o).contains("result correct"), "{}", describe(&o));
             assert_eq!(r.tasks_executed, 2400, "{r:?}");
             for w in ["1", "2", "3"] {
-                let n = r.tasks_per_worker.get(w).copied().unwrap_or(0);
+                let n = r.counts.tasks_per_worker.get(w).copied().unwrap_or(0);
                 assert!((360..=1440).contains(&n), "{doubles} doubles per block: worker {w} ran {n} of 2400 tasks: {r:?}");
             }
         }

@@ -52,15 +52,15 @@ fn the_trace_shows_each_workers_tasks_as_the_report_counts_them() {
     // Round robin: every worker runs regions, and blocks move worker to worker.
     let (t, report, dir) = traced_run(4, &["512", "128"], &[("OMPCLUSTER_SCHEDULER", "roundrobin")]);
     let s = Summary::of(&t);
-    assert_eq!(s.tasks_per_worker, report_tasks(&report), "kernel spans per worker against the report");
-    assert_eq!(s.tasks_per_worker.len(), 3, "all three workers ran regions: {s:?}");
-    assert_eq!(s.bytes_submitted, report["bytes_submitted"].as_u64().unwrap());
-    assert_eq!(s.bytes_retrieved, report["bytes_retrieved"].as_u64().unwrap());
-    assert_eq!(s.bytes_exchanged, report["bytes_exchanged"].as_u64().unwrap());
-    assert!(s.bytes_exchanged > 0, "round robin moves blocks between workers");
+    assert_eq!(s.counts.tasks_per_worker, report_tasks(&report), "kernel spans per worker against the report");
+    assert_eq!(s.counts.tasks_per_worker.len(), 3, "all three workers ran regions: {s:?}");
+    assert_eq!(s.counts.bytes_submitted, report["bytes_submitted"].as_u64().unwrap());
+    assert_eq!(s.counts.bytes_retrieved, report["bytes_retrieved"].as_u64().unwrap());
+    assert_eq!(s.counts.bytes_exchanged, report["bytes_exchanged"].as_u64().unwrap());
+    assert!(s.counts.bytes_exchanged > 0, "round robin moves blocks between workers");
     assert_eq!(s.calls.get("launch_kernel").copied(), Some(report["tasks_executed"].as_u64().unwrap()), "{s:?}");
     assert!(s.calls.get("data_submit").is_some_and(|&n| n > 0) && s.calls.get("data_retrieve").is_some_and(|&n| n > 0));
-    assert!(s.failed_ranks.is_empty() && s.recoveries == 0 && s.tasks_reexecuted == 0);
+    assert!(s.failed_ranks.is_empty() && s.recoveries == 0 && s.counts.tasks_reexecuted == 0);
     // Times: inside the run, on the report's clock.
     let wall_us = report["wall_seconds"].as_f64().unwrap() * 1e6;
     for e in t.trace_events.iter().filter(|e| e.ph == "X") {
@@ -106,10 +106,10 @@ fn the_trace_marks_failures_checkpoints_and_what_recovery_ran_again() {
     assert_eq!(s.failed_ranks, vec![1]);
     assert_eq!(s.recoveries as usize, report["recoveries"].as_array().unwrap().len());
     assert!(s.recoveries >= 1);
-    assert_eq!(s.tasks_reexecuted, report["tasks_reexecuted"].as_u64().unwrap());
+    assert_eq!(s.counts.tasks_reexecuted, report["tasks_reexecuted"].as_u64().unwrap());
     assert_eq!(s.checkpoints as usize, report["checkpoint_pauses_seconds"].as_array().unwrap().len());
     assert!(s.checkpoints >= 1, "checkpoints every 0.02 s: {report}");
-    assert_eq!(s.tasks_per_worker, report_tasks(&report));
+    assert_eq!(s.counts.tasks_per_worker, report_tasks(&report));
     // The failure is where the report says the head learnt of it.
     let at = t.of(Cat::Failure).next().unwrap().ts.unwrap() / 1e6;
     let reported = report["failures"][0]["at_seconds"].as_f64().unwrap();

@@ -251,16 +251,11 @@ impl TraceFile {
 /// What a trace holds, in the run report's terms (`ompcluster-trace summary`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Summary {
-    /// Rank (as a string) -> target regions it ran (not counting re-runs by recovery).
-    pub tasks_per_worker: BTreeMap<String, u64>,
-    /// Tasks run again by recoveries.
-    pub tasks_reexecuted: u64,
-    /// Bytes from the head to workers.
-    pub bytes_submitted: u64,
-    /// Bytes from workers to the head.
-    pub bytes_retrieved: u64,
-    /// Bytes from worker to worker.
-    pub bytes_exchanged: u64,
+    /// What ran where and what moved: the run report's own counts (`run_report::Counts`),
+    /// here counted from the spans (a kernel span per region, a rerun span per task re-run,
+    /// the bytes of transfers).
+    #[serde(flatten)]
+    pub counts: run_report::Counts,
     /// Checkpoint pauses.
     pub checkpoints: u64,
     /// Ranks whose failure the head learnt of, in order.
@@ -278,17 +273,20 @@ impl Summary {
     pub fn of(t: &TraceFile) -> Summary {
         let bytes = |cat: Cat| -> u64 { t.of(cat).filter_map(|e| e.args.as_ref()?.get("bytes")?.as_u64()).sum() };
         let mut s = Summary {
-            tasks_reexecuted: t.of(Cat::Rerun).count() as u64,
-            bytes_submitted: bytes(Cat::Submit),
-            bytes_retrieved: bytes(Cat::Retrieve),
-            bytes_exchanged: bytes(Cat::Exchange),
+            counts: run_report::Counts {
+                tasks_per_worker: BTreeMap::new(),
+                tasks_reexecuted: t.of(Cat::Rerun).count() as u64,
+                bytes_submitted: bytes(Cat::Submit),
+                bytes_retrieved: bytes(Cat::Retrieve),
+                bytes_exchanged: bytes(Cat::Exchange),
+            },
             checkpoints: t.of(Cat::Checkpoint).count() as u64,
             failed_ranks: t.of(Cat::Failure).filter_map(|e| e.args.as_ref()?.get("rank")?.as_i64()).collect(),
             recoveries: t.of(Cat::Recovery).count() as u64,
             ..Summary::default()
         };
         for e in t.of(Cat::Kernel) {
-            *s.tasks_per_worker.entry(e.pid.to_string()).or_default() += 1;
+            *s.counts.tasks_per_worker.entry(e.pid.to_string()).or_default() += 1;
         }
         for e in t.of(Cat::Call) {
             *s.calls.entry(e.name.clone()).or_default() += 1;

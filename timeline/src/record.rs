@@ -243,8 +243,8 @@ mod tests {
         assert_eq!(f.name_of(2, None), Some("worker 2"));
         assert_eq!(f.name_of(2, Some(1000)), Some("kernels"), "every worker has a kernels track");
         let s = Summary::of(&f);
-        assert_eq!(s.tasks_per_worker.get("1"), Some(&3));
-        assert_eq!(s.bytes_submitted, 4096);
+        assert_eq!(s.counts.tasks_per_worker.get("1"), Some(&3));
+        assert_eq!(s.counts.bytes_submitted, 4096);
         assert_eq!(s.failed_ranks, vec![2]);
     }
 

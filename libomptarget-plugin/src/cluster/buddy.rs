@@ -39,21 +39,9 @@
 
 use super::*;
 use ft_handler::buddy::{BuddyPolicy, Candidate};
-use serde::Serialize;
 use std::time::Duration;
 
-/// Buddy copies made, for the report.
-#[derive(Debug, Default, Clone, Serialize)]
-pub struct BuddyStats {
-    /// Versions copied to the head.
-    pub copies: u64,
-    /// Their bytes.
-    pub bytes: u64,
-    /// Seconds spent copying.
-    pub seconds: f64,
-    /// Copies not made because the head would have backed more than `OMPCLUSTER_FT_BUDDY_MEMORY`.
-    pub over_budget: u64,
-}
+pub use run_report::BuddyStats;
 
 impl Cluster {
     /// The buddy schedule (`ft_handler::buddy`) from the settings.

@@ -20,7 +20,7 @@
 use crate::checkpoint::{Checkpointer, SaveItem};
 use crate::config::Config;
 use crate::data::{Buffer, Buffers, PointsTo, HEAD};
-use crate::report::{Report, Stats};
+use crate::report::Stats;
 use event_system::comm::CommError;
 use event_system::protocol::{Envelope, Event, FoundPointers, Patch, Region, Reply, MAX_INLINE_DATA};
 use event_system::process::Victim;
@@ -541,13 +541,15 @@ impl Cluster {
     }
 
     /// Stop the workers and write the report, the graph and the task log. Idempotent.
-    pub(crate) fn shutdown(&self) {
+    /// Returns the dead ranks out of the head's reach (frozen on another host), for the
+    /// launcher (`exit_status.rs`); empty on a second call.
+    pub(crate) fn shutdown(&self) -> Vec<i32> {
         self.resume_ended();
         if let Some(cp) = &self.ckpt {
             cp.wait(); // a flush in progress needs the workers
         }
         if self.stopped.swap(true, Ordering::AcqRel) {
-            return;
+            return Vec::new();
         }
         if let Some(waker) = &self.waker {
             waker.stop();
@@ -586,13 +588,12 @@ impl Cluster {
                 _ => unreachable.push(r),
             }
         }
-        crate::runtime::note_unreachable(unreachable);
         let wall = self.start.elapsed().as_secs_f64();
         if let Some(path) = &self.cfg.report {
-            let mut report = Report::from_stats(&self.stats, workers.len(), wall);
+            let mut report = self.stats.report(workers.len(), wall);
             let (failures, recoveries) = self.ft_report();
             (report.head_messages_sent, report.head_messages_received) = messages;
-            report.tasks_reexecuted = recoveries.iter().map(|r| r.tasks_reexecuted).sum();
+            report.counts.tasks_reexecuted = recoveries.iter().map(|r| r.outcome.tasks_reexecuted).sum();
             report.failures = failures;
             report.buddy_copies = self.buddy_stats.lock().clone();
             report.recoveries = recoveries;
@@ -636,5 +637,6 @@ impl Cluster {
             // scratch directory now.
             cp.store.close();
         }
+        unreachable
     }
 }

@@ -16,7 +16,6 @@ use super::*;
 use crate::config::Reexec;
 use ft_handler::recovery::{self as algo, BatchDone, Restored, Stop, View};
 use ft_handler::{Device, RecoverError, RerunOrder};
-use serde::Serialize;
 use task_graph::Mark;
 
 /// How often the head looks whether the worker processes on its host still exist.
@@ -25,91 +24,37 @@ const PROBE_PERIOD: std::time::Duration = std::time::Duration::from_millis(20);
 /// The record is first pruned when it holds this many tasks (then when it has doubled).
 pub(super) const FIRST_PRUNE: u64 = 4096;
 
-/// One failure, for the report.
-#[derive(Debug, Clone, Serialize)]
-pub struct FailureRecord {
-    /// The rank.
-    pub rank: i32,
-    /// When the head learnt of it, seconds since start-up.
-    pub at_seconds: f64,
-    /// How: the failure detector, or a peer's report (the other side of an exchange).
-    pub noticed_by: String,
-    /// Seconds from the failure to the head's notice, where the failure's time is known
-    /// (failures injected with `OMPCLUSTER_FT_INJECT`).
-    pub detection_latency_seconds: Option<f64>,
-}
-
-/// A spare worker that took a dead worker's place, for the report.
-#[derive(Debug, Clone, Serialize)]
-pub struct SpareRecord {
-    /// The spare's rank.
-    pub spare: i32,
-    /// The dead worker whose place it took.
-    pub replaced: i32,
-    /// When, seconds since start-up.
-    pub at_seconds: f64,
-}
-
-/// One completed recovery, for the report.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct RecoveryRecord {
-    /// Every rank dead when it completed.
-    pub dead: Vec<i32>,
-    /// When it started, seconds since start-up.
-    pub at_seconds: f64,
-    /// How long the program's offloading was held, seconds.
-    pub paused_seconds: f64,
-    /// Versions the dead held that no live rank had.
-    pub versions_lost: u64,
-    /// Tasks run again.
-    pub tasks_reexecuted: u64,
-    /// Buffer versions loaded from checkpoints.
-    pub buffers_from_checkpoints: u64,
-    /// Buffer versions copied from live ranks to where a re-run task needed them.
-    pub buffers_from_live_copies: u64,
-    /// Buffer versions copied from the head's buddy copies (see `buddy.rs`).
-    pub buffers_from_buddy_copies: u64,
-    /// Lost versions rebuilt by re-running tasks.
-    pub buffers_rebuilt: u64,
-    /// Seconds spent re-running tasks (installing their inputs included).
-    pub rerun_seconds: f64,
-    /// Tasks re-run per second of `rerun_seconds`.
-    pub rerun_rate_per_second: f64,
-    /// Groups of tasks sent to a worker together (a chain of in-place updates is one).
-    pub rerun_batches: u64,
-    /// Spare workers that took the place of dead ones.
-    pub spares: Vec<SpareRecord>,
-    /// Attempts (more than 1 if ranks died during it).
-    pub attempts: u32,
-    /// Plans its last attempt made (more than 1 if a version a plan counted on was gone when a
-    /// re-run task needed it, or a checkpoint it chose was damaged).
-    pub plans: u32,
-}
+pub use run_report::{FailureRecord, RecoveryRecord, SpareRecord};
 
 /// The cluster device as the handler sees it.
-pub(crate) struct HeadDevice(pub(crate) &'static Cluster);
+pub(crate) struct HeadDevice {
+    c: &'static Cluster,
+    /// What to do when recovery is impossible; never returns (given by the runtime).
+    on_fatal: fn(&str) -> !,
+}
 
 impl Device for HeadDevice {
     fn dead(&self) -> BTreeSet<i32> {
-        let mut d = self.0.live.dead_ranks();
+        let mut d = self.c.live.dead_ranks();
         d.remove(&HEAD);
         d
     }
 
     fn noticed(&self, dead: &BTreeSet<i32>) {
-        self.0.tell_workers(dead);
+        self.c.tell_workers(dead);
     }
 
     fn recover(&self, dead: &BTreeSet<i32>) -> std::result::Result<(), RecoverError> {
-        if self.0.inject.panic_due_in_recovery() {
+        if self.c.inject.panic_due_in_recovery() {
             panic!("injected panic (OMPCLUSTER_FT_INJECT=panic:during=recovery)");
         }
-        self.0.recover(dead)
+        self.c.recover(dead)
     }
 
     fn fatal(&self, why: &str) {
-        // The head's end ends the job: the workers leave when they see it gone.
-        crate::runtime::internal_error(format_args!("cannot recover: {why}"));
+        // The runtime's answer: the head's end ends the job (the workers leave when they see
+        // it gone).
+        (self.on_fatal)(why)
     }
 }
 
@@ -288,9 +233,10 @@ enum Source {
 
 impl Cluster {
     /// Start the handler thread, and the prober that watches the workers on the head's host.
-    /// Called once, when the cluster is in its final place.
-    pub(crate) fn start_handler(&'static self) -> std::io::Result<()> {
-        self.ft.start(Arc::new(HeadDevice(self)))?;
+    /// Called once, when the cluster is in its final place. `on_fatal` ends the job when
+    /// recovery is impossible.
+    pub(crate) fn start_handler(&'static self, on_fatal: fn(&str) -> !) -> std::io::Result<()> {
+        self.ft.start(Arc::new(HeadDevice { c: self, on_fatal }))?;
         self.start_buddy()?;
         self.start_timed_faults();
         let host = self.procs[HEAD as usize].0;
@@ -430,19 +376,12 @@ impl Cluster {
             dead: dead.iter().copied().collect(),
             at_seconds,
             paused_seconds: t0.elapsed().as_secs_f64(),
-            versions_lost: out.versions_lost,
-            tasks_reexecuted: out.tasks_reexecuted,
-            buffers_from_checkpoints: out.from_checkpoints,
-            buffers_from_live_copies: out.from_live_copies,
-            buffers_from_buddy_copies: out.from_buddy_copies,
-            buffers_rebuilt: out.rebuilt,
-            rerun_seconds: out.rerun_seconds,
             rerun_rate_per_second: if out.rerun_seconds > 0.0 { out.tasks_reexecuted as f64 / out.rerun_seconds } else { 0.0 },
-            rerun_batches: out.rerun_batches,
             spares: std::mem::take(&mut *self.spare_log.lock()),
             attempts,
-            plans: out.plans,
+            outcome: out,
         };
+        let out = &rec.outcome;
         if dead.is_empty() {
             // A resumed job switching to live (`resume.rs`) says what it did itself.
         } else { eprintln!(
@@ -450,21 +389,21 @@ impl Cluster {
             if dead.len() > 1 { "s" } else { "" },
             dead.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", "),
             rec.paused_seconds,
-            rec.versions_lost,
-            rec.tasks_reexecuted,
+            out.versions_lost,
+            out.tasks_reexecuted,
             out.survivors,
-            if rec.tasks_reexecuted > 0 { format!(" ({:.0} per second)", rec.rerun_rate_per_second) } else { String::new() },
-            rec.buffers_from_checkpoints,
-            rec.buffers_from_buddy_copies,
-            rec.buffers_from_live_copies,
-            rec.buffers_rebuilt,
+            if out.tasks_reexecuted > 0 { format!(" ({:.0} per second)", rec.rerun_rate_per_second) } else { String::new() },
+            out.from_checkpoints,
+            out.from_buddy_copies,
+            out.from_live_copies,
+            out.rebuilt,
         ); }
         self.trace(traced, Cat::Recovery, HEAD, "recovery", || {
             vec![
                 ("dead", json!(rec.dead)),
-                ("versions_lost", json!(rec.versions_lost)),
-                ("tasks_reexecuted", json!(rec.tasks_reexecuted)),
-                ("from_checkpoints", json!(rec.buffers_from_checkpoints)),
+                ("versions_lost", json!(rec.outcome.versions_lost)),
+                ("tasks_reexecuted", json!(rec.outcome.tasks_reexecuted)),
+                ("from_checkpoints", json!(rec.outcome.from_checkpoints)),
             ]
         });
         self.recoveries.lock().push(rec);

@@ -34,43 +34,8 @@ pub(crate) enum Replay {
     FastForward(Box<Loaded>),
 }
 
-/// What the report says about a resumed job.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct ResumeRecord {
-    /// The checkpoint it resumed from (None: nothing could be resumed).
-    pub checkpoint: Option<u64>,
-    /// Regions not run: the log held them.
-    pub regions_skipped: u64,
-    /// Retrieves answered from the log.
-    pub retrieves_from_log: u64,
-    /// The region (record index) at which it switched to live, if it did.
-    pub switched_live_at_region: Option<u64>,
-    /// When it switched, seconds since start-up.
-    pub switched_live_at_seconds: Option<f64>,
-    /// Why it switched (or why nothing was resumed).
-    pub reason: String,
-    /// Versions adopted from the checkpoint: read by the workers, each straight into its
-    /// memory and checked against its checksum, all at once, when the job first needed them.
-    pub versions_adopted: u64,
-    /// Versions recovery loaded from the checkpoint (adopted ones, lost again with a worker).
-    pub versions_loaded: u64,
-    /// Versions rebuilt by re-running logged regions at the switch.
-    pub versions_rebuilt: u64,
-    /// Regions the first job had run at the checkpoint resumed from.
-    pub first_job_regions: u64,
-    /// Seconds into the first job at that checkpoint.
-    pub first_job_seconds: f64,
-    /// Seconds of kernels the skipped regions took in the first job.
-    pub skipped_kernel_seconds: f64,
-    /// When fast-forwarding ended (every logged region skipped, or the program took another
-    /// path), seconds since start-up.
-    pub fast_forward_ended_at_seconds: Option<f64>,
-    /// The first job's time at its checkpoint less the time this job took to get there: what
-    /// resuming saved (when fast-forwarding ended with every logged region skipped).
-    pub seconds_saved: Option<f64>,
-}
+pub use run_report::ResumeRecord;
 
-use serde::Serialize;
 
 /// The log and the resume state a head starts with: with checkpoints on, a log; with
 /// `OMPCLUSTER_RESUME=1`, what the newest checkpoint's log holds.
@@ -346,7 +311,7 @@ impl Cluster {
             return Err(ft_handler::RecoverError::NewFailure(r));
         }
         self.recover_only(&BTreeSet::new(), only)?;
-        let (loaded, rebuilt) = self.recoveries.lock().get(before).map_or((0, 0), |r| (r.buffers_from_checkpoints, r.buffers_rebuilt));
+        let (loaded, rebuilt) = self.recoveries.lock().get(before).map_or((0, 0), |r| (r.outcome.from_checkpoints, r.outcome.rebuilt));
         if let Some(r) = self.resume_record.lock().as_mut() {
             r.versions_loaded += loaded;
             r.versions_rebuilt += rebuilt;
