@@ -11,7 +11,7 @@
 //! peer is dead, and gives up with [`CommError::PeerDead`] if so: no wait can block forever on
 //! a dead rank once the failure detector has declared it.
 
-use crate::backoff::Backoff;
+use poll_backoff::Backoff;
 use crate::protocol::{self, ProtocolError};
 use mpi::ffi;
 use std::os::raw::{c_int, c_void};

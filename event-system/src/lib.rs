@@ -9,7 +9,6 @@
 //! * [`worker`]: the event loop that ranks 1..N-1 run instead of `main`, and
 //!   [`LocalDevice`], the same device code for a head that runs regions itself.
 
-mod backoff;
 pub mod comm;
 pub mod elf;
 pub mod heap;
@@ -17,7 +16,7 @@ pub mod process;
 pub mod protocol;
 pub mod worker;
 
-pub use backoff::Backoff;
+pub use poll_backoff::Backoff;
 pub use comm::{Comm, CommError, Fenced, Liveness, NeverDead, TagAllocator};
 pub use heap::{Arena, ExtentAllocator, HeapError, HeapRange, SymmetricHeap};
 pub use protocol::{Event, ProtocolError, Region, Reply};

@@ -29,41 +29,12 @@ use thiserror::Error;
 use crate::detector::RawComm;
 use crate::{Detector, ProcState};
 
-/// Exponential back-off between tests of a request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Backoff {
-    /// First sleep.
-    pub initial: Duration,
-    /// Longest sleep.
-    pub max: Duration,
-}
+pub use poll_backoff::Backoff;
 
-impl Default for Backoff {
-    /// 10 us doubling up to 2 ms.
-    fn default() -> Self {
-        Backoff {
-            initial: Duration::from_micros(10),
-            max: Duration::from_millis(2),
-        }
-    }
-}
-
-struct Pacer {
-    cur: Duration,
-    max: Duration,
-}
-
-impl Pacer {
-    fn new(b: Backoff) -> Pacer {
-        Pacer {
-            cur: b.initial.max(Duration::from_micros(1)),
-            max: b.max.max(b.initial),
-        }
-    }
-    fn pause(&mut self) {
-        std::thread::sleep(self.cur);
-        self.cur = (self.cur * 2).min(self.max);
-    }
+/// The back-off between tests of a request: sleeps from 10 us doubling up to 2 ms, never
+/// spinning (four ranks may share two cores).
+pub fn default_backoff() -> Backoff {
+    Backoff::sleeping(Duration::from_micros(10), Duration::from_millis(2))
 }
 
 /// A peer (or a member of a collective) was declared dead before the operation completed.
@@ -152,7 +123,7 @@ pub fn wait_or_dead<'a, D: ?Sized, S: Scope<'a>>(
     req: Request<'a, D, S>,
     peer: i32,
 ) -> Result<Status, PeerDead<Request<'a, D, S>>> {
-    wait_members_or_dead(det, req, &[peer], Backoff::default())
+    wait_members_or_dead(det, req, &[peer], default_backoff())
 }
 
 /// Wait for a collective request (e.g. `immediate_barrier`, `immediate_broadcast_into`);
@@ -170,7 +141,7 @@ pub fn wait_collective_or_dead<'a, D: ?Sized, S: Scope<'a>>(
             &all
         }
     };
-    wait_members_or_dead(det, req, m, Backoff::default())
+    wait_members_or_dead(det, req, m, default_backoff())
 }
 
 /// The general form: wait for `req` while none of `members` is dead, with `backoff`.
@@ -178,9 +149,8 @@ pub fn wait_members_or_dead<'a, D: ?Sized, S: Scope<'a>>(
     det: &Detector,
     mut req: Request<'a, D, S>,
     members: &[i32],
-    backoff: Backoff,
+    mut backoff: Backoff,
 ) -> Result<Status, PeerDead<Request<'a, D, S>>> {
-    let mut pacer = Pacer::new(backoff);
     loop {
         match req.test() {
             Ok(st) => return Ok(st),
@@ -192,7 +162,7 @@ pub fn wait_members_or_dead<'a, D: ?Sized, S: Scope<'a>>(
                 request: req,
             });
         }
-        pacer.pause();
+        backoff.snooze();
     }
 }
 
@@ -215,7 +185,7 @@ pub fn probe_or_dead(
     peer: i32,
     tag: i32,
 ) -> Result<Status, PeerDead> {
-    let mut pacer = Pacer::new(Backoff::default());
+    let mut pacer = default_backoff();
     loop {
         if let Some(st) = comm.process_at_rank(peer).immediate_probe_with_tag(tag) {
             return Ok(st);
@@ -226,7 +196,7 @@ pub fn probe_or_dead(
                 request: (),
             });
         }
-        pacer.pause();
+        pacer.snooze();
     }
 }
 
@@ -234,7 +204,7 @@ fn wait_raw(
     det: &Detector,
     req: &mut ffi::MPI_Request,
     peers: &[i32],
-    pacer: &mut Pacer,
+    pacer: &mut Backoff,
 ) -> Result<ffi::MPI_Status, i32> {
     loop {
         let mut flag: c_int = 0;
@@ -248,7 +218,7 @@ fn wait_raw(
         if let Some(d) = first_dead(det, peers) {
             return Err(d);
         }
-        pacer.pause();
+        pacer.snooze();
     }
 }
 
@@ -275,7 +245,7 @@ pub fn send_or_dead(
             &mut req,
         )
     };
-    let mut pacer = Pacer::new(Backoff::default());
+    let mut pacer = default_backoff();
     match wait_raw(det, &mut req, &[peer], &mut pacer) {
         Ok(_) => Ok(()),
         Err(d) => {
@@ -297,7 +267,7 @@ pub fn recv_or_dead(
     peer: i32,
     tag: i32,
 ) -> Result<(Vec<u8>, Status), PeerDead> {
-    let mut pacer = Pacer::new(Backoff::default());
+    let mut pacer = default_backoff();
     let raw = comm.as_raw();
     let (mut msg, st) = loop {
         let mut flag: c_int = 0;
@@ -315,7 +285,7 @@ pub fn recv_or_dead(
                 request: (),
             });
         }
-        pacer.pause();
+        pacer.snooze();
     };
     let mut count: c_int = 0;
     // SAFETY: `st` was filled by MPI_Improbe.
@@ -458,7 +428,7 @@ impl Detector {
                 .unwrap_or(me);
             let members: Vec<i32>;
             if leader == me {
-                let mut pacer = Pacer::new(Backoff::default());
+                let mut pacer = default_backoff();
                 loop {
                     while let Some(st) = comm.any_process().immediate_probe_with_tag(tag_req) {
                         let src = st.source_rank();
@@ -486,7 +456,7 @@ impl Detector {
                             .collect();
                         break;
                     }
-                    pacer.pause();
+                    pacer.snooze();
                 }
                 let mut msg = vec![round as i32];
                 msg.extend(&members);
@@ -591,10 +561,7 @@ fn create_group(
             let _ = tx.send(r);
         })
         .map_err(|_| CreateError::Mpi(-1))?;
-    let mut pacer = Pacer::new(Backoff {
-        initial: Duration::from_micros(50),
-        max: Duration::from_millis(5),
-    });
+    let mut pacer = Backoff::sleeping(Duration::from_micros(50), Duration::from_millis(5));
     loop {
         match rx.try_recv() {
             Ok((rc, c)) => {
@@ -612,6 +579,6 @@ fn create_group(
             // detached on purpose.
             return Err(CreateError::MemberDied);
         }
-        pacer.pause();
+        pacer.snooze();
     }
 }

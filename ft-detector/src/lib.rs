@@ -34,7 +34,7 @@ pub use config::{Config, ConfigError};
 pub use detector::{BroadcastError, Detector, DetectorStats, StartError, StopError};
 pub use fault_aware::{
     abandon, barrier_or_dead, probe_or_dead, recv_or_dead, send_or_dead, test_or_dead,
-    wait_collective_or_dead, wait_members_or_dead, wait_or_dead, Backoff, PeerDead, ShrinkError,
+    wait_collective_or_dead, wait_members_or_dead, wait_or_dead, default_backoff, Backoff, PeerDead, ShrinkError,
     TestOutcome,
 };
 #[doc(hidden)]

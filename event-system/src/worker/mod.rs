@@ -15,7 +15,7 @@ pub mod written;
 pub use device::{LocalDevice, Ran};
 pub use output::{flush_stderr, write_all};
 
-use crate::backoff::Backoff;
+use poll_backoff::Backoff;
 use crate::comm::{Comm, CommError, Fenced, Liveness, PostedRecv, CONTROL_TAG};
 use crate::heap::SymmetricHeap;
 use crate::protocol::{self, Envelope, Event, Reply};

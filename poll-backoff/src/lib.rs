@@ -1,4 +1,6 @@
-//! Adaptive back-off for polling loops.
+//! Adaptive back-off for polling loops: the one back-off type of the workspace (event-system's
+//! transport and worker loop, the failure detector's fault-aware waits, the head's background
+//! work).
 //!
 //! Ranks poll MPI (progress only happens inside MPI calls), but four ranks share two cores on
 //! the development machines, so a poller must not spin for long. A poller spins briefly (the
@@ -78,6 +80,14 @@ impl Backoff {
         Backoff { divisor: REPLY_DIVISOR, ..Self::new(Duration::from_micros(200), Duration::from_millis(1)) }
     }
 
+    /// A back-off that never spins: sleeps `first`, doubling up to `max`. For waits on peers
+    /// that may share the cores (the failure detector's fault-aware waits: four ranks may
+    /// run on two cores).
+    pub fn sleeping(first: Duration, max: Duration) -> Self {
+        let first = first.max(Duration::from_micros(1));
+        Backoff { spinning: false, sleep: first, ..Self::new(Duration::ZERO, max.max(first)) }
+    }
+
     /// Back-off for waits nobody is held up by (background work: the head's buddy copies):
     /// no spin, sleeps from 10 us doubling up to 2 ms, so that the wait leaves the cores to
     /// the program.
@@ -117,5 +127,38 @@ impl Backoff {
     /// by the detector seconds later anyway.
     pub fn spinning(&self) -> bool {
         self.spinning
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sleeping back-off never polls without sleeping, and its naps double up to the cap.
+    #[test]
+    fn sleeping_naps_double_from_the_first_to_the_cap() {
+        let mut b = Backoff::sleeping(Duration::from_micros(100), Duration::from_micros(400));
+        assert!(!b.spinning());
+        let naps: Vec<Duration> = (0..4)
+            .map(|_| {
+                let t = Instant::now();
+                b.snooze();
+                t.elapsed()
+            })
+            .collect();
+        for (nap, least) in naps.iter().zip([100, 200, 400, 400]) {
+            assert!(*nap >= Duration::from_micros(least), "{naps:?}");
+        }
+    }
+
+    /// A reply wait spins first: its first polls return at once.
+    #[test]
+    fn a_reply_wait_spins_first() {
+        let mut b = Backoff::for_wait();
+        let t = Instant::now();
+        for _ in 0..8 {
+            b.snooze();
+        }
+        assert!(b.spinning() && t.elapsed() < Duration::from_millis(20));
     }
 }
