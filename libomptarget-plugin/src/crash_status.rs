@@ -1,6 +1,6 @@
 //! The head's crash, told to the launcher. With fault tolerance on, mpirun runs in its recovery
 //! mode and exits 0 whatever rank 0 did, so the launcher learns how the program ended from the
-//! status file (`runtime::keep_exit_status`). A program that dies of a signal (libomptarget's
+//! status file (`exit_status::keep`). A program that dies of a signal (libomptarget's
 //! `abort` after a failed `present` check, a SIGSEGV in host code) never reaches `exit`: these
 //! handlers write `signal N` there first, then hand the signal on to the handler they replaced
 //! (Open MPI's, which prints a backtrace, or the default), and the launcher dies of the same

@@ -377,6 +377,7 @@ pub(crate) fn unregister_lib() {
     if let Some(Runtime::Head(c)) = RUNTIME.get() {
         if REGISTERED.fetch_sub(1, Ordering::AcqRel) == 1 {
             SHUTTING_DOWN.store(true, Ordering::Release);
+            // (The first shutdown stops the workers; this is the only call.)
             crate::exit_status::note_unreachable(c.shutdown());
             finalize();
         }
@@ -414,7 +415,7 @@ fn finalize() {
             let status = crate::exit_status::noted();
             crate::exit_status::write(status);
             // SAFETY: flushing C streams, then leaving with the status the program exited
-            // with (noted by `note_exit_status`; 0 on a worker).
+            // with (noted at `exit`, `exit_status::note_at_exit`; 0 on a worker).
             unsafe {
                 libc::fflush(std::ptr::null_mut());
                 libc::_exit(status)

@@ -3,8 +3,9 @@
 //! `ompcluster-trace` and the benchmark scripts read the same fields. A recovery's record
 //! holds the recovery algorithm's own [`Outcome`] (ft-handler makes it), not a copy of it.
 //!
-//! The JSON field names are the schema the docs (`docs/report.md`) and the scripts rely on: a
-//! field renamed here is renamed for all of them at once.
+//! The JSON field names are the schema the docs (README, `OMPCLUSTER_REPORT`; `docs/recovery.md`,
+//! "The report") and the benchmark scripts rely on: a field renamed here is renamed for the
+//! plugin and the tests at once, and must be renamed there too.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

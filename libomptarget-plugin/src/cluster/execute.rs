@@ -5,8 +5,8 @@
 //! EXECUTEs in flight on one worker (a recovery's chain) and await them in order.
 //! [`Cluster::execute`] does both, and runs on the head itself once no worker is left.
 //!
-//! What a run printed is printed here, once, in program order, unless the run is `quiet` (a
-//! re-run: its first run printed it).
+//! What a run on a worker printed is printed here, once, in program order, unless the run is
+//! `quiet` (a re-run: its first run printed it); a run on the head prints on its own stdout.
 
 use super::{Cluster, ClusterError, Executed, Result};
 use crate::data::HEAD;
@@ -190,15 +190,22 @@ fn check_reply(r: &ReplyParts<'_>, p: &Posted) -> std::result::Result<(), String
     if !(r.seconds.is_finite() && r.seconds >= 0.0) {
         return Err(format!("a kernel time of {} s", r.seconds));
     }
-    let increasing_changed = |idx: &mut dyn Iterator<Item = u32>| {
-        let idx: Vec<usize> = idx.map(|i| i as usize).collect();
-        idx.windows(2).all(|w| w[0] < w[1]) && idx.iter().all(|&i| i < n && r.changed[i])
-    };
-    if !increasing_changed(&mut r.patches.iter().map(|(i, _)| *i)) {
+    // Indices of changed regions, in increasing order (no allocation: this runs per region).
+    fn increasing_changed(idx: impl Iterator<Item = u32>, changed: &[bool]) -> bool {
+        let mut last: Option<u32> = None;
+        for i in idx {
+            if last.is_some_and(|l| l >= i) || !changed.get(i as usize).copied().unwrap_or(false) {
+                return false;
+            }
+            last = Some(i);
+        }
+        true
+    }
+    if !increasing_changed(r.patches.iter().map(|(i, _)| *i), r.changed) {
         return Err(format!("patches of regions {:?}, not changed ones in order", r.patches.iter().map(|(i, _)| *i).collect::<Vec<_>>()));
     }
     let asked = |&i: &u32| p.send_back.get(i as usize).copied().unwrap_or(false) && p.sizes[i as usize] <= MAX_SEND_BACK;
-    if !increasing_changed(&mut r.returned.iter().copied()) || !r.returned.iter().all(asked) {
+    if !increasing_changed(r.returned.iter().copied(), r.changed) || !r.returned.iter().all(asked) {
         return Err(format!("it sends back regions {:?} it was not asked for", r.returned));
     }
     Ok(())
