@@ -10,12 +10,13 @@
 //!
 //! It also owns the recovery algorithm itself ([`recovery`]: what was lost, where each version
 //! comes from, the order of re-runs ([`RerunOrder`]), planning again, the fatal cases, spares),
-//! which the device's `recover` runs over a few primitives ([`recovery::Cluster`]); it too is
+//! which the device's `recover` runs over a few primitives ([`recovery::Primitives`]), with its decisions about copies in [`decide`]; it too is
 //! tested against a simulated cluster. And the schedule of buddy copies ([`buddy`]: which
 //! versions the head copies, in what order, within what share of time and memory), which
 //! the device's buddy thread follows. Threads and locks: `src/README.md`.
 
 pub mod buddy;
+pub mod decide;
 pub mod recovery;
 mod rerun;
 pub use rerun::{RerunOrder, TaskState};

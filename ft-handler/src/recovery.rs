@@ -1,6 +1,6 @@
 //! The recovery algorithm: what a failure lost, where each lost version comes from, the order
 //! of re-runs, planning again when a source vanishes, the fatal cases, and the policy (spares,
-//! parallel or sequential re-runs). It drives the cluster device through the [`Cluster`]
+//! parallel or sequential re-runs). It drives the cluster device through the [`Primitives`]
 //! primitives, so it runs against a simulated device in the tests below, with no MPI.
 //!
 //! One recovery ([`recover`]):
@@ -26,6 +26,7 @@
 //! own panic ([`crate::catch_as_handler`]) and answers with it, so nothing waits for a thread
 //! that died. The device's primitives take the device's own locks.
 
+use crate::decide::{can_chain, can_follow, place, Copies};
 use crate::{RecoverError, RerunOrder};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::{BTreeMap, BTreeSet};
@@ -111,7 +112,7 @@ pub trait View {
 
 /// The cluster device as recovery drives it: a few primitives over its data manager and
 /// transport. The plugin implements it over MPI; the tests below simulate it.
-pub trait Cluster: Sync {
+pub trait Primitives: Sync {
     /// Fence the `dead` ranks (no survivor waits for them any more; a frozen one is killed)
     /// and forget every copy they held. Returns the versions lost.
     fn fence_and_forget(&self, dead: &BTreeSet<i32>) -> Result<BTreeSet<Access>, RecoverError>;
@@ -128,17 +129,12 @@ pub trait Cluster: Sync {
     fn unheld(&self) -> BTreeSet<Access>;
     /// Run `f` over the task record and where versions are (damaged checkpoints `bad` left out).
     fn with_view<R>(&self, bad: &BTreeSet<Access>, f: impl FnOnce(&TaskGraph, &dyn View) -> R) -> R;
-    /// The survivor among `free` to re-run `t` on, and the copies there to rescue first (the
-    /// only copies of versions still needed that installing `t`'s inputs, or `t` itself,
-    /// would overwrite; `order` says which versions tasks still to start read).
-    fn place(&self, t: &TaskRecord, free: &[i32], busy: &BTreeSet<i32>, order: &RerunOrder) -> Option<(i32, Vec<Access>)>;
-    /// Can `t` lead a chain on `w` (a task whose successors are sent along with it)? The
-    /// plugin says yes for short kernels on a worker, which the worker runs in the order they
-    /// come.
-    fn can_chain(&self, t: &TaskRecord, w: i32) -> bool;
-    /// Can `t` run on `w` right after a chain whose tasks leave buffer -> version `on_w` there,
-    /// without any transfer and without overwriting a version another task still needs?
-    fn can_follow(&self, t: &TaskRecord, w: i32, on_w: &HashMap<u64, u64>, order: &RerunOrder) -> bool;
+    /// Run `f` over where copies are now (the device's locks held; copies rescued by this
+    /// recovery count as kept apart), for the decisions of `decide.rs`.
+    fn with_copies<R>(&self, f: impl FnOnce(&dyn Copies) -> R) -> R;
+    /// Kernels whose first run took less than this many seconds run on a worker's polling
+    /// thread, in the order they come: a chain of them is sent at once ([`can_chain`]).
+    fn short_kernel_s(&self) -> f64;
     /// Re-run `tasks` on `w`, in order (rescuing `rescue` first, installing the first task's
     /// inputs; a chain's later tasks find theirs there).
     fn run_batch(&self, tasks: &[&TaskRecord], w: i32, rescue: &[Access]) -> Result<BatchDone, Stop>;
@@ -164,7 +160,7 @@ pub struct Spares {
 impl Spares {
     /// Each dead worker that ran regions (not an idle spare) and has no replacement yet gets
     /// the first idle live spare. Returns (spare, dead worker) for each taken now.
-    pub fn take(&mut self, dev: &impl Cluster, dead: &BTreeSet<i32>) -> Vec<(i32, i32)> {
+    pub fn take(&mut self, dev: &impl Primitives, dead: &BTreeSet<i32>) -> Vec<(i32, i32)> {
         let idle = dev.idle_spares();
         let mut taken = Vec::new();
         for &r in dead {
@@ -187,7 +183,7 @@ impl Spares {
 }
 
 /// Rebuild what the `dead` ranks took with them (see the module's documentation).
-pub fn recover(dev: &impl Cluster, dead: &BTreeSet<i32>, policy: Policy, spares: &mut Spares) -> Result<Outcome, RecoverError> {
+pub fn recover(dev: &impl Primitives, dead: &BTreeSet<i32>, policy: Policy, spares: &mut Spares) -> Result<Outcome, RecoverError> {
     let mut out = Outcome { spares: spares.take(dev, dead), ..Default::default() };
     let lost = dev.fence_and_forget(dead)?;
     let survivors = dev.targets()?;
@@ -229,7 +225,7 @@ pub fn recover(dev: &impl Cluster, dead: &BTreeSet<i32>, policy: Policy, spares:
 }
 
 /// The lineage search over the record, and why it fails if it does.
-pub fn plan(dev: &impl Cluster, lost: &BTreeSet<Access>, bad: &BTreeSet<Access>, dead: &BTreeSet<i32>) -> Result<LostWork, RecoverError> {
+pub fn plan(dev: &impl Primitives, lost: &BTreeSet<Access>, bad: &BTreeSet<Access>, dead: &BTreeSet<i32>) -> Result<LostWork, RecoverError> {
     dev.with_view(bad, |graph, view| {
         let work = graph.lost_work(lost, &|a| view.available(a));
         let describe = |a: &Access| view.describe(*a).unwrap_or_else(|| format!("buffer #{} version {} (freed by the program)", a.buffer, a.version));
@@ -270,7 +266,7 @@ pub fn plan(dev: &impl Cluster, lost: &BTreeSet<Access>, bad: &BTreeSet<Access>,
 
 /// Re-run `work.tasks` on `survivors` and restore the lost versions only checkpoints or
 /// copies kept apart hold; counts what it did in `out`.
-pub fn rebuild(dev: &impl Cluster, work: &LostWork, lost: &BTreeSet<Access>, survivors: &[i32], policy: Policy, out: &mut Outcome) -> Result<(), Stop> {
+pub fn rebuild(dev: &impl Primitives, work: &LostWork, lost: &BTreeSet<Access>, survivors: &[i32], policy: Policy, out: &mut Outcome) -> Result<(), Stop> {
     let tasks: Vec<TaskRecord> = dev.with_view(&BTreeSet::new(), |g, _| work.tasks.iter().map(|&id| g.task(id).expect("planned from the record").clone()).collect());
     let mut order = RerunOrder::new(&tasks);
     let parallel = if policy.parallel { survivors.len() } else { 1 };
@@ -286,7 +282,7 @@ pub fn rebuild(dev: &impl Cluster, work: &LostWork, lost: &BTreeSet<Access>, sur
                 let Some(i) = order.pop() else { break };
                 order.start(i);
                 let free: Vec<i32> = survivors.iter().copied().filter(|w| !busy.contains(w)).collect();
-                let Some((w, rescue)) = dev.place(&tasks[i], &free, &busy, &order) else {
+                let Some((w, rescue)) = dev.with_copies(|c| place(c, &tasks[i], &free, &busy, &order)) else {
                     order.retry(i);
                     break;
                 };
@@ -357,9 +353,9 @@ pub fn rebuild(dev: &impl Cluster, work: &LostWork, lost: &BTreeSet<Access>, sur
 
 /// The chain that starts with task `i` (started, placed on `w` with nothing to rescue): `i`,
 /// then each next task [`RerunOrder::chain`] offers that the device says can follow on `w`
-/// (see [`Cluster::can_follow`]), at most `max` in all. The tasks taken are started in
+/// (see [`can_follow`]), at most `max` in all. The tasks taken are started in
 /// `order`.
-fn chain_from(dev: &impl Cluster, i: usize, w: i32, tasks: &[TaskRecord], order: &mut RerunOrder, max: usize) -> Vec<usize> {
+fn chain_from(dev: &impl Primitives, i: usize, w: i32, tasks: &[TaskRecord], order: &mut RerunOrder, max: usize) -> Vec<usize> {
     let mut chain = vec![i];
     // The version each buffer the chain touched holds on `w` once the chain so far ran.
     let mut on_w: HashMap<u64, u64> = HashMap::default();
@@ -367,13 +363,14 @@ fn chain_from(dev: &impl Cluster, i: usize, w: i32, tasks: &[TaskRecord], order:
         on_w.extend(t.reads.iter().map(|a| (a.buffer, a.version)));
         on_w.extend(t.writes.iter().map(|a| (a.buffer, a.version)));
     };
-    if max <= 1 || !dev.can_chain(&tasks[i], w) {
+    let short = dev.short_kernel_s();
+    if max <= 1 || !can_chain(&tasks[i], w, short) {
         return chain;
     }
     note(&mut on_w, &tasks[i]);
     while chain.len() < max {
         let Some(j) = order.chain(&chain) else { break };
-        if !dev.can_follow(&tasks[j], w, &on_w, order) {
+        if !dev.with_copies(|c| can_follow(c, &tasks[j], w, &on_w, order, short)) {
             break;
         }
         order.start_chained(j);
@@ -542,7 +539,28 @@ mod tests {
         }
     }
 
-    impl Cluster for Sim {
+    /// The simulation answers recovery's questions about copies from its model (each buffer
+    /// is 1 byte: placement then prefers the fewest copies to rescue).
+    impl Copies for State {
+        fn buffer(&self, id: u64) -> Option<(u64, u64)> {
+            self.bufs.get(&id).filter(|b| !b.freed).map(|b| (1, b.version))
+        }
+        fn version_on(&self, id: u64, r: i32) -> Option<u64> {
+            self.bufs.get(&id)?.copies.get(&r).copied().filter(|_| r == HEAD || self.live.contains(&r))
+        }
+        fn holders(&self, a: Access) -> Vec<i32> {
+            let Some(b) = self.bufs.get(&a.buffer) else { return Vec::new() };
+            b.copies.iter().filter(|&(r, &v)| v == a.version && (*r == HEAD || self.live.contains(r))).map(|(&r, _)| r).collect()
+        }
+        fn held_apart(&self, a: Access) -> bool {
+            self.kept.contains(&a)
+        }
+        fn checkpointed(&self, a: Access) -> bool {
+            self.ckpt.contains(&a)
+        }
+    }
+
+    impl Primitives for Sim {
         fn fence_and_forget(&self, dead: &BTreeSet<i32>) -> Result<BTreeSet<Access>, RecoverError> {
             let mut s = self.0.lock();
             for b in s.bufs.values_mut() {
@@ -574,19 +592,11 @@ mod tests {
             let s = self.0.lock();
             f(&s.graph, &SimView(&s, bad))
         }
-        fn place(&self, t: &TaskRecord, free: &[i32], _busy: &BTreeSet<i32>, _order: &RerunOrder) -> Option<(i32, Vec<Access>)> {
-            let s = self.0.lock();
-            free.iter().copied().max_by_key(|w| t.reads.iter().filter(|a| s.bufs[&a.buffer].copies.get(w) == Some(&a.version)).count()).map(|w| (w, vec![]))
+        fn with_copies<R>(&self, f: impl FnOnce(&dyn Copies) -> R) -> R {
+            f(&*self.0.lock())
         }
-        fn can_chain(&self, _t: &TaskRecord, w: i32) -> bool {
-            w != HEAD
-        }
-        fn can_follow(&self, t: &TaskRecord, w: i32, on_w: &HashMap<u64, u64>, order: &RerunOrder) -> bool {
-            let s = self.0.lock();
-            t.reads.iter().all(|a| {
-                let there = on_w.get(&a.buffer).copied().or_else(|| s.bufs[&a.buffer].copies.get(&w).copied());
-                there == Some(a.version) && (!t.writes.iter().any(|x| x.buffer == a.buffer) || order.readers_left(*a) <= 1)
-            })
+        fn short_kernel_s(&self) -> f64 {
+            50e-6
         }
         fn run_batch(&self, tasks: &[&TaskRecord], w: i32, _rescue: &[Access]) -> Result<BatchDone, Stop> {
             let mut out = BatchDone::default();

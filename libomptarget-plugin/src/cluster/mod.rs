@@ -48,6 +48,7 @@ mod memory;
 mod merge;
 mod movement;
 mod on_head;
+mod prune;
 mod recovery;
 mod resume;
 
@@ -340,7 +341,7 @@ impl Cluster {
             failures: Mutex::new(Vec::new()),
             recoveries: Mutex::new(Vec::new()),
             told: Mutex::new(BTreeSet::new()),
-            prune_at: AtomicU64::new(recovery::FIRST_PRUNE),
+            prune_at: AtomicU64::new(prune::FIRST_PRUNE),
             buddy_stats: Mutex::new(BuddyStats::default()),
             omp_said: Mutex::new(HashMap::default()),
             buddy_busy: Mutex::new(()),

@@ -14,15 +14,14 @@
 use super::execute::Execute;
 use super::*;
 use crate::config::Reexec;
+use ft_handler::decide::{self, Copies};
 use ft_handler::recovery::{self as algo, BatchDone, Restored, Stop, View};
-use ft_handler::{Device, RecoverError, RerunOrder};
+use ft_handler::{Device, RecoverError};
 use task_graph::Mark;
 
 /// How often the head looks whether the worker processes on its host still exist.
 const PROBE_PERIOD: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// The record is first pruned when it holds this many tasks (then when it has doubled).
-pub(super) const FIRST_PRUNE: u64 = 4096;
 
 pub use run_report::{FailureRecord, RecoveryRecord, SpareRecord};
 
@@ -58,7 +57,7 @@ impl Device for HeadDevice {
     }
 }
 
-/// The primitives of the recovery algorithm (`ft_handler::recovery::Cluster`) over this
+/// The primitives of the recovery algorithm (`ft_handler::recovery::Primitives`) over this
 /// device, for one call of [`Cluster::recover`]: `side` holds the copies rescued from workers
 /// before re-runs overwrote them, for the whole call (an attempt that stops to plan again may
 /// already have overwritten where they came from).
@@ -70,39 +69,70 @@ struct Rebuild<'a> {
     only: Option<&'a BTreeSet<u64>>,
 }
 
-/// Where versions are, for the plan: the buffer and record locks are held.
+/// Where versions are, for the plan: the buffer, side and record locks are held.
 struct HeadView<'a> {
-    c: &'a Cluster,
-    bufs: &'a Buffers,
-    bad: &'a BTreeSet<Access>,
-    rescued: BTreeSet<Access>,
+    copies: HeadCopies<'a>,
 }
 
 impl View for HeadView<'_> {
     fn available(&self, a: Access) -> bool {
-        self.rescued.contains(&a) || self.c.available(self.bufs, a, self.bad)
+        decide::available(&self.copies, a)
     }
 
     fn describe(&self, a: Access) -> Option<String> {
-        self.bufs.by_id(a.buffer).map(|b| format!("buffer {:#x} ({} bytes) version {}", b.addr, b.size, a.version))
+        self.copies.bufs.by_id(a.buffer).map(|b| format!("buffer {:#x} ({} bytes) version {}", b.addr, b.size, a.version))
     }
 
     fn copies(&self, a: Access) -> String {
-        if self.rescued.contains(&a) {
+        let c = &self.copies;
+        if c.side.contains_key(&a) {
             "rescued".to_string()
-        } else if self.bufs.kept(a).is_some() {
+        } else if c.bufs.kept(a).is_some() {
             "kept apart".to_string()
         } else {
-            copies_of(self.bufs, a.buffer)
+            copies_of(c.bufs, a.buffer)
         }
     }
 
     fn checkpoints_on(&self) -> bool {
-        self.c.ckpt.is_some()
+        self.copies.ckpt.is_some()
     }
 }
 
-impl algo::Cluster for Rebuild<'_> {
+/// Where copies are, for recovery's decisions (`ft_handler::decide`): the buffer and side
+/// locks are held.
+struct HeadCopies<'a> {
+    bufs: &'a Buffers,
+    /// Copies rescued by this recovery.
+    side: &'a HashMap<Access, Arc<Vec<u8>>>,
+    ckpt: Option<&'a Checkpointer>,
+    /// Checkpointed versions known damaged.
+    bad: &'a BTreeSet<Access>,
+}
+
+impl Copies for HeadCopies<'_> {
+    fn buffer(&self, id: u64) -> Option<(u64, u64)> {
+        self.bufs.by_id(id).map(|b| (b.size, b.version))
+    }
+
+    fn version_on(&self, id: u64, r: i32) -> Option<u64> {
+        self.bufs.by_id(id)?.version_on(r)
+    }
+
+    fn holders(&self, a: Access) -> Vec<i32> {
+        self.bufs.by_id(a.buffer).map_or(Vec::new(), |b| b.ranks_with(a.version).collect())
+    }
+
+    fn held_apart(&self, a: Access) -> bool {
+        self.side.contains_key(&a) || self.bufs.kept(a).is_some()
+    }
+
+    fn checkpointed(&self, a: Access) -> bool {
+        !self.bad.contains(&a) && self.ckpt.is_some_and(|c| c.holds(a.buffer, a.version))
+    }
+}
+
+impl algo::Primitives for Rebuild<'_> {
     fn fence_and_forget(&self, dead: &BTreeSet<i32>) -> std::result::Result<BTreeSet<Access>, RecoverError> {
         let c = self.c;
         let live: Vec<i32> = c.workers().collect();
@@ -143,32 +173,21 @@ impl algo::Cluster for Rebuild<'_> {
     }
 
     fn with_view<R>(&self, bad: &BTreeSet<Access>, f: impl FnOnce(&TaskGraph, &dyn View) -> R) -> R {
-        let rescued: BTreeSet<Access> = self.side.lock().keys().copied().collect();
+        // The order every path takes these locks in: buffers, side, record.
         let bufs = self.c.buffers.lock();
+        let side = self.side.lock();
         let graph = self.c.graph.lock();
-        f(&graph, &HeadView { c: self.c, bufs: &bufs, bad, rescued })
+        f(&graph, &HeadView { copies: HeadCopies { bufs: &bufs, side: &side, ckpt: self.c.ckpt.as_ref(), bad } })
     }
 
-    fn place(&self, t: &TaskRecord, free: &[i32], busy: &BTreeSet<i32>, order: &RerunOrder) -> Option<(i32, Vec<Access>)> {
-        self.c.place(t, free, busy, order, &self.side)
-    }
-
-    fn can_chain(&self, t: &TaskRecord, w: i32) -> bool {
-        // Short kernels on a worker: it runs them on its polling thread, in the order they come.
-        w != HEAD && matches!(t.op, task_graph::Op::Kernel) && t.allocs.is_empty() && t.kernel_s * 1e9 < SHORT_KERNEL_NS as f64
-    }
-
-    fn can_follow(&self, t: &TaskRecord, w: i32, on_w: &HashMap<u64, u64>, order: &RerunOrder) -> bool {
+    fn with_copies<R>(&self, f: impl FnOnce(&dyn Copies) -> R) -> R {
         let bufs = self.c.buffers.lock();
-        self.can_chain(t, w)
-            && t.reads.iter().all(|a| {
-                let Some(b) = bufs.by_id(a.buffer) else { return false };
-                let there = on_w.get(&a.buffer).copied().or_else(|| b.version_on(w));
-                let rewrites = t.writes.iter().any(|x| x.buffer == a.buffer);
-                // Rewritten in place: no other task may still need the version it reads (its
-                // own read counts once), and it is no current version.
-                there == Some(a.version) && (!rewrites || (order.readers_left(*a) <= 1 && a.version != b.version))
-            })
+        let side = self.side.lock();
+        f(&HeadCopies { bufs: &bufs, side: &side, ckpt: self.c.ckpt.as_ref(), bad: &BTreeSet::new() })
+    }
+
+    fn short_kernel_s(&self) -> f64 {
+        SHORT_KERNEL_NS as f64 * 1e-9
     }
 
     fn run_batch(&self, tasks: &[&TaskRecord], w: i32, rescue: &[Access]) -> std::result::Result<BatchDone, Stop> {
@@ -437,67 +456,6 @@ impl Cluster {
         Ok(())
     }
 
-    /// Is `a` available without re-running anything: a live copy, zeros, a version kept
-    /// apart, or a checkpoint?
-    fn available(&self, bufs: &Buffers, a: Access, bad: &BTreeSet<Access>) -> bool {
-        a.version == 0
-            || bufs.by_id(a.buffer).is_some_and(|b| b.ranks_with(a.version).next().is_some())
-            || bufs.kept(a).is_some()
-            || (!bad.contains(&a) && self.ckpt.as_ref().is_some_and(|c| c.holds(a.buffer, a.version)))
-    }
-
-    /// The survivor among `free` to re-run `t` on, and the copies there that must be rescued
-    /// first: installing `t`'s inputs at the versions it first read overwrites them, and so
-    /// does `t` itself where it rewrites an input in place, and each is the only copy of a
-    /// version still needed (the current version, or an input of a task not yet started in
-    /// `order`: the record lists a region that read a version after one that rewrote it when
-    /// the two shared a copy and the reader ended last). Prefers fewest bytes to rescue, then
-    /// most inputs already there.
-    fn place(&self, t: &TaskRecord, free: &[i32], busy: &BTreeSet<i32>, order: &RerunOrder, side: &Side) -> Option<(i32, Vec<Access>)> {
-        let bufs = self.buffers.lock();
-        let side = side.lock();
-        // A copy must be rescued before it is overwritten if it is the only copy of the
-        // current version, or if a task still to run needs its version and neither the head
-        // nor a checkpoint has that (another worker's copy might be overwritten too). A copy on
-        // a worker busy with another re-run does not count as another copy: that task may be
-        // overwriting it right now (with the bookkeeping not yet updated).
-        let precious = |b: &Buffer, v: u64, w: i32| {
-            let a = Access { buffer: b.id, version: v };
-            let kept = side.contains_key(&a) || bufs.kept(a).is_some() || self.ckpt.as_ref().is_some_and(|c| c.holds(b.id, v));
-            let safe_elsewhere = b.ranks_with(v).any(|r| r != w && (r == HEAD || !busy.contains(&r)));
-            let current_here_only = v == b.version && !safe_elsewhere;
-            let needed = order.needed_later(a) && !b.ranks_with(v).any(|r| r == HEAD && r != w);
-            !kept && (current_here_only || needed)
-        };
-        free.iter()
-            .copied()
-            .filter_map(|w| {
-                let (mut present, mut rescue_bytes, mut rescue) = (0u64, 0u64, Vec::new());
-                for a in &t.reads {
-                    let b = bufs.by_id(a.buffer)?;
-                    match b.version_on(w) {
-                        Some(v) if v == a.version => {
-                            present += b.size;
-                            // The task rewrites this copy in place: the version it read is
-                            // then gone from here.
-                            if t.writes.iter().any(|x| x.buffer == b.id) && precious(b, v, w) {
-                                rescue_bytes += b.size;
-                                rescue.push(*a);
-                            }
-                        }
-                        Some(v) if precious(b, v, w) => {
-                            rescue_bytes += b.size;
-                            rescue.push(Access { buffer: b.id, version: v });
-                        }
-                        _ => {}
-                    }
-                }
-                Some(((std::cmp::Reverse(rescue_bytes), present, w == t.worker, std::cmp::Reverse(w)), (w, rescue)))
-            })
-            .max_by_key(|(k, _)| *k)
-            .map(|(_, v)| v)
-    }
-
     /// Re-run the tasks of `batch` on worker `w`, in order: rescue what must be, install the
     /// first task's inputs there at the versions it first read, then run them (their output
     /// is not printed again). A batch of several (a chain: see `ft_handler::recovery`) sends all its
@@ -580,20 +538,19 @@ impl Cluster {
         for a in &t.reads {
             let (region, source, buddy) = {
                 let mut bufs = self.buffers.lock();
-                let kept = bufs.kept(*a);
+                let source = {
+                    let side = side.lock();
+                    let copies = HeadCopies { bufs: &bufs, side: &side, ckpt: self.ckpt.as_ref(), bad: &BTreeSet::new() };
+                    match decide::source(&copies, *a, w).ok_or_else(|| fatal(ClusterError::Lost(a.buffer)))? {
+                        decide::Source::Present => Source::Present,
+                        decide::Source::Copy(r) => Source::Copy(r),
+                        decide::Source::Apart => Source::Side(side.get(a).cloned().or_else(|| bufs.kept(*a)).expect("held apart")),
+                        decide::Source::Zeros => Source::Zeros,
+                        decide::Source::Checkpoint => Source::Checkpoint,
+                    }
+                };
                 let b = bufs.by_id_mut(a.buffer).ok_or_else(|| fatal(ClusterError::Lost(a.buffer)))?;
                 let region = Region { addr: b.addr, size: b.size };
-                let source = if b.version_on(w) == Some(a.version) {
-                    Source::Present
-                } else if let Some(r) = b.ranks_with(a.version).filter(|&r| r != w).min_by_key(|&r| (r == HEAD, r)) {
-                    Source::Copy(r)
-                } else if let Some(bytes) = side.lock().get(a).cloned().or(kept) {
-                    Source::Side(bytes)
-                } else if a.version == 0 {
-                    Source::Zeros
-                } else {
-                    Source::Checkpoint
-                };
                 let buddy = matches!(source, Source::Copy(HEAD)) && b.buddy == Some(a.version);
                 if !b.backed.contains(&w) {
                     self.back_on(b, w).map_err(new_failure)?;
@@ -754,9 +711,7 @@ impl Cluster {
 
     /// Run the kernel of task `t` on `w` over `regions` (its reads); which regions changed.
     fn rerun_kernel(&self, t: &TaskRecord, w: i32, regions: Vec<Region>, written: &[bool]) -> std::result::Result<Vec<bool>, Stop> {
-        if w == HEAD && !t.allocs.is_empty() {
-            return Err(allocated_again(t, "the head, which runs the regions now that no worker is left, allocates from its own memory"));
-        }
+        decide::same_allocations(t, w == HEAD, None).map_err(|why| Stop::Recover(RecoverError::Fatal(why)))?;
         // Its allocations take the addresses of its first run's (see `worker/device_alloc.rs`).
         let replay: Vec<Region> = t.allocs.iter().map(|&(addr, size)| Region { addr, size }).collect();
         self.log(format_args!("RERUN task #{} ({}) on {w}, {} device allocation(s) given again", t.id, t.kernel, replay.len()));
@@ -774,13 +729,7 @@ impl Cluster {
             e => fatal(e),
         })?;
         let again: Vec<(u64, u64)> = ran.allocated.iter().map(|a| (a.region.addr, a.span)).collect();
-        if again != t.allocs {
-            let spans = |v: &[(u64, u64)]| {
-                let shown: Vec<String> = v.iter().take(4).map(|(_, s)| s.to_string()).collect();
-                format!("{} block(s) of {}{} bytes", v.len(), shown.join(", "), if v.len() > 4 { ", ..." } else { "" })
-            };
-            return Err(allocated_again(t, &format!("this run allocated {} where its first run allocated {} (other sizes, or in another order)", spans(&again), spans(&t.allocs))));
-        }
+        decide::same_allocations(t, false, Some(&again)).map_err(|why| Stop::Recover(RecoverError::Fatal(why)))?;
         self.trace(ran.traced.map(|(sent, _)| sent), Cat::Rerun, w, t.kernel.clone(), || vec![("task", json!(t.id))]);
         Ok(ran.changed)
     }
@@ -805,76 +754,6 @@ impl Cluster {
             }
         }
         Ok(())
-    }
-
-    /// Keep the task record bounded (called after each region). With buddy copies on, the
-    /// buddy thread prunes after each pass, off the offloading threads' path; a region prunes
-    /// only if the record has grown to twice the threshold meanwhile (the buddy thread is far
-    /// behind, or its interval long).
-    pub(super) fn maybe_prune(&self) {
-        let at = self.prune_at.load(Ordering::Relaxed);
-        let due = if self.buddy_prunes() { at.saturating_mul(2) } else { at };
-        if (self.graph.lock().len() as u64) >= due {
-            self.prune();
-        }
-    }
-
-    /// Forget the tasks recovery can no longer need, if the record holds `prune_at` tasks:
-    /// every task outside the lineage of the current versions a failure could take, lineage
-    /// stopping at what a failure of workers cannot take (version 0, a published checkpoint,
-    /// the head's copies, versions it keeps apart); then the versions kept apart and the
-    /// retired buffers only those tasks read.
-    ///
-    /// The walk and the removals hold only the record's lock, so regions go on meanwhile
-    /// (placing, moving data, running; only recording waits): the buffers' side is a snapshot
-    /// taken under the buffer lock with the record's length then (tasks are recorded under the
-    /// buffer lock, so the two agree). Tasks recorded since are kept, and so is the lineage of
-    /// what they read; what became safe since is not used (the snapshot errs on keeping), and
-    /// what stopped being safe since was kept apart by whoever overwrote it (`keep_head_version`
-    /// asks the record, not yet pruned).
-    pub(super) fn prune(&self) {
-        if (self.graph.lock().len() as u64) < self.prune_at.load(Ordering::Relaxed) {
-            return;
-        }
-        let (roots, on_head, kept, upto) = {
-            let bufs = self.buffers.lock();
-            let upto = self.graph.lock().recorded();
-            let on_head: HashMap<u64, u64> = bufs
-                .iter()
-                .map(|b| b.id)
-                .chain(bufs.retired_ids())
-                .filter_map(|id| bufs.by_id(id).and_then(|b| b.version_on(HEAD)).map(|v| (id, v)))
-                .collect();
-            let kept = bufs.kept_versions();
-            let roots: Vec<Access> = bufs.iter().map(|b| Access { buffer: b.id, version: b.version }).collect();
-            (roots, on_head, kept, upto)
-        };
-        let safe = |a: Access| {
-            a.version == 0 || on_head.get(&a.buffer) == Some(&a.version) || kept.contains(&a) || self.ckpt.as_ref().is_some_and(|c| c.holds(a.buffer, a.version))
-        };
-        let roots: BTreeSet<Access> = roots.into_iter().filter(|&a| !safe(a)).collect();
-        let (removed, len) = {
-            let mut g = self.graph.lock();
-            let removed = g.prune(&roots, &safe, upto);
-            (removed, g.len())
-        };
-        let released = {
-            let mut bufs = self.buffers.lock();
-            let g = self.graph.lock();
-            // A kept version stays while a recorded task reads it, or while it is the current
-            // version of a live buffer (lineage of that version stops there: its producer is
-            // gone from the record).
-            let current: BTreeSet<Access> = bufs.iter().map(|b| Access { buffer: b.id, version: b.version }).collect();
-            bufs.release_kept(|a| g.is_read(a) || current.contains(&a));
-            bufs.release_retired(&g.buffers_read())
-        };
-        self.prune_at.store(FIRST_PRUNE.max(2 * len as u64), Ordering::Relaxed);
-        self.log(format_args!("PRUNE {removed} tasks; {len} kept"));
-        for b in released {
-            if let Err(e) = self.release_head_copy(&b) {
-                eprintln!("ompcluster: cannot release buffer {:#x}: {e}", b.addr);
-            }
-        }
     }
 
     /// Failures and recoveries so far, for the report.
@@ -910,11 +789,3 @@ fn fatal(e: ClusterError) -> Stop {
     Stop::Recover(new_failure(e))
 }
 
-/// Task `t` allocated device memory and must run again, but `what` (a fatal rule).
-fn allocated_again(t: &TaskRecord, what: &str) -> Stop {
-    Stop::Recover(RecoverError::Fatal(format!(
-        "task #{} ({}) allocated device memory (malloc or new in the region) and must run again, but {what}: \
-         its objects cannot be rebuilt where the program's pointers expect them",
-        t.id, t.kernel
-    )))
-}
