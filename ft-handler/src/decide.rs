@@ -213,21 +213,7 @@ mod tests {
     }
 
     fn task(worker: i32, reads: &[Access], writes: &[Access]) -> TaskRecord {
-        TaskRecord {
-            id: 0,
-            kernel: "k".into(),
-            image: 0,
-            index: 0,
-            args: vec![],
-            worker,
-            reads: reads.to_vec(),
-            writes: writes.to_vec(),
-            start_s: 0.0,
-            end_s: 0.0,
-            kernel_s: 1e-6,
-            op: Op::Kernel,
-            allocs: Vec::new(),
-        }
+        crate::testing::kernel_task(worker, reads.to_vec(), writes.to_vec())
     }
 
     /// The order of a recovery that runs only `t` (started: nothing else reads anything).

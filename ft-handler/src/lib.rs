@@ -19,6 +19,8 @@ pub mod buddy;
 pub mod decide;
 pub mod recovery;
 mod rerun;
+#[cfg(test)]
+mod testing;
 pub use rerun::{RerunOrder, TaskState};
 
 use crossbeam_channel::{Receiver, Sender};

@@ -388,7 +388,6 @@ mod tests {
     //! and makes the versions it wrote on its worker, as the real device does.
     use super::*;
     use parking_lot::Mutex;
-    use task_graph::Op;
 
     const HEAD: i32 = 0;
 
@@ -447,28 +446,13 @@ mod tests {
                 b.copies.insert(worker, b.version);
                 made.push(Access { buffer: id, version: b.version });
             }
-            let acc = |v: &[(u64, u64)]| v.iter().map(|&(buffer, version)| Access { buffer, version }).collect::<Vec<_>>();
-            let mut reads = acc(reads);
+            let mut reads = crate::testing::accesses(reads);
             for a in &made {
                 if !reads.iter().any(|r| r.buffer == a.buffer) {
                     reads.push(Access { buffer: a.buffer, version: a.version - 1 });
                 }
             }
-            s.graph.record(TaskRecord {
-                id: 0,
-                kernel: "k".into(),
-                image: 0,
-                index: 0,
-                args: vec![],
-                worker,
-                reads,
-                writes: made,
-                start_s: 0.0,
-                end_s: 0.0,
-                kernel_s: 1e-6,
-                op: Op::Kernel,
-                allocs: Vec::new(),
-            });
+            s.graph.record(crate::testing::kernel_task(worker, reads, made));
         }
 
         /// A chain of `n` in-place updates of buffer `id` on `worker`.

@@ -236,22 +236,7 @@ mod tests {
     use super::*;
 
     fn task(reads: &[(u64, u64)], writes: &[(u64, u64)]) -> TaskRecord {
-        let acc = |v: &[(u64, u64)]| v.iter().map(|&(buffer, version)| Access { buffer, version }).collect();
-        TaskRecord {
-            id: 0,
-            kernel: "k".into(),
-            image: 0,
-            index: 0,
-            args: vec![],
-            worker: 1,
-            reads: acc(reads),
-            writes: acc(writes),
-            start_s: 0.0,
-            end_s: 0.0,
-            kernel_s: 0.0,
-            op: task_graph::Op::Kernel,
-            allocs: Vec::new(),
-        }
+        crate::testing::kernel_task(1, crate::testing::accesses(reads), crate::testing::accesses(writes))
     }
 
     #[test]
