@@ -37,9 +37,13 @@
 //!   most `OMPCLUSTER_FT_BUDDY_MEMORY` bytes of buffers; the head's older copies count
 //!   against `OMPCLUSTER_FT_RETAIN` as before.
 
-use super::*;
+use super::{Cluster, Result};
+use crate::data::HEAD;
+use event_system::Liveness;
+use event_system::protocol::Region;
 use ft_handler::buddy::{BuddyPolicy, Candidate};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 pub use run_report::BuddyStats;
 
@@ -68,8 +72,8 @@ impl Cluster {
             // The copies just made let the record forget what came before them: pruned here,
             // off the offloading threads' path (see `Cluster::maybe_prune`), like a region,
             // under the gate's read side.
-            let _busy = self.buddy_busy.lock();
-            let _gate = self.ft.enter();
+            let _busy = self.tolerance.buddy_busy.lock();
+            let _gate = self.tolerance.ft.enter();
             if self.check_running().is_ok() {
                 self.prune();
             }
@@ -85,7 +89,7 @@ impl Cluster {
     /// batches from one worker at a time.
     fn buddy_pass(&self, policy: &BuddyPolicy) {
         let (mut head_bytes, todo) = {
-            let bufs = self.buffers.lock();
+            let bufs = self.ledger.buffers.lock();
             let mut head_bytes = 0;
             let mut todo = Vec::new();
             for b in bufs.iter() {
@@ -95,7 +99,7 @@ impl Cluster {
                 if b.deleted || b.version <= b.pristine_version() || b.holders.is_empty() || b.holders.contains(&HEAD) {
                     continue;
                 }
-                if self.ckpt.as_ref().is_some_and(|c| c.holds(b.id, b.version)) {
+                if self.durability.ckpt.as_ref().is_some_and(|c| c.holds(b.id, b.version)) {
                     continue;
                 }
                 let lag = b.version - b.version_on(HEAD).unwrap_or(0);
@@ -127,14 +131,14 @@ impl Cluster {
     /// clean copy, as many as the policy's batch takes. Returns how many it copied.
     fn buddy_batch(&self, policy: &BuddyPolicy, todo: &mut std::collections::VecDeque<Candidate>, head_bytes: &mut u64) -> Result<usize> {
         // Shutdown waits for a batch in progress (its MPI calls) before it stops the workers.
-        let _busy = self.buddy_busy.lock();
-        let _gate = self.ft.enter();
+        let _busy = self.tolerance.buddy_busy.lock();
+        let _gate = self.tolerance.ft.enter();
         self.check_running()?;
         // (candidate, version, region)
         let mut picked: Vec<(Candidate, u64, Region)> = Vec::new();
         let mut src = None;
         {
-            let mut bufs = self.buffers.lock();
+            let mut bufs = self.ledger.buffers.lock();
             let mut skipped = std::collections::VecDeque::new();
             let mut bytes = 0u64;
             while let Some(c) = todo.pop_front() {
@@ -153,7 +157,7 @@ impl Cluster {
                     continue;
                 }
                 let v = b.version;
-                let clean = |r: &i32| *r != HEAD && !self.live.is_dead(*r) && b.clean_copy(*r, v) && !b.holding.contains_key(r) && !b.incoming.contains(r);
+                let clean = |r: &i32| *r != HEAD && !self.link.live.is_dead(*r) && b.clean_copy(*r, v) && !b.holding.contains_key(r) && !b.incoming.contains(r);
                 let from = match src {
                     Some(s) if clean(&s) => s,
                     // Another worker's: for a later batch.
@@ -162,14 +166,14 @@ impl Cluster {
                         continue;
                     }
                     Some(_) => continue,
-                    None => match b.holders.iter().copied().filter(clean).min_by_key(|&r| self.in_flight[r as usize].load(Ordering::Relaxed)) {
+                    None => match b.holders.iter().copied().filter(clean).min_by_key(|&r| self.offload.in_flight[r as usize].load(Ordering::Relaxed)) {
                         Some(r) => r,
                         None => continue,
                     },
                 };
                 if !b.backed.contains(&HEAD) {
                     if !policy.admits(*head_bytes, b.span) {
-                        self.buddy_stats.lock().over_budget += 1;
+                        self.tolerance.buddy_stats.lock().over_budget += 1;
                         continue;
                     }
                     *head_bytes += b.span;
@@ -186,13 +190,13 @@ impl Cluster {
         let t0 = Instant::now();
         let regions: Vec<Region> = picked.iter().map(|p| p.2).collect();
         let fetched = self.fetch_many(&regions, src);
-        let mut bufs = self.buffers.lock();
+        let mut bufs = self.ledger.buffers.lock();
         for (c, ..) in &picked {
             if let Some(b) = bufs.get_mut(c.key).filter(|b| b.id == c.id) {
                 b.buddy_reading = None;
             }
         }
-        self.moved.notify_all();
+        self.ledger.moved.notify_all();
         let fetched = fetched?;
         let mut copied = 0;
         let mut copied_bytes = 0;
@@ -220,7 +224,7 @@ impl Cluster {
             self.log(format_args!("BUDDY buffer {} version {} copied from {src} to the head ({} bytes)", c.id, version, region.size));
         }
         drop(bufs);
-        let mut s = self.buddy_stats.lock();
+        let mut s = self.tolerance.buddy_stats.lock();
         s.copies += copied as u64;
         s.bytes += copied_bytes;
         s.seconds += t0.elapsed().as_secs_f64();

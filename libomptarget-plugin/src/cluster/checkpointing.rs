@@ -1,6 +1,15 @@
 //! Taking a consistent checkpoint: the pause, the plan of who saves what, and the collection
 //! of the savers' answers in the background (design note in `crate::checkpoint`).
-use super::*;
+use super::{link, Cluster, ClusterError, Result};
+use crate::checkpoint::{Checkpointer, SaveItem};
+use crate::data::HEAD;
+use event_system::protocol::{Event, Region, Reply};
+use ft_handler::State;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+use timeline::Cat;
 
 impl Cluster {
     /// Have worker `w` read a checkpointed version (`rec` says where it is) straight into its
@@ -9,16 +18,16 @@ impl Cluster {
     pub(super) fn post_restore(&self, w: i32, region: Region, rec: &ckpt_veloc::RegionRecord) -> Result<i32> {
         self.inject_due(|t| *t == crate::inject::Trigger::DuringRestore);
         let record = serde_json::to_vec(rec).map_err(|e| ClusterError::Worker { rank: w, msg: format!("cannot encode a checkpoint record: {e}") })?;
-        self.post(w, Event::Restore { region, record })
+        self.link.post(w, Event::Restore { region, record })
     }
 
     /// The answer to [`Cluster::post_restore`]: `Ok(Err(why))` if the copy is unusable
     /// (damaged, missing: the worker checked it against its checksum).
     pub(super) fn restored(&self, w: i32, tag: i32) -> Result<std::result::Result<(), String>> {
-        match self.comm.recv_msg::<Reply>(w, tag, self.live.as_ref())? {
+        match self.link.comm.recv_msg::<Reply>(w, tag, self.link.live.as_ref())? {
             Reply::Ok => Ok(Ok(())),
             Reply::Error(why) => Ok(Err(why)),
-            other => Err(self.unexpected(w, other)),
+            other => Err(link::unexpected(w, other)),
         }
     }
 
@@ -26,7 +35,7 @@ impl Cluster {
     /// until it is published. Nothing while fast-forwarding (versions no rank holds cannot
     /// be saved: a resume of this job starts from the checkpoint this one resumed from).
     pub(crate) fn final_checkpoint(&self) {
-        let Some(cp) = &self.ckpt else { return };
+        let Some(cp) = &self.durability.ckpt else { return };
         if self.fast_forward() {
             eprintln!("ompcluster: SIGTERM while fast-forwarding a resumed job: no final checkpoint");
             return;
@@ -42,14 +51,14 @@ impl Cluster {
     pub(super) fn checkpoint(&self, cp: &Checkpointer, force: bool) {
         let t0 = Instant::now();
         let traced = self.trace_now();
-        let gate = self.ft.exclusive(State::Checkpointing);
-        if !force && !cp.due(self.device_bytes.load(Ordering::Relaxed)) {
+        let gate = self.tolerance.ft.exclusive(State::Checkpointing);
+        if !force && !cp.due(self.ledger.device_bytes.load(Ordering::Relaxed)) {
             return; // another thread took it while we waited
         }
         // A failure not yet recovered from: no checkpoint now (a buffer whose only holders
         // died cannot be saved, and a checkpoint missing it would not be a consistent cut).
         // Recovery holds the gate next; the checkpoint is taken at the first request after it.
-        if !self.live.dead_ranks().is_subset(&self.ft.recovered()) {
+        if !self.link.live.dead_ranks().is_subset(&self.tolerance.ft.recovered()) {
             return;
         }
         let saved = cp.saved_versions();
@@ -57,9 +66,9 @@ impl Cluster {
         // The content keys of what it saves, for the log (`journal.rs`).
         let mut keys = Vec::new();
         {
-            let bufs = self.buffers.lock();
+            let bufs = self.ledger.buffers.lock();
             for b in bufs.iter().filter(|b| b.version > b.pristine_version() && saved.get(&b.id) != Some(&b.version)) {
-                if self.journal.is_some() {
+                if self.durability.journal.is_some() {
                     keys.push((b.id, b.addr, b.size, b.key));
                 }
                 match self.current_holder(b) {
@@ -76,15 +85,15 @@ impl Cluster {
             return;
         }
         let ckpt = cp.begin();
-        if let Some(j) = &self.journal {
+        if let Some(j) = &self.durability.journal {
             // Every request before the pause has completed: its entries go with this checkpoint.
-            j.cut(ckpt, self.start.elapsed().as_secs_f64(), self.graph.lock().recorded(), keys);
+            j.cut(ckpt, self.meter.start.elapsed().as_secs_f64(), self.ledger.graph.lock().recorded(), keys);
         }
         let mut posted = Vec::new();
         let mut post_failed = None;
         for (&r, items) in plan.iter().filter(|(&r, _)| r != HEAD) {
             let regions = items.iter().map(|&(id, addr, size, _)| (id, Region { addr, size })).collect();
-            match self.post(r, Event::Checkpoint { ckpt, regions }) {
+            match self.link.post(r, Event::Checkpoint { ckpt, regions }) {
                 Ok(tag) => posted.push((r, tag)),
                 Err(e) => {
                     // This checkpoint fails; the workers already told still answer, and the
@@ -102,10 +111,10 @@ impl Cluster {
             let bytes: u64 = items.iter().map(|&(_, _, size, _)| size).sum();
             vec![("buffers", json!(items.len())), ("bytes", json!(bytes))]
         });
-        let (comm, live, trace) = (self.comm.clone(), self.live.clone(), self.trace.clone());
+        let (comm, live, trace) = (self.link.comm.clone(), self.link.live.clone(), self.meter.trace.clone());
         let paused = self.trace_now();
         self.log(format_args!("CHECKPOINT {ckpt}: {} regions, pause {:.3} ms", items.len(), pause.as_secs_f64() * 1e3));
-        cp.end_pause(ckpt, &items, head_items, pause, self.journal.clone(), move |own_flush, saved| {
+        cp.end_pause(ckpt, &items, head_items, pause, self.durability.journal.clone(), move |own_flush, saved| {
             // Each worker answers twice on its tag: saved (Ok), then flushed (Flushed). Every
             // answer is collected, even after a failure, so that none is left behind.
             let mut failed = post_failed;

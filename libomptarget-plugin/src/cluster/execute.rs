@@ -77,7 +77,7 @@ impl Cluster {
             send_back: run.send_back,
             streams: StdStream::in_args(run.args),
         };
-        let tag = self.post(w, event)?;
+        let tag = self.link.post(w, event)?;
         Ok(Posted { tag, ..posted })
     }
 
@@ -85,7 +85,7 @@ impl Cluster {
     /// the run printed (unless it is quiet).
     pub(super) fn await_executed(&self, p: Posted) -> Result<Executed> {
         let w = p.rank;
-        let (changed, pointers, seconds, patches, output, errors, allocated, freed, returned) = match self.comm.recv_msg::<Reply>(w, p.tag, self.live.as_ref())? {
+        let (changed, pointers, seconds, patches, output, errors, allocated, freed, returned) = match self.link.comm.recv_msg::<Reply>(w, p.tag, self.link.live.as_ref())? {
             Reply::Executed { changed, pointers, seconds, patches, output, errors, allocated, freed, returned } => {
                 (changed, pointers, seconds, patches, output, errors, allocated, freed, returned)
             }
@@ -109,7 +109,7 @@ impl Cluster {
                 event_system::write_all(2, &errors);
             }
             // Kept for the log only (`journal.rs`).
-            if self.journal.is_some() {
+            if self.durability.journal.is_some() {
                 (output, errors)
             } else {
                 (Vec::new(), Vec::new())
@@ -121,7 +121,7 @@ impl Cluster {
             let mut bytes = vec![0u8; p.sizes[i] as usize];
             // SAFETY: `bytes` has `sizes[i]` writable bytes, leaked if the peer died (MPI may
             // still write them).
-            let got = unsafe { self.comm.recv_bytes(w, p.tag, bytes.as_mut_ptr(), bytes.len(), self.live.as_ref()) };
+            let got = unsafe { self.link.comm.recv_bytes(w, p.tag, bytes.as_mut_ptr(), bytes.len(), self.link.live.as_ref()) };
             if let Err(e) = got {
                 std::mem::forget(bytes);
                 return Err(e.into());
@@ -140,7 +140,7 @@ impl Cluster {
         if errors.is_empty() {
             return Vec::new();
         }
-        let mut said = self.omp_said.lock();
+        let mut said = self.offload.omp_said.lock();
         let mut keep_hints = true;
         errors
             .split_inclusive(|&b| b == b'\n')

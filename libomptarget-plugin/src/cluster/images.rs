@@ -1,5 +1,9 @@
 //! Device images: every worker loads each image at the same address of the symmetric heap.
-use super::*;
+use super::{Cluster, ClusterError, ImageSource, ImageTables, Kernel, Result};
+use crate::data::HEAD;
+use event_system::protocol::{Event, Region};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 impl Cluster {
     /// Send a device image to every worker and build libomptarget's entry table.
@@ -13,7 +17,7 @@ impl Cluster {
     /// `entries` are the image's offload entries (names valid for the program's lifetime).
     pub(crate) fn load_binary(&self, image: &[u8], entries: &[crate::ctypes::OffloadEntry]) -> Result<*mut crate::ctypes::TargetTable> {
         let _gate = self.enter()?;
-        let mut images = self.images.lock();
+        let mut images = self.offload.images.lock();
         let idx = images.len() as u32;
         let elf = event_system::elf::ElfImage::parse(image).map_err(|e| ClusterError::BadImage(e.to_string()))?;
         let data = elf.writable_data().map_err(|e| ClusterError::BadImage(e.to_string()))?;
@@ -30,7 +34,7 @@ impl Cluster {
                 return Err(ClusterError::BadImage(format!("global {name} is not in the image's dynamic symbol table")));
             }
         }
-        let base = self.buffers.lock().reserve_image(extent)?;
+        let base = self.ledger.buffers.lock().reserve_image(extent)?;
         let image_key = crate::journal::key::of_image(image);
         for (i, e) in table_entries.iter_mut().enumerate() {
             let name = e.name_str().expect("checked above");
@@ -44,14 +48,14 @@ impl Cluster {
                 globals += 1;
             }
         }
-        let workers: Vec<i32> = self.workers().collect();
+        let workers: Vec<i32> = self.link.workers().collect();
         let mut tags = Vec::new();
         for &w in &workers {
             let sent = self
-                .post(w, Event::LoadBinary { image: idx, size: image.len() as u64, base, extent, kernels: kernels.clone() })
+                .link.post(w, Event::LoadBinary { image: idx, size: image.len() as u64, base, extent, kernels: kernels.clone() })
                 .and_then(|tag| {
                     // SAFETY: `image` is the device image libomptarget keeps alive for the program.
-                    unsafe { self.comm.send_bytes(w, tag, image.as_ptr(), image.len(), self.live.as_ref())? };
+                    unsafe { self.link.comm.send_bytes(w, tag, image.as_ptr(), image.len(), self.link.live.as_ref())? };
                     Ok(tag)
                 });
             match sent {
@@ -61,13 +65,13 @@ impl Cluster {
         }
         let mut loaded = Vec::new();
         for (w, tag) in tags {
-            match self.expect_ok(w, tag) {
+            match self.link.expect_ok(w, tag) {
                 Ok(()) => loaded.push(w),
                 Err(e) => self.unless_dead(e)?,
             }
         }
         let source = ImageSource {
-            bytes: self.recovery.then(|| image.into()),
+            bytes: self.tolerance.recovery.then(|| image.into()),
             base,
             extent,
             kernels: kernels.clone(),
@@ -77,7 +81,7 @@ impl Cluster {
             // The head runs the regions itself: it loads the image here too.
             if let Some((start, end)) = data {
                 // Loading gives it its initial data (version 1) here.
-                let mut bufs = self.buffers.lock();
+                let mut bufs = self.ledger.buffers.lock();
                 let b = bufs.add_image_data(base + start, end - start, idx);
                 b.version = 1;
                 b.key = crate::journal::key::image(image_key, b.addr, b.size);
@@ -89,7 +93,7 @@ impl Cluster {
             // Every worker now holds the loaded image's initial data (after its constructors,
             // which are deterministic: the same on every worker).
             let addr = base + start;
-            let mut bufs = self.buffers.lock();
+            let mut bufs = self.ledger.buffers.lock();
             let b = bufs.add_image_data(addr, end - start, idx);
             b.version = 1;
             b.key = crate::journal::key::image(image_key, b.addr, b.size);
@@ -108,7 +112,7 @@ impl Cluster {
             image.len(),
             kernels.len()
         ));
-        self.kernels.write().extend(new_kernels);
+        self.offload.kernels.write().extend(new_kernels);
         let begin = table_entries.as_mut_ptr();
         // SAFETY: one past the end of the same boxed slice.
         let end = unsafe { begin.add(table_entries.len()) };
@@ -127,7 +131,7 @@ impl Cluster {
             let got = unsafe { self.retrieve_into(Region { addr, size }, w, addr as *mut u8) };
             match got {
                 Ok(()) => {
-                    self.buffers.lock().add_holder(addr, HEAD);
+                    self.ledger.buffers.lock().add_holder(addr, HEAD);
                     return Ok(());
                 }
                 Err(e) => self.unless_dead(e)?,
@@ -139,7 +143,7 @@ impl Cluster {
     /// `Ok` if `e` says a rank died while recovery is on (the rank is fenced and the handler
     /// told; the caller goes on without it), else `Err(e)`.
     pub(super) fn unless_dead(&self, e: ClusterError) -> Result<()> {
-        match self.recovery.then(|| self.dead_peer(&e)).flatten() {
+        match self.tolerance.recovery.then(|| self.dead_peer(&e)).flatten() {
             Some(_) => Ok(()),
             None => Err(e),
         }

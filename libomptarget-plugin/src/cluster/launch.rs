@@ -16,9 +16,18 @@
 //! buffer in two copies, which are merged, or one of which is undone and run again
 //! (`merge.rs`).
 use super::execute::Execute;
-use super::merge::{needs_merge, Run, Snap};
-use super::*;
-use event_system::protocol::MAX_SEND_BACK;
+use super::merge::{Run, Snap, needs_merge};
+use super::{Cluster, ClusterError, Executed, Kernel, Result, SHORT_KERNEL_NS, resume};
+use crate::data::{Buffer, Buffers, HEAD, PointsTo};
+use event_system::protocol::{FoundPointers, MAX_SEND_BACK, Patch, Region};
+use rustc_hash::FxHashMap as HashMap;
+use scheduler::Candidate;
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+use task_graph::{Access, TaskRecord};
+use timeline::Cat;
 
 /// What the runs of one kernel changed so far: the arguments whose buffers changed (an
 /// [`arg_mask`]), and whether it changed a buffer it reaches otherwise (its image's globals
@@ -50,7 +59,7 @@ impl Cluster {
     pub(crate) fn launch(&self, entry: usize, args: &[u64], begins: &[u64], hosts: &[u64], mapped_from: &[bool]) -> Result<()> {
         if self.fast_forward() {
             // A resumed job: the log may hold this region (`resume.rs`).
-            let kernel = self.kernels.read().get(&entry).cloned().ok_or(ClusterError::UnknownKernel(entry))?;
+            let kernel = self.offload.kernels.read().get(&entry).cloned().ok_or(ClusterError::UnknownKernel(entry))?;
             if let resume::Skip::Done = self.skip_launch(&kernel, args, begins, hosts)? {
                 return Ok(());
             }
@@ -70,8 +79,8 @@ impl Cluster {
 
     fn launch_once(&self, entry: usize, args: &[u64], begins: &[u64], hosts: &[u64], mapped_from: &[bool]) -> Result<()> {
         let _gate = self.enter()?;
-        let t0 = self.start.elapsed().as_secs_f64();
-        let kernel = self.kernels.read().get(&entry).cloned().ok_or(ClusterError::UnknownKernel(entry))?;
+        let t0 = self.meter.start.elapsed().as_secs_f64();
+        let kernel = self.offload.kernels.read().get(&entry).cloned().ok_or(ClusterError::UnknownKernel(entry))?;
         // What can it reach, where is it, and where must it run? Placement and the marking of
         // the buffers it writes happen under one lock, so two concurrent writers of a buffer
         // always see each other.
@@ -80,7 +89,7 @@ impl Cluster {
         // How long a run waits for this kernel's first run to teach what it writes.
         let learn_until = Instant::now() + LEARNING_WAIT;
         let (w, reach, assume_written, marked, reach_args, learning, task_key) = {
-            let mut bufs = self.buffers.lock();
+            let mut bufs = self.ledger.buffers.lock();
             loop {
                 // A run of a kernel whose write set is unknown marks everything it reaches as
                 // written, and every other run reaching any of it (its image's data: all of
@@ -88,7 +97,7 @@ impl Cluster {
                 // until it is done, the others wait, a bounded time (a region may wait on
                 // another one running at the same time).
                 if kernel.learning.load(Ordering::Relaxed) > 0 && Instant::now() < learn_until {
-                    self.moved.wait_until(&mut bufs, learn_until);
+                    self.ledger.moved.wait_until(&mut bufs, learn_until);
                     continue;
                 }
                 let history = *kernel.writes.lock();
@@ -128,7 +137,7 @@ impl Cluster {
                                 rank: w,
                                 missing_bytes: missing.clone().map(|(b, ..)| b.size).sum(),
                                 missing_buffers: missing.count() as u32,
-                                in_flight: self.in_flight[w as usize].load(Ordering::Relaxed),
+                                in_flight: self.offload.in_flight[w as usize].load(Ordering::Relaxed),
                             }
                         })
                         .collect();
@@ -138,7 +147,7 @@ impl Cluster {
                     if wait {
                         None
                     } else {
-                        let w = self.sched.choose(&candidates).ok_or(ClusterError::NoWorker)?;
+                        let w = self.offload.sched.choose(&candidates).ok_or(ClusterError::NoWorker)?;
                         let reach: Vec<(u64, u64, u64, u64)> = reached.iter().map(|(b, ..)| (b.addr, b.size, b.id, b.version)).collect();
                         let reach_args: Vec<u64> = reached.iter().map(|&(_, m, _)| m).collect();
                         // The buffers it may write (see `WriteSet`).
@@ -151,12 +160,12 @@ impl Cluster {
                             .collect();
                         let assume_written: Vec<bool> = reached.iter().map(|&(.., from)| from).collect();
                         // Its content key, for the log (`journal.rs`).
-                        let task_key = self.keyed.then(|| kernel.region_key(args, reached.iter().map(|(b, ..)| *b)));
+                        let task_key = self.durability.keyed.then(|| kernel.region_key(args, reached.iter().map(|(b, ..)| *b)));
                         Some((w, reach, assume_written, may_write, reach_args, task_key))
                     }
                 };
                 let Some((w, reach, assume_written, may_write, reach_args, task_key)) = placed else {
-                    self.moved.wait(&mut bufs);
+                    self.ledger.moved.wait(&mut bufs);
                     continue;
                 };
                 for ((a, ..), m) in reach.iter().zip(&may_write) {
@@ -174,9 +183,9 @@ impl Cluster {
                 break (w, reach, assume_written, may_write, reach_args, learning, task_key);
             }
         };
-        self.in_flight[w as usize].fetch_add(1, Ordering::Relaxed);
-        if let Some(waker) = &self.waker {
-            let running: u32 = self.in_flight.iter().map(|n| n.load(Ordering::Relaxed)).sum();
+        self.offload.in_flight[w as usize].fetch_add(1, Ordering::Relaxed);
+        if let Some(waker) = &self.offload.waker {
+            let running: u32 = self.offload.in_flight.iter().map(|n| n.load(Ordering::Relaxed)).sum();
             waker.nudge(running < self.targets().count() as u32);
         }
         // The buffers it maps `from` that libomptarget retrieved after its earlier runs come
@@ -190,7 +199,7 @@ impl Cluster {
             .collect();
         let mut snaps = Vec::new();
         let result = self.run_on(w, &kernel, args, &reach, assume_written.clone(), send_back, &mut snaps);
-        self.in_flight[w as usize].fetch_sub(1, Ordering::Relaxed);
+        self.offload.in_flight[w as usize].fetch_sub(1, Ordering::Relaxed);
         // The kernel is done with its copies (`changed`: which it changed; all, if unknown).
         // Returns the buffers the program deleted meanwhile that no region uses any more.
         // Called once on every path, under the `buffers` lock, and followed by a wake-up.
@@ -218,8 +227,8 @@ impl Cluster {
         if result.is_err() {
             // A kernel that never started (no snapshot taken) changed nothing.
             let unchanged = vec![false; reach.len()];
-            let deleted = release_writes(&mut self.buffers.lock(), snaps.is_empty().then_some(&unchanged[..]));
-            self.moved.notify_all();
+            let deleted = release_writes(&mut self.ledger.buffers.lock(), snaps.is_empty().then_some(&unchanged[..]));
+            self.ledger.moved.notify_all();
             self.finish_deletes(deleted)?;
         }
         let Executed { changed, pointers, seconds: kernel_s, patches, allocated, freed, traced, returned, output, errors } = result?;
@@ -256,11 +265,11 @@ impl Cluster {
         {
             let mut first = true;
             let mut bufs = loop {
-                let mut bufs = self.buffers.lock();
+                let mut bufs = self.ledger.buffers.lock();
                 if std::mem::take(&mut first) {
                     self.ended(&mut bufs, w, &reach, &mut snaps);
                     // Merges may wait for it to end.
-                    self.moved.notify_all();
+                    self.ledger.moved.notify_all();
                 }
                 let unmerged = reach.iter().zip(&changed).enumerate().any(|(i, (&(addr, _, _, version), c))| {
                     *c && !merged.contains(&i)
@@ -273,8 +282,8 @@ impl Cluster {
                 match self.merge_concurrent_changes(&Run { w, reach: &reach, changed: &changed, snaps: &snaps }, &kernel, &patches, &merged) {
                     Ok(m) => merged.extend(m),
                     Err(e) => {
-                        let deleted = release_writes(&mut self.buffers.lock(), Some(&changed));
-                        self.moved.notify_all();
+                        let deleted = release_writes(&mut self.ledger.buffers.lock(), Some(&changed));
+                        self.ledger.moved.notify_all();
                         self.finish_deletes(deleted)?;
                         return Err(e);
                     }
@@ -350,7 +359,7 @@ impl Cluster {
                         // The head keeps no version of it (over the retention budget): give
                         // the staged copy's memory back (it stays mapped).
                         self.before_changing_staged(addr);
-                        let _ = self.heap.discard(addr, span);
+                        let _ = self.offload.heap.discard(addr, span);
                     }
                     writes.push(Access { buffer: id, version: v });
                     logged.push(addr);
@@ -383,7 +392,7 @@ impl Cluster {
                 reads,
                 writes,
                 start_s: t0,
-                end_s: self.start.elapsed().as_secs_f64(),
+                end_s: self.meter.start.elapsed().as_secs_f64(),
                 kernel_s,
                 op: task_graph::Op::Kernel,
                 allocs,
@@ -393,16 +402,16 @@ impl Cluster {
             // them in record order). Not with image data to merge: the versions that makes
             // come later, and it is recorded after them (below).
             if merges.is_empty() {
-                done = self.graph.lock().record(record);
+                done = self.ledger.graph.lock().record(record);
                 unrecorded = None;
             } else {
                 done = 0;
                 unrecorded = Some(record);
             }
         }
-        self.moved.notify_all();
+        self.ledger.moved.notify_all();
         if !unlearn.is_empty() {
-            let kernels = self.kernels.read();
+            let kernels = self.offload.kernels.read();
             for (e, m) in unlearn {
                 if let Some(k) = kernels.get(&e) {
                     k.send_back.fetch_and(!m, Ordering::Relaxed);
@@ -414,19 +423,19 @@ impl Cluster {
                 // SAFETY: `bytes` is a readable local vector; the gate is held (`_gate`).
                 unsafe { self.submit_inner(addr + off, bytes.as_ptr(), bytes.len() as u64)? };
             }
-            if let (Some(b), Some(r)) = (self.buffers.lock().get(addr), unrecorded.as_mut()) {
+            if let (Some(b), Some(r)) = (self.ledger.buffers.lock().get(addr), unrecorded.as_mut()) {
                 r.writes.push(Access { buffer: b.id, version: b.version });
             }
             self.log(format_args!("MERGE image data {addr:#x}: changes of {} on {w} applied to the current copies", kernel.name));
         }
-        self.sched.task_finished(kernel_s);
+        self.offload.sched.task_finished(kernel_s);
         kernel.last_ns.store((kernel_s * 1e9) as u64, Ordering::Relaxed);
-        self.stats.add_task(w);
+        self.meter.stats.add_task(w);
         let done = match unrecorded {
-            Some(r) => self.graph.lock().record(r),
+            Some(r) => self.ledger.graph.lock().record(r),
             None => done,
         };
-        if let (Some(t), Some((sent, replied))) = (&self.trace, traced) {
+        if let (Some(t), Some((sent, replied))) = (&self.meter.trace, traced) {
             let args = vec![("task", json!(done)), ("kernel_us", json!(kernel_s * 1e6)), ("buffers", json!(reach.len()))];
             t.span_at(Cat::Kernel, w, kernel.name.clone(), sent, replied - sent, args);
         }
@@ -439,7 +448,7 @@ impl Cluster {
         self.maybe_prune();
         self.inject_due(|t| matches!(t, crate::inject::Trigger::AfterTasks(n) if *n <= done + 1));
         if self.cfg.verbose {
-            let took = self.start.elapsed().as_secs_f64() - t0;
+            let took = self.meter.start.elapsed().as_secs_f64() - t0;
             self.log(format_args!("EXECUTE {} on {w}: {:.3} ms in kernel, {:.3} ms total", kernel.name, kernel_s * 1e3, took * 1e3));
         }
         Ok(())
@@ -466,9 +475,9 @@ impl Cluster {
         // It starts once no merge holds a copy it uses, and counts as running on them until
         // it is done (see `Buffer::running`).
         {
-            let mut bufs = self.buffers.lock();
+            let mut bufs = self.ledger.buffers.lock();
             while reach.iter().any(|(a, ..)| bufs.get(*a).is_some_and(|b| b.holding.contains_key(&w) || b.buddy_reading == Some(w))) {
-                self.moved.wait(&mut bufs);
+                self.ledger.moved.wait(&mut bufs);
             }
             // The version each copy holds now (a newer one than at placement, if one was
             // made meanwhile). A merge may also have taken changes of this worker's copy
@@ -506,8 +515,8 @@ impl Cluster {
         let run = Execute { image: kernel.image, kernel: kernel.index, args, regions, assume_written, send_back, replay: Vec::new(), short, quiet: false };
         let ran = self.execute(w, run);
         if ran.is_err() {
-            self.ended(&mut self.buffers.lock(), w, reach, snaps);
-            self.moved.notify_all();
+            self.ended(&mut self.ledger.buffers.lock(), w, reach, snaps);
+            self.ledger.moved.notify_all();
         }
         ran
     }
@@ -541,7 +550,7 @@ impl Cluster {
         reads: &mut Vec<Access>,
         writes: &mut Vec<Access>,
     ) -> Vec<(u64, u64)> {
-        let arena = self.heap.arena(w, self.comm.size());
+        let arena = self.offload.heap.arena(w, self.link.comm.size());
         let mut allocs = Vec::with_capacity(allocated.len());
         for al in allocated {
             let (addr, size, span) = (al.region.addr, al.region.size, al.span);
@@ -557,7 +566,7 @@ impl Cluster {
             reads.push(Access { buffer: id, version: 0 });
             writes.push(Access { buffer: id, version: v });
             allocs.push((addr, span));
-            self.device_bytes.fetch_add(size, Ordering::Relaxed);
+            self.ledger.device_bytes.fetch_add(size, Ordering::Relaxed);
             self.log(format_args!("DEVICE ALLOC {addr:#x} {size} bytes on {w}"));
         }
         allocs
@@ -567,7 +576,7 @@ impl Cluster {
     /// as the program's `omp_target_free` would.
     fn free_block(&self, w: i32, addr: u64) -> Result<()> {
         let block = |b: &Buffer| b.arena_of.is_some() && !b.deleted;
-        if !self.buffers.lock().get(addr).is_some_and(block) {
+        if !self.ledger.buffers.lock().get(addr).is_some_and(block) {
             // Freed twice, or by two regions at once: the program's bug, as on one device.
             eprintln!("ompcluster: device code on worker {w} freed {addr:#x}, which is no live device allocation: ignored");
             return Ok(());

@@ -1,5 +1,15 @@
 //! Memory requests: allocation, deletion, host submits and retrieves, device-to-device copies.
-use super::*;
+use super::{Cluster, ClusterError, Result};
+use crate::data::{Buffer, Buffers, HEAD, PointsTo};
+use event_system::Liveness;
+use event_system::comm::CommError;
+use event_system::protocol::{Event, Region};
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use task_graph::{Access, TaskRecord};
+use timeline::Cat;
 
 /// Deciding whether recovery may still re-run a task that read a deleted buffer walks the
 /// task record; it is worth it for the buffers a region maps for itself (a version or two),
@@ -19,8 +29,8 @@ impl Cluster {
     /// Allocate a device buffer.
     pub(crate) fn alloc(&self, size: u64, host: u64) -> Result<u64> {
         let _gate = self.enter()?;
-        let addr = self.buffers.lock().create(size, host)?.addr;
-        self.device_bytes.fetch_add(size, Ordering::Relaxed);
+        let addr = self.ledger.buffers.lock().create(size, host)?.addr;
+        self.ledger.device_bytes.fetch_add(size, Ordering::Relaxed);
         self.log(format_args!("ALLOC {addr:#x} {size} bytes"));
         Ok(addr)
     }
@@ -31,18 +41,18 @@ impl Cluster {
     /// reserved but never backed, instead of reading whatever the worker has at that address.
     pub(crate) fn alloc_host(&self, size: u64) -> Result<u64> {
         self.check_running()?;
-        let (addr, span) = self.buffers.lock().reserve_raw(size)?;
-        self.heap.back(addr, span)?;
-        self.host_allocs.lock().insert(addr, span);
+        let (addr, span) = self.ledger.buffers.lock().reserve_raw(size)?;
+        self.offload.heap.back(addr, span)?;
+        self.ledger.host_allocs.lock().insert(addr, span);
         self.log(format_args!("ALLOC_HOST {addr:#x} {size} bytes"));
         Ok(addr)
     }
 
     /// Free a device buffer, or host memory from [`Cluster::alloc_host`].
     pub(crate) fn delete(&self, addr: u64) -> Result<()> {
-        if let Some(span) = self.host_allocs.lock().remove(&addr) {
-            self.heap.release(addr, span)?;
-            self.buffers.lock().free_range(addr);
+        if let Some(span) = self.ledger.host_allocs.lock().remove(&addr) {
+            self.offload.heap.release(addr, span)?;
+            self.ledger.buffers.lock().free_range(addr);
             return Ok(());
         }
         if self.stopped.load(Ordering::Acquire) {
@@ -59,7 +69,7 @@ impl Cluster {
     /// ending at once must not delete one buffer twice, nor a new buffer at the same address).
     pub(super) fn remove_buffer(&self, addr: u64, only: impl Fn(&Buffer) -> bool) -> Result<()> {
         let (b, retire) = {
-            let mut bufs = self.buffers.lock();
+            let mut bufs = self.ledger.buffers.lock();
             match bufs.get(addr) {
                 None => return Err(ClusterError::UnknownAddress(addr)),
                 Some(b) if !only(b) => return Ok(()),
@@ -71,7 +81,7 @@ impl Cluster {
             }
             // A buddy copy reading one of its copies finishes first.
             while bufs.get(addr).is_some_and(|b| b.buddy_reading.is_some()) {
-                self.moved.wait(&mut bufs);
+                self.ledger.moved.wait(&mut bufs);
             }
             if bufs.get(addr).is_some_and(|b| !b.using.is_empty()) {
                 bufs.doom(addr);
@@ -85,20 +95,20 @@ impl Cluster {
             // only the range, to run again (say, to rebuild what device code allocated in it).
             let retire = self.retains()
                 && bufs.may_retain(b.span)
-                && (b.version_on(HEAD).is_some() || self.graph.lock().is_read(Access { buffer: b.id, version: 0 }))
+                && (b.version_on(HEAD).is_some() || self.ledger.graph.lock().is_read(Access { buffer: b.id, version: 0 }))
                 && self.reruns_may_read(&bufs, b.id, b.version, &mut { WALK_BUDGET });
             (b, retire)
         };
-        self.device_bytes.fetch_sub(b.size, Ordering::Relaxed);
-        if let Some(cp) = &self.ckpt {
+        self.ledger.device_bytes.fetch_sub(b.size, Ordering::Relaxed);
+        if let Some(cp) = &self.durability.ckpt {
             cp.forget(b.id);
         }
-        if let Some(j) = &self.journal {
+        if let Some(j) = &self.durability.journal {
             j.forget(b.id);
         }
         let region = Region { addr: b.addr, size: b.span };
-        for &r in b.backed.iter().filter(|&&r| r != HEAD && !self.live.is_dead(r)) {
-            match self.post(r, Event::Delete(region)) {
+        for &r in b.backed.iter().filter(|&&r| r != HEAD && !self.link.live.is_dead(r)) {
+            match self.link.post(r, Event::Delete(region)) {
                 // No reply is expected: a rank that died has no copy left to free.
                 Ok(_) | Err(ClusterError::Comm(CommError::PeerDead(_))) => {}
                 Err(e) => return Err(e),
@@ -106,7 +116,7 @@ impl Cluster {
         }
         let (id, version) = (b.id, b.version);
         if retire {
-            self.buffers.lock().retire(b);
+            self.ledger.buffers.lock().retire(b);
         } else {
             self.release_head_copy(&b)?;
         }
@@ -128,7 +138,7 @@ impl Cluster {
         version > MAX_VERSIONS_WALKED
             || (0..=version).any(|v| {
                 let a = Access { buffer: id, version: v };
-                self.graph.lock().is_read(a) && self.lineage_needs(bufs, a, budget)
+                self.ledger.graph.lock().is_read(a) && self.lineage_needs(bufs, a, budget)
             })
     }
 
@@ -142,9 +152,9 @@ impl Cluster {
             return Ok(());
         }
         let released: Vec<Buffer> = {
-            let mut bufs = self.buffers.lock();
+            let mut bufs = self.ledger.buffers.lock();
             let inputs: BTreeSet<u64> = {
-                let g = self.graph.lock();
+                let g = self.ledger.graph.lock();
                 (1..=version)
                     .filter_map(|v| g.producer(Access { buffer: id, version: v }))
                     .flat_map(|t| t.reads.iter().map(|r| r.buffer))
@@ -183,18 +193,18 @@ impl Cluster {
     pub(super) fn release_head_copy(&self, b: &Buffer) -> Result<()> {
         if b.backed.contains(&HEAD) {
             self.before_changing_staged(b.addr);
-            self.heap.release(b.addr, b.span)?;
+            self.offload.heap.release(b.addr, b.span)?;
         }
         match b.arena_of {
-            Some(owner) if owner != HEAD && !self.live.is_dead(owner) => {
-                match self.post(owner, Event::Reclaim(Region { addr: b.addr, size: b.span })) {
+            Some(owner) if owner != HEAD && !self.link.live.is_dead(owner) => {
+                match self.link.post(owner, Event::Reclaim(Region { addr: b.addr, size: b.span })) {
                     Ok(_) | Err(ClusterError::Comm(CommError::PeerDead(_))) => {}
                     Err(e) => return Err(e),
                 }
             }
             // The arena's rank is gone: the range is never given out again.
             Some(_) => {}
-            None => self.buffers.lock().free_range(b.addr),
+            None => self.ledger.buffers.lock().free_range(b.addr),
         }
         Ok(())
     }
@@ -202,7 +212,7 @@ impl Cluster {
     /// Wait until a checkpoint in progress has saved the head's staged copy of the buffer at
     /// `addr` (if it is saving it): call before changing or freeing that copy.
     pub(super) fn before_changing_staged(&self, addr: u64) {
-        if let Some(cp) = &self.ckpt {
+        if let Some(cp) = &self.durability.ckpt {
             cp.head_pending.wait(addr);
         }
     }
@@ -225,11 +235,11 @@ impl Cluster {
         }
         let Some(b) = bufs.get(addr).filter(|b| b.backed.contains(&HEAD)) else { return };
         let Some(version) = b.version_on(HEAD).filter(|&v| v > 0) else { return };
-        if replaced_by.is_some_and(|to| to > version && self.graph.lock().feeds_only_itself(b.id, version, to)) {
+        if replaced_by.is_some_and(|to| to > version && self.ledger.graph.lock().feeds_only_itself(b.id, version, to)) {
             return;
         }
         let a = Access { buffer: b.id, version };
-        if bufs.kept(a).is_some() || self.ckpt.as_ref().is_some_and(|c| c.holds(a.buffer, version)) || !self.lineage_needs(bufs, a, &mut { u64::MAX }) {
+        if bufs.kept(a).is_some() || self.durability.ckpt.as_ref().is_some_and(|c| c.holds(a.buffer, version)) || !self.lineage_needs(bufs, a, &mut { u64::MAX }) {
             return;
         }
         // SAFETY: the head backed this copy; nobody changes it while the buffer lock is held
@@ -252,15 +262,15 @@ impl Cluster {
         let is_root = |w: Access| {
             w.buffer != a.buffer
                 && bufs.by_id(w.buffer).is_some_and(|b| b.version == w.version && bufs.get(b.addr).is_some_and(|l| l.id == b.id))
-                && !self.ckpt.as_ref().is_some_and(|c| c.holds(w.buffer, w.version))
+                && !self.durability.ckpt.as_ref().is_some_and(|c| c.holds(w.buffer, w.version))
         };
-        self.graph.lock().feeds(a, &is_root, budget)
+        self.ledger.graph.lock().feeds(a, &is_root, budget)
     }
 
     pub(super) fn stage_on_head(&self, bufs: &mut Buffers, addr: u64) -> Result<()> {
         let b = bufs.get_mut(addr).expect("caller holds a live buffer");
         if !b.backed.contains(&HEAD) {
-            self.heap.back(b.addr, b.span)?;
+            self.offload.heap.back(b.addr, b.span)?;
             b.backed.insert(HEAD);
         }
         Ok(())
@@ -289,12 +299,12 @@ impl Cluster {
         if len == 0 {
             return Ok(());
         }
-        let (lo, hi) = (self.heap.base(), self.heap.end());
+        let (lo, hi) = (self.offload.heap.base(), self.offload.heap.end());
         // SAFETY: the caller guarantees `host..host+len` is readable until we return.
         let scan = || PointsTo::from(unsafe { event_system::protocol::scan_pointers(host, len as usize, lo, hi) });
         // SAFETY: forwarded contract (readable host bytes).
         let (addr, targets, whole, found) = unsafe { self.submit_bytes(tgt, host, len, scan)? };
-        let mut bufs = self.buffers.lock();
+        let mut bufs = self.ledger.buffers.lock();
         let mut made = None;
         if let Some(b) = bufs.get_mut(addr) {
             // The write is done and becomes a version under this lock (see `host_writes`).
@@ -308,7 +318,7 @@ impl Cluster {
             }
             let before = Access { buffer: b.id, version: b.version };
             // Its content key: the old one plus these bytes (`journal.rs`).
-            let key = self.keyed.then(|| {
+            let key = self.durability.keyed.then(|| {
                 // SAFETY: the caller guarantees `host..host+len` is readable.
                 crate::journal::key::submit(b.key, tgt - addr, unsafe { std::slice::from_raw_parts(host, len as usize) })
             });
@@ -337,8 +347,8 @@ impl Cluster {
     /// Record an operation other than a kernel that made version `made` on `worker` from
     /// `reads` (see [`task_graph::Op`]), so that recovery can replay it.
     pub(super) fn record_op(&self, what: &str, worker: i32, reads: Vec<Access>, made: Access, op: task_graph::Op) {
-        let t = self.start.elapsed().as_secs_f64();
-        self.graph.lock().record(TaskRecord {
+        let t = self.meter.start.elapsed().as_secs_f64();
+        self.ledger.graph.lock().record(TaskRecord {
             id: 0,
             kernel: what.into(),
             image: 0,
@@ -371,11 +381,11 @@ impl Cluster {
         scan: impl FnOnce() -> PointsTo,
     ) -> Result<(u64, Vec<i32>, bool, PointsTo)> {
         let (addr, targets, whole) = {
-            let mut bufs = self.buffers.lock();
+            let mut bufs = self.ledger.buffers.lock();
             // A buddy copy reading a worker's copy this submit may write: let it finish first
             // (see `buddy.rs`).
             while bufs.containing_range(tgt, len).is_some_and(|b| b.buddy_reading.is_some()) {
-                self.moved.wait(&mut bufs);
+                self.ledger.moved.wait(&mut bufs);
             }
             let b = bufs.containing_range(tgt, len).ok_or(ClusterError::UnknownAddress(tgt))?;
             let addr = b.addr;
@@ -421,10 +431,10 @@ impl Cluster {
         if sent.is_err() && targets.contains(&HEAD) && head_copy.is_none() {
             // The head's copy already has the new bytes, but the submit did not happen: it
             // holds no recorded version any more.
-            self.buffers.lock().drop_copy(addr, HEAD);
+            self.ledger.buffers.lock().drop_copy(addr, HEAD);
         }
         if sent.is_err() && targets.iter().any(|&r| r != HEAD) {
-            if let Some(b) = self.buffers.lock().get_mut(addr) {
+            if let Some(b) = self.ledger.buffers.lock().get_mut(addr) {
                 b.host_writes -= 1;
             }
         }
@@ -474,8 +484,8 @@ impl Cluster {
                 if found.is_none() {
                     *found = f;
                 }
-                self.expect_ok(r, tag)?;
-                self.stats.add_submitted(len);
+                self.link.expect_ok(r, tag)?;
+                self.meter.stats.add_submitted(len);
                 self.trace(t, Cat::Submit, r, "submit", || vec![("bytes", json!(len)), ("addr", json!(tgt))]);
             }
         }
@@ -507,10 +517,10 @@ impl Cluster {
             return Ok(());
         }
         let (src, made_by, key) = {
-            let mut bufs = self.buffers.lock();
+            let mut bufs = self.ledger.buffers.lock();
             let b = bufs.containing_range(tgt, len).ok_or(ClusterError::UnknownAddress(tgt))?;
             // What the log keeps of it (`journal.rs`): small retrieves, by content key.
-            let key = (self.journal.is_some() && len <= crate::journal::RETRIEVE_LOG_MAX).then(|| crate::journal::key::retrieved(b.key, tgt - b.addr, len));
+            let key = (self.durability.journal.is_some() && len <= crate::journal::RETRIEVE_LOG_MAX).then(|| crate::journal::key::retrieved(b.key, tgt - b.addr, len));
             // The kernel that made this version sent it back with its reply.
             let (addr, at) = (b.addr, (tgt - b.addr) as usize);
             let sent_back = b.sent_back.as_ref().filter(|(v, _)| *v == b.version).and_then(|(_, bytes)| bytes.get(at..at + len as usize));
@@ -523,7 +533,7 @@ impl Cluster {
                     // Retrieved: its memory is not kept for another retrieve.
                     bufs.take_sent_back(addr);
                 }
-                self.stats.add_retrieved(len);
+                self.meter.stats.add_retrieved(len);
                 self.log(format_args!("RETRIEVE {tgt:#x} {len} bytes, sent back with the EXECUTE reply"));
                 // SAFETY: the caller guarantees the host range is ours; it holds `len` bytes now.
                 unsafe { self.log_retrieve(key, host, len) };
@@ -540,7 +550,7 @@ impl Cluster {
             if w != HEAD {
                 // Retrieved right after the kernel that made it: that kernel sends it back
                 // next time (see `Kernel::send_back`).
-                if let Some(k) = self.kernels.read().get(&entry) {
+                if let Some(k) = self.offload.kernels.read().get(&entry) {
                     k.send_back.fetch_or(args, Ordering::Relaxed);
                 }
             }
@@ -568,7 +578,7 @@ impl Cluster {
     /// # Safety
     /// `host..host+len` must be readable.
     unsafe fn log_retrieve(&self, key: Option<u64>, host: *const u8, len: u64) {
-        if let (Some(key), Some(j)) = (key, &self.journal) {
+        if let (Some(key), Some(j)) = (key, &self.durability.journal) {
             // SAFETY: forwarded contract.
             let bytes = unsafe { std::slice::from_raw_parts(host, len as usize) }.to_vec();
             j.push(crate::journal::Entry::Retrieve { key, bytes });
@@ -589,7 +599,7 @@ impl Cluster {
             return Ok(());
         }
         let (src_buf, dst_buf, at, whole) = {
-            let bufs = self.buffers.lock();
+            let bufs = self.ledger.buffers.lock();
             let s = bufs.containing_range(src, len).ok_or(ClusterError::UnknownAddress(src))?;
             let d = bufs.containing_range(dst, len).ok_or(ClusterError::UnknownAddress(dst))?;
             let at = if s.version == 0 { HEAD } else { self.current_holder(s).ok_or(ClusterError::Lost(s.addr))? };
@@ -607,20 +617,20 @@ impl Cluster {
         if !whole {
             self.ensure_present(dst_buf, at)?;
         } else {
-            let mut bufs = self.buffers.lock();
+            let mut bufs = self.ledger.buffers.lock();
             let b = bufs.get_mut(dst_buf).ok_or(ClusterError::UnknownAddress(dst))?;
             self.back_on(b, at)?;
         }
         {
             // A buddy copy reading the destination's copy there: let it finish first.
-            let mut bufs = self.buffers.lock();
+            let mut bufs = self.ledger.buffers.lock();
             while bufs.get(dst_buf).is_some_and(|b| b.buddy_reading == Some(at)) {
-                self.moved.wait(&mut bufs);
+                self.ledger.moved.wait(&mut bufs);
             }
             bufs.get_mut(dst_buf).ok_or(ClusterError::UnknownAddress(dst))?.host_writes += 1;
         }
-        let copied = self.post(at, Event::Copy { src, dst, size: len }).and_then(|tag| self.expect_ok(at, tag));
-        let mut bufs = self.buffers.lock();
+        let copied = self.link.post(at, Event::Copy { src, dst, size: len }).and_then(|tag| self.link.expect_ok(at, tag));
+        let mut bufs = self.ledger.buffers.lock();
         // Done: it becomes a version under this same lock.
         if let Some(b) = bufs.get_mut(dst_buf) {
             b.host_writes -= 1;

@@ -24,7 +24,12 @@
 //!   ran (`Buffer::commits_from`), and no copy was taken from it (`Buffer::torn`).
 //! * A kernel starts over the version its copy holds when it starts (not when it was placed);
 //!   a copy left with no recorded version by a merge makes it placed again.
-use super::*;
+use super::{Cluster, ClusterError, Kernel, Result};
+use crate::data::{Buffer, Buffers, HEAD};
+use event_system::Liveness;
+use event_system::protocol::{Patch, Region};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeSet;
 
 /// A kernel run, as merging and undoing it need it.
 pub(super) struct Run<'a> {
@@ -77,7 +82,7 @@ impl Cluster {
         // A copy of the version it started from that no running kernel may change: a worker's
         // (held below), else the head's.
         let base_of = |b: &Buffer, version: u64| {
-            let clean = |r: &i32| *r != w && !self.live.is_dead(*r) && b.clean_copy(*r, version);
+            let clean = |r: &i32| *r != w && !self.link.live.is_dead(*r) && b.clean_copy(*r, version);
             b.ranks_with(version).filter(|r| *r != HEAD).find(clean).or_else(|| b.ranks_with(version).find(|r| *r == HEAD).filter(clean))
         };
         let stop = |held: &mut Vec<(u64, i32)>, e: ClusterError| -> ClusterError {
@@ -85,7 +90,7 @@ impl Cluster {
             e
         };
         loop {
-            let mut bufs = self.buffers.lock();
+            let mut bufs = self.ledger.buffers.lock();
             unhold_locked(&mut bufs, &mut held);
             // `busy`: a kernel runs on one of the copies; `taken`: another merge holds one
             // (merges of one copy go one at a time: each sees what the one before did).
@@ -96,7 +101,7 @@ impl Cluster {
                     continue;
                 }
                 let base = base_of(b, version).filter(|&r| r != HEAD);
-                let ranks: Vec<i32> = [w].into_iter().chain(b.holders.iter().copied().filter(|&r| r != HEAD && !self.live.is_dead(r))).chain(base).collect();
+                let ranks: Vec<i32> = [w].into_iter().chain(b.holders.iter().copied().filter(|&r| r != HEAD && !self.link.live.is_dead(r))).chain(base).collect();
                 busy |= ranks.iter().any(|r| b.running.get(r).is_some_and(|&n| n > 0));
                 taken |= ranks.iter().any(|r| b.holding.contains_key(r));
                 held.extend(ranks.into_iter().map(|r| (addr, r)));
@@ -106,12 +111,12 @@ impl Cluster {
             }
             if taken {
                 held.clear();
-                self.moved.wait(&mut bufs);
+                self.ledger.moved.wait(&mut bufs);
                 continue;
             }
             hold_locked(&mut bufs, &held);
             if busy {
-                self.moved.wait(&mut bufs);
+                self.ledger.moved.wait(&mut bufs);
                 continue;
             }
             for (i, (&(addr, size, _, version), _)) in reach.iter().zip(changed).enumerate().filter(|(i, (_, c))| **c && !done.contains(i)) {
@@ -134,7 +139,7 @@ impl Cluster {
                     included.insert(i);
                     continue;
                 }
-                let Some(current) = b.holders.iter().copied().find(|&r| !self.live.is_dead(r)) else {
+                let Some(current) = b.holders.iter().copied().find(|&r| !self.link.live.is_dead(r)) else {
                     // The other change is lost with its worker: recovery rebuilds it, then this
                     // kernel runs again over it.
                     drop(bufs);
@@ -204,7 +209,7 @@ impl Cluster {
                 if changed_run.iter().zip(b).zip(c).any(|((&m, &b), &c)| m != b && c != b) {
                     // Both changed the same bytes: one region's change must be made over the
                     // other's, as on one device.
-                    let e = match self.buffers.lock().get(m.region.addr) {
+                    let e = match self.ledger.buffers.lock().get(m.region.addr) {
                         Some(b) => conflict(b, w, b.holders.iter().copied().collect(), "both changed the same bytes; map it with map(from:) or map(tofrom:) in the regions that write it (they then share one worker) or order them with depend"),
                         None => ClusterError::UnknownAddress(m.region.addr),
                     };
@@ -230,8 +235,8 @@ impl Cluster {
                 kernel.name,
                 m.current
             ));
-            self.stats.add_merge();
-            if let Some(b) = self.buffers.lock().get_mut(m.region.addr) {
+            self.meter.stats.add_merge();
+            if let Some(b) = self.ledger.buffers.lock().get_mut(m.region.addr) {
                 *b.commits_from.entry(w).or_default() += 1;
                 *b.merges_from.entry(w).or_default() += 1;
             }
@@ -243,8 +248,8 @@ impl Cluster {
 
     /// Release copies held by [`Self::merge_concurrent_changes`].
     fn unhold(&self, held: &mut Vec<(u64, i32)>) {
-        unhold_locked(&mut self.buffers.lock(), held);
-        self.moved.notify_all();
+        unhold_locked(&mut self.ledger.buffers.lock(), held);
+        self.ledger.moved.notify_all();
     }
 
     /// What to do with a kernel run whose changes cannot be merged (`e` says why): if none of
@@ -254,7 +259,7 @@ impl Cluster {
     fn rerun_or(&self, e: ClusterError, run: &Run, done: &BTreeSet<usize>) -> ClusterError {
         let w = run.w;
         let restorable = done.is_empty() && {
-            let bufs = self.buffers.lock();
+            let bufs = self.ledger.buffers.lock();
             run.reach.iter().zip(run.changed).zip(run.snaps).filter(|((_, c), _)| **c).all(|((&(addr, _, _, version), _), snap)| {
                 // Nothing of this run's changes went elsewhere: no other kernel shares its copy
                 // now, none recorded or merged changes from it meanwhile (they would carry this
@@ -267,8 +272,8 @@ impl Cluster {
                         && !b.torn.values().any(|&s| s == w)
                 }) && bufs.get(addr).is_some_and(|b| {
                     version == b.pristine_version()
-                        || b.ranks_with(version).any(|r| r != w && !self.live.is_dead(r) && b.clean_copy(r, version))
-                        || (b.version != version && b.holders.iter().any(|&r| !self.live.is_dead(r)))
+                        || b.ranks_with(version).any(|r| r != w && !self.link.live.is_dead(r) && b.clean_copy(r, version))
+                        || (b.version != version && b.holders.iter().any(|&r| !self.link.live.is_dead(r)))
                 })
             })
         };
@@ -278,7 +283,7 @@ impl Cluster {
         {
             // Kernels that shared these copies and are done but not recorded lose their
             // changes too: they run again as well (see `Buffer::undone`).
-            let mut bufs = self.buffers.lock();
+            let mut bufs = self.ledger.buffers.lock();
             for ((addr, ..), _) in run.reach.iter().zip(run.changed).filter(|(_, c)| **c) {
                 if let Some(b) = bufs.get_mut(*addr) {
                     *b.undone.entry(w).or_default() += 1;
@@ -296,7 +301,7 @@ impl Cluster {
         let w = run.w;
         let mut zeroed = Vec::new();
         {
-            let mut bufs = self.buffers.lock();
+            let mut bufs = self.ledger.buffers.lock();
             for ((addr, ..), _) in run.reach.iter().zip(run.changed).filter(|(_, c)| **c) {
                 bufs.drop_copy(*addr, w);
                 if let Some(b) = bufs.get_mut(*addr).filter(|b| b.version == 0) {
@@ -315,12 +320,12 @@ impl Cluster {
             if sent.is_err() {
                 std::mem::forget(zeros);
             }
-            let mut bufs = self.buffers.lock();
+            let mut bufs = self.ledger.buffers.lock();
             if let Some(b) = bufs.get_mut(r.addr) {
                 b.incoming.remove(&w);
             }
         }
-        self.moved.notify_all();
+        self.ledger.moved.notify_all();
     }
 
 }

@@ -3,6 +3,9 @@
 //! (at the same device address), and a buffer travels to a worker only when a kernel placed
 //! there needs it, from the head or straight from the worker holding the latest version.
 //!
+//! Who owns which state, under which lock, touched by which threads, and the one lock order:
+//! `README.md` beside this file.
+//!
 //! Concurrency (design note): libomptarget calls in from many threads at once (the `nowait`
 //! tasks run on hidden helper threads). The bookkeeping (`Buffers`) is behind one mutex that
 //! is held only for decisions and small control sends, never across a bulk transfer or a
@@ -17,44 +20,53 @@
 //! Regions running at the same time that write one buffer share one worker's copy, or have
 //! their changes merged or run again (`launch.rs`).
 
-use crate::checkpoint::{Checkpointer, SaveItem};
+use crate::checkpoint::Checkpointer;
 use crate::config::Config;
-use crate::data::{Buffer, Buffers, PointsTo, HEAD};
-use crate::report::Stats;
+use crate::data::{Buffer, Buffers, HEAD};
 use event_system::comm::CommError;
-use event_system::protocol::{Envelope, Event, FoundPointers, Patch, Region, Reply, MAX_INLINE_DATA};
 use event_system::process::Victim;
-use event_system::{Comm, Fenced, Liveness, SymmetricHeap, TagAllocator};
-use ft_handler::{Handler, State};
-use parking_lot::{Condvar, Mutex, RwLock};
-use scheduler::{Candidate, Scheduler};
-use serde_json::json;
-use rustc_hash::FxHashMap as HashMap;
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use event_system::protocol::{Event, FoundPointers, Patch};
+use event_system::{Comm, Fenced, Liveness, SymmetricHeap};
+use parking_lot::Mutex;
+use scheduler::Scheduler;
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
-use task_graph::{Access, TaskGraph, TaskRecord};
+use task_graph::TaskGraph;
 use thiserror::Error;
-use timeline::Cat;
 
 mod buddy;
+mod durability;
 mod checkpointing;
 mod execute;
+mod failures;
 mod faults;
 mod images;
 mod launch;
+mod ledger;
+mod link;
 mod memory;
 mod merge;
+mod meter;
 mod movement;
+mod offload;
 mod on_head;
 mod prune;
 mod recovery;
+mod rerun;
 mod resume;
+mod tolerance;
 
 pub use buddy::BuddyStats;
-pub use recovery::{FailureRecord, RecoveryRecord, SpareRecord};
+pub use failures::{FailureRecord, RecoveryRecord, SpareRecord};
 pub use resume::ResumeRecord;
+
+use durability::Durability;
+use ledger::Ledger;
+use link::Link;
+use meter::Meter;
+use offload::Offload;
+use tolerance::Tolerance;
 
 /// Liveness on the head: the failure detector's view, plus the ranks fenced here; a rank once
 /// dead stays dead.
@@ -211,82 +223,24 @@ struct ImageSource {
 // name strings in the program's read-only data); nothing mutates them after creation.
 unsafe impl Send for ImageTables {}
 
-/// The head's state.
+/// The head's state, split by what each part owns (the state table is in `README.md`
+/// beside this file).
 pub struct Cluster {
-    comm: Arc<Comm>,
-    heap: SymmetricHeap,
-    live: Arc<HeadLiveness>,
-    tags: Arc<TagAllocator>,
-    /// The notification handler: its gate's read side is any offloading request, its write
-    /// side a checkpoint or a recovery (see the `ft-handler` crate).
-    ft: Arc<Handler>,
-    /// Failures are recovered from (fault tolerance on); otherwise a failure ends the job.
-    recovery: bool,
-    ckpt: Option<Checkpointer>,
-    /// The log published with every checkpoint, for resuming (on with checkpoints).
-    journal: Option<Arc<crate::journal::Journal>>,
-    /// A resumed job's fast-forward (`resume.rs`), and whether it is still fast-forwarding.
-    replay: Mutex<resume::Replay>,
-    replaying: AtomicBool,
-    /// Versions get content keys (`journal.rs`): with the log, or when resuming.
-    keyed: bool,
-    /// A resumed job (`OMPCLUSTER_RESUME=1` with a log to fast-forward through).
-    resumed: bool,
-    /// What the checkpoint a resumed job resumed from holds, by address (`resume.rs`).
-    adoptable: Mutex<HashMap<u64, crate::journal::Checkpointed>>,
-    /// What a resumed job did, for the report.
-    resume_record: Mutex<Option<ResumeRecord>>,
-    /// Bytes of all live device buffers (for the checkpoint interval).
-    device_bytes: AtomicU64,
-    /// Host allocations (`alloc_host`): address -> extent.
-    host_allocs: Mutex<HashMap<u64, u64>>,
+    /// The communicator, tags, who is alive, where each rank is (`link.rs`).
+    link: Link,
+    /// Buffers, versions, holders and the task record (`ledger.rs`).
+    ledger: Ledger,
+    /// Kernels, images, placement, the head's own device (`offload.rs`).
+    offload: Offload,
+    /// The handler, failures, recoveries, spares, buddy copies (`tolerance.rs`).
+    tolerance: Tolerance,
+    /// Checkpoints, the log, resuming (`durability.rs`).
+    durability: Durability,
+    /// The clock, the counters, the timeline (`meter.rs`).
+    meter: Meter,
     cfg: Config,
-    buffers: Mutex<Buffers>,
-    moved: Condvar,
-    kernels: RwLock<HashMap<usize, Arc<Kernel>>>,
-    images: Mutex<Vec<ImageTables>>,
-    sched: Scheduler,
-    in_flight: Vec<AtomicU32>,
-    graph: Mutex<TaskGraph>,
-    stats: Stats,
-    /// The run's timeline, if one is recorded (`OMPCLUSTER_TRACE`).
-    trace: Option<Arc<timeline::Recorder>>,
-    start: Instant,
+    /// The device has shut down: requests are refused.
     stopped: AtomicBool,
-    /// Failures noticed and recoveries made, for the report.
-    failures: Mutex<Vec<FailureRecord>>,
-    recoveries: Mutex<Vec<RecoveryRecord>>,
-    /// Dead ranks the live workers were told of (FAILED).
-    told: Mutex<BTreeSet<i32>>,
-    /// Prune the task record when it holds this many tasks.
-    prune_at: AtomicU64,
-    /// Per rank: a spare worker that runs no region until it takes a dead worker's place
-    /// (`OMPCLUSTER_FT_SPARES`).
-    idle_spare: Vec<AtomicBool>,
-    /// Which spare took which dead worker's place (the recovery algorithm's record).
-    spares: Mutex<ft_handler::recovery::Spares>,
-    /// Spares that took a dead worker's place, not yet in a recovery's report.
-    spare_log: Mutex<Vec<recovery::SpareRecord>>,
-    /// Buddy copies made so far (`buddy.rs`).
-    buddy_stats: Mutex<BuddyStats>,
-    /// libomp's messages (`OMP: Warning #96`) workers' regions printed on stderr, and the
-    /// worker that printed each first (see `Cluster::once_per_job`).
-    omp_said: Mutex<HashMap<Vec<u8>, i32>>,
-    /// Held by the buddy thread for each batch of copies; shutdown takes it once it has set
-    /// `stopped`, to wait for a batch in progress.
-    buddy_busy: Mutex<()>,
-    /// Attempts of the recovery in progress.
-    attempts: AtomicU32,
-    /// Rank -> its host and process (for fencing).
-    procs: Vec<(u64, Victim)>,
-    /// Faults to inject (`OMPCLUSTER_FT_INJECT`).
-    inject: crate::inject::Injector,
-    /// The head's own device, once every worker died and the head runs the target regions
-    /// itself (see `images::continue_on_head`), and when that started (seconds since start).
-    local: std::sync::OnceLock<(event_system::LocalDevice, f64)>,
-    /// Wakes libomp's hidden helper threads when regions are ready and workers idle
-    /// (`helpers.rs`).
-    waker: Option<crate::helpers::Waker>,
 }
 
 impl Cluster {
@@ -301,84 +255,43 @@ impl Cluster {
         ckpt: Option<Checkpointer>,
     ) -> Self {
         let n = comm.size() as usize;
+        let meter = Meter::new(n, cfg.trace.is_some());
         let (base, size) = heap.buffer_space();
         let mut buffers = Buffers::new(base, size);
         buffers.set_retention_budget(if recovery { cfg.ft_retain } else { 0 });
         if cfg.tasks.is_some() {
             buffers.remember_sizes();
         }
-        let start = Instant::now();
-        let (journal, mut replay, resume_record) = resume::start(&cfg, ckpt.as_ref());
-        let adoptable = match &mut replay {
-            resume::Replay::FastForward(log) => std::mem::take(&mut log.by_addr),
-            resume::Replay::Live => HashMap::default(),
-        };
+        let graph = if cfg.tasks.is_some() { TaskGraph::with_log() } else { TaskGraph::new() };
+        let (journal, replay, resume_record) = resume::start(&cfg, ckpt.as_ref());
+        let inject = crate::inject::Injector::new(cfg.ft_inject.as_deref().and_then(|s| crate::inject::parse(s, Some(n as i32)).ok()).unwrap_or_default());
         Cluster {
-            replaying: AtomicBool::new(matches!(replay, resume::Replay::FastForward(_))),
-            keyed: journal.is_some() || matches!(replay, resume::Replay::FastForward(_)),
-            resumed: matches!(replay, resume::Replay::FastForward(_)),
-            journal,
-            adoptable: Mutex::new(adoptable),
-            replay: Mutex::new(replay),
-            resume_record: Mutex::new(resume_record),
-            tags: Arc::new(TagAllocator::new(comm.tag_ub())),
-            ft: Arc::new(Handler::new()),
-            recovery,
-            ckpt,
-            device_bytes: AtomicU64::new(0),
-            host_allocs: Mutex::new(HashMap::default()),
-            buffers: Mutex::new(buffers),
-            moved: Condvar::new(),
-            kernels: RwLock::new(HashMap::default()),
-            images: Mutex::new(Vec::new()),
-            sched: Scheduler::new(cfg.policy),
-            in_flight: (0..n).map(|_| AtomicU32::new(0)).collect(),
-            graph: Mutex::new(if cfg.tasks.is_some() { TaskGraph::with_log() } else { TaskGraph::new() }),
-            stats: Stats::new(n),
-            trace: cfg.trace.as_ref().map(|_| Arc::new(timeline::Recorder::new(start))),
-            start,
+            link: Link::new(comm, live, procs),
+            ledger: Ledger::new(buffers, graph, prune::FIRST_PRUNE),
+            offload: Offload::new(heap, Scheduler::new(cfg.policy), n),
+            tolerance: Tolerance::new(recovery, cfg.spares as usize, n, inject),
+            durability: Durability::new(ckpt, journal, replay, resume_record),
+            meter,
             stopped: AtomicBool::new(false),
-            failures: Mutex::new(Vec::new()),
-            recoveries: Mutex::new(Vec::new()),
-            told: Mutex::new(BTreeSet::new()),
-            prune_at: AtomicU64::new(prune::FIRST_PRUNE),
-            buddy_stats: Mutex::new(BuddyStats::default()),
-            omp_said: Mutex::new(HashMap::default()),
-            buddy_busy: Mutex::new(()),
-            idle_spare: {
-                let spares = if recovery { cfg.spares as usize } else { 0 };
-                (0..n).map(|r| AtomicBool::new(r > 0 && r + spares >= n && spares < n - 1)).collect()
-            },
-            spares: Mutex::new(Default::default()),
-            spare_log: Mutex::new(Vec::new()),
-            attempts: AtomicU32::new(0),
-            procs,
-            local: std::sync::OnceLock::new(),
-            waker: crate::helpers::Waker::start(),
-            inject: crate::inject::Injector::new(
-                cfg.ft_inject.as_deref().and_then(|s| crate::inject::parse(s, Some(n as i32)).ok()).unwrap_or_default(),
-            ),
-            comm,
-            heap,
-            live,
             cfg,
         }
     }
 
-    fn workers(&self) -> impl Iterator<Item = i32> + '_ {
-        (1..self.comm.size()).filter(|&r| !self.live.is_dead(r))
+    /// Has any rank died (or been fenced) in this run?
+    pub(crate) fn any_failure(&self) -> bool {
+        self.link.any_failure()
     }
 
     /// Where target regions can run: the live workers but idle spares, or the head itself
     /// once it runs them (no worker left). Asked at every launch: no allocation.
     fn targets(&self) -> impl Iterator<Item = i32> + '_ {
-        let on_head = self.local.get().is_some();
-        self.workers().filter(move |&r| !on_head && !self.idle_spare[r as usize].load(Ordering::Relaxed)).chain(on_head.then_some(HEAD))
+        let on_head = self.offload.local.get().is_some();
+        self.link.workers().filter(move |&r| !on_head && !self.tolerance.idle_spare[r as usize].load(Ordering::Relaxed)).chain(on_head.then_some(HEAD))
     }
 
     /// The head's own device, if it runs target regions itself.
     fn local(&self) -> Option<&event_system::LocalDevice> {
-        self.local.get().map(|(d, _)| d)
+        self.offload.local.get().map(|(d, _)| d)
     }
 
     fn check_running(&self) -> Result<()> {
@@ -389,60 +302,31 @@ impl Cluster {
         }
     }
 
-    /// Send `event` to `rank` under a fresh tag (its reply, if it has one, and its data travel
-    /// on that tag); returns the tag.
-    fn post(&self, rank: i32, event: Event) -> Result<i32> {
-        let tag = self.tags.next();
-        self.comm.send_event(rank, &Envelope { tag, event }, self.live.as_ref())?;
-        Ok(tag)
-    }
-
-    /// Has any rank died (or been fenced) in this run?
-    pub(crate) fn any_failure(&self) -> bool {
-        !self.live.dead_ranks().is_empty()
-    }
-
     /// Does the head keep data for recovery (fault tolerance on and `OMPCLUSTER_FT_RETAIN`
     /// not 0): copies of host data and of images' initial data, deleted buffers recorded
     /// tasks read, partial updates? With 0 it keeps nothing: the baseline that measures what
     /// keeping costs (a lost version then often has no source, and the job stops saying so).
     fn retains(&self) -> bool {
-        self.recovery && self.cfg.ft_retain > 0
-    }
-
-    fn expect_ok(&self, rank: i32, tag: i32) -> Result<()> {
-        match self.comm.recv_msg::<Reply>(rank, tag, self.live.as_ref())? {
-            Reply::Ok => Ok(()),
-            other => Err(self.unexpected(rank, other)),
-        }
-    }
-
-    /// The error a reply other than the one expected from `rank` stands for.
-    fn unexpected(&self, rank: i32, reply: Reply) -> ClusterError {
-        match reply {
-            Reply::PeerDead(peer) => ClusterError::PeerDead(peer),
-            Reply::Error(msg) => ClusterError::Worker { rank, msg },
-            other => ClusterError::Worker { rank, msg: format!("unexpected reply {other:?}") },
-        }
+        self.tolerance.recovery && self.cfg.ft_retain > 0
     }
 
     /// Now on the trace's clock, if a trace is recorded: the start of a span for
     /// [`Cluster::trace`] (None costs nothing more).
     pub(crate) fn trace_now(&self) -> Option<f64> {
-        self.trace.as_ref().map(|t| t.now())
+        self.meter.trace.as_ref().map(|t| t.now())
     }
 
     /// Record a span of `cat` on `rank`'s track from `since` (a [`Cluster::trace_now`]) until
     /// now; `args` is only called when a trace is recorded.
     pub(crate) fn trace(&self, since: Option<f64>, cat: timeline::Cat, rank: i32, name: impl Into<timeline::record::Name>, args: impl FnOnce() -> timeline::Args) {
-        if let (Some(t), Some(since)) = (&self.trace, since) {
+        if let (Some(t), Some(since)) = (&self.meter.trace, since) {
             t.span(cat, rank, name, since, args());
         }
     }
 
     fn log(&self, what: std::fmt::Arguments<'_>) {
         if self.cfg.verbose {
-            eprintln!("[ompcluster {:>9.3} ms] {what}", self.start.elapsed().as_secs_f64() * 1e3);
+            eprintln!("[ompcluster {:>9.3} ms] {what}", self.meter.start.elapsed().as_secs_f64() * 1e3);
         }
     }
 
@@ -450,13 +334,13 @@ impl Cluster {
     /// gate's read side for the request.
     fn enter(&self) -> Result<parking_lot::RwLockReadGuard<'_, ()>> {
         self.check_running()?;
-        if let Some(cp) = &self.ckpt {
+        if let Some(cp) = &self.durability.ckpt {
             // While fast-forwarding, versions no rank holds cannot be saved: no checkpoint.
-            if !self.fast_forward() && cp.due(self.device_bytes.load(Ordering::Relaxed)) {
+            if !self.fast_forward() && cp.due(self.ledger.device_bytes.load(Ordering::Relaxed)) {
                 self.checkpoint(cp, false);
             }
         }
-        Ok(self.ft.enter())
+        Ok(self.tolerance.ft.enter())
     }
 
     /// Run one offloading request; if it failed because a rank died, wait for the recovery
@@ -469,18 +353,18 @@ impl Cluster {
             let err = match request() {
                 // A resumed job: a version a skipped region made, needed by a request that
                 // started before another made it (`resume.rs`), is rebuilt, then it runs again.
-                Err(ClusterError::Lost(addr)) if self.resumed && rebuilt < 3 && self.live.dead_ranks().is_subset(&self.ft.recovered()) => {
+                Err(ClusterError::Lost(addr)) if self.durability.resumed && rebuilt < 3 && self.link.live.dead_ranks().is_subset(&self.tolerance.ft.recovered()) => {
                     rebuilt += 1;
-                    let id = self.buffers.lock().get(addr).map(|b| b.id);
+                    let id = self.ledger.buffers.lock().get(addr).map(|b| b.id);
                     self.rebuild_unheld(id.map(|id| [id].into()))?;
                     continue;
                 }
-                Err(e) if self.recovery => e,
+                Err(e) if self.tolerance.recovery => e,
                 done => return done,
             };
             let Some(dead) = self.failure_behind(&err) else { return Err(err) };
             self.log(format_args!("request failed ({err}); waiting for recovery from the loss of {dead:?}"));
-            self.ft.wait_recovered(&dead).map_err(ClusterError::Unrecoverable)?;
+            self.tolerance.ft.wait_recovered(&dead).map_err(ClusterError::Unrecoverable)?;
         }
     }
 
@@ -488,13 +372,13 @@ impl Cluster {
     /// gave up on a dead rank (fenced here if a worker was the one to notice), or a buffer or
     /// worker missing while some dead rank is not yet recovered from.
     fn failure_behind(&self, e: &ClusterError) -> Option<BTreeSet<i32>> {
-        let mut dead = self.live.dead_ranks();
+        let mut dead = self.link.live.dead_ranks();
         if let Some(r) = self.dead_peer(e) {
             dead.insert(r);
         } else {
             // A buffer or worker missing is explained by a failure not yet recovered from.
             let missing = matches!(e, ClusterError::NoWorker | ClusterError::Lost(_));
-            if !missing || dead.is_subset(&self.ft.recovered()) {
+            if !missing || dead.is_subset(&self.tolerance.ft.recovered()) {
                 return None;
             }
         }
@@ -514,11 +398,11 @@ impl Cluster {
                     _ => "declared dead by the failure detector, noticed by a request waiting for it",
                 };
                 if self.stopped.load(Ordering::Acquire) {
-                    self.live.fence(*r);
+                    self.link.live.fence(*r);
                 } else {
                     self.record_failure(*r, how);
                 }
-                self.ft.notify(*r);
+                self.tolerance.ft.notify(*r);
                 Some(*r)
             }
             _ => None,
@@ -530,8 +414,8 @@ impl Cluster {
     fn write_task_log(&self, path: &std::path::Path) -> std::io::Result<()> {
         use std::io::Write as _;
         // The buffers, then the graph: the order a launch takes them in.
-        let bufs = self.buffers.lock();
-        let graph = self.graph.lock();
+        let bufs = self.ledger.buffers.lock();
+        let graph = self.ledger.graph.lock();
         let size = |id| bufs.size_of(id).unwrap_or(0);
         let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
         for line in graph.log(&size).into_iter().flatten() {
@@ -546,32 +430,32 @@ impl Cluster {
     /// launcher (`exit_status.rs`); empty on a second call.
     pub(crate) fn shutdown(&self) -> Vec<i32> {
         self.resume_ended();
-        if let Some(cp) = &self.ckpt {
+        if let Some(cp) = &self.durability.ckpt {
             cp.wait(); // a flush in progress needs the workers
         }
         if self.stopped.swap(true, Ordering::AcqRel) {
             return Vec::new();
         }
-        if let Some(waker) = &self.waker {
+        if let Some(waker) = &self.offload.waker {
             waker.stop();
         }
         // A batch of buddy copies in progress finishes first (it talks to the workers).
-        drop(self.buddy_busy.lock());
-        let workers: Vec<i32> = self.workers().collect();
-        let messages = self.comm.messages();
+        drop(self.tolerance.buddy_busy.lock());
+        let workers: Vec<i32> = self.link.workers().collect();
+        let messages = self.link.comm.messages();
         // Sent ahead of EXIT, on the same tag: the victim has it when EXIT comes.
         self.inject_due(|t| *t == crate::inject::Trigger::DuringExit);
         let mut tags = Vec::new();
         for &w in &workers {
-            match self.post(w, Event::Exit) {
+            match self.link.post(w, Event::Exit) {
                 Ok(tag) => tags.push((w, tag)),
                 Err(e) => eprintln!("ompcluster: could not stop worker {w}: {e}"),
             }
         }
         for (w, tag) in tags {
-            if let Err(e) = self.expect_ok(w, tag) {
+            if let Err(e) = self.link.expect_ok(w, tag) {
                 // It died on the way out: fenced, so that nobody waits for it any more.
-                self.live.fence(w);
+                self.link.live.fence(w);
                 eprintln!("ompcluster: worker {w} did not stop cleanly: {e}");
             }
         }
@@ -579,32 +463,32 @@ impl Cluster {
         // recovery would: mpirun waits for every process, a frozen one included.
         // One on another host is out of reach: the launcher is told (the status file), so
         // that it stops the job as soon as the program has ended instead of waiting for it.
-        let host = self.procs[HEAD as usize].0;
+        let host = self.link.head_host();
         let mut unreachable = Vec::new();
-        for r in self.live.dead_ranks().into_iter().filter(|&r| r != HEAD) {
-            match self.procs.get(r as usize) {
+        for r in self.link.live.dead_ranks().into_iter().filter(|&r| r != HEAD) {
+            match self.link.procs.get(r as usize) {
                 Some(&(h, victim)) if h == host => {
                     event_system::process::kill(victim);
                 }
                 _ => unreachable.push(r),
             }
         }
-        let wall = self.start.elapsed().as_secs_f64();
+        let wall = self.meter.start.elapsed().as_secs_f64();
         if let Some(path) = &self.cfg.report {
-            let mut report = self.stats.report(workers.len(), wall);
+            let mut report = self.meter.stats.report(workers.len(), wall);
             let (failures, recoveries) = self.ft_report();
             (report.head_messages_sent, report.head_messages_received) = messages;
             report.counts.tasks_reexecuted = recoveries.iter().map(|r| r.outcome.tasks_reexecuted).sum();
             report.failures = failures;
-            report.buddy_copies = self.buddy_stats.lock().clone();
+            report.buddy_copies = self.tolerance.buddy_stats.lock().clone();
             report.recoveries = recoveries;
-            report.retained_bytes = self.buffers.lock().retained_bytes();
-            report.tasks_recorded = self.graph.lock().len() as u64;
+            report.retained_bytes = self.ledger.buffers.lock().retained_bytes();
+            report.tasks_recorded = self.ledger.graph.lock().len() as u64;
             report.head_max_rss_bytes = crate::report::max_rss_bytes();
-            report.continued_on_head_at_seconds = self.local.get().map(|(_, at)| *at);
-            report.resume_log = self.journal.as_ref().map(|j| j.stats());
-            report.resume = self.resume_record.lock().clone();
-            if let Some(cp) = &self.ckpt {
+            report.continued_on_head_at_seconds = self.offload.local.get().map(|(_, at)| *at);
+            report.resume_log = self.durability.journal.as_ref().map(|j| j.stats());
+            report.resume = self.durability.resume_record.lock().clone();
+            if let Some(cp) = &self.durability.ckpt {
                 let p = cp.published.lock();
                 report.checkpoints = p.checkpoints;
                 report.checkpoint_bytes = p.bytes;
@@ -618,13 +502,13 @@ impl Cluster {
                 eprintln!("ompcluster: cannot write report {}: {e}", path.display());
             }
         }
-        if let (Some(path), Some(t)) = (&self.cfg.trace, &self.trace) {
-            if let Err(e) = t.write(path, self.comm.size()) {
+        if let (Some(path), Some(t)) = (&self.cfg.trace, &self.meter.trace) {
+            if let Err(e) = t.write(path, self.link.comm.size()) {
                 eprintln!("ompcluster: cannot write trace {}: {e}", path.display());
             }
         }
         if let Some(path) = &self.cfg.graph {
-            if let Err(e) = std::fs::write(path, self.graph.lock().to_dot()) {
+            if let Err(e) = std::fs::write(path, self.ledger.graph.lock().to_dot()) {
                 eprintln!("ompcluster: cannot write task graph {}: {e}", path.display());
             }
         }
@@ -633,7 +517,7 @@ impl Cluster {
                 eprintln!("ompcluster: cannot write task log {}: {e}", path.display());
             }
         }
-        if let Some(cp) = &self.ckpt {
+        if let Some(cp) = &self.durability.ckpt {
             // The head's store is never dropped (the process ends in `exit`): remove its
             // scratch directory now.
             cp.store.close();

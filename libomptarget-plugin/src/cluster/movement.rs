@@ -1,6 +1,14 @@
 //! Moving buffers between ranks: where a buffer's current version is, and making it present
 //! where a kernel needs it.
-use super::*;
+use super::{link, Cluster, ClusterError, Result};
+use crate::data::{Buffer, HEAD};
+use event_system::Liveness;
+use event_system::protocol::{Envelope, Event, MAX_INLINE_DATA, Region, Reply};
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+use timeline::Cat;
 
 impl Cluster {
     /// Where to take a buffer's current version from: the head's staged copy if it holds
@@ -18,11 +26,11 @@ impl Cluster {
     pub(super) fn back_on(&self, b: &mut Buffer, w: i32) -> Result<()> {
         if w == HEAD {
             if !b.backed.contains(&HEAD) {
-                self.heap.back(b.addr, b.span)?;
+                self.offload.heap.back(b.addr, b.span)?;
                 b.backed.insert(HEAD);
             }
         } else if !b.backed.contains(&w) {
-            self.post(w, Event::Alloc(Region { addr: b.addr, size: b.span }))?;
+            self.link.post(w, Event::Alloc(Region { addr: b.addr, size: b.span }))?;
             b.backed.insert(w);
         }
         Ok(())
@@ -32,8 +40,8 @@ impl Cluster {
         ranks
             .iter()
             .copied()
-            .filter(|&r| r != HEAD && !self.live.is_dead(r))
-            .min_by_key(|&r| self.in_flight[r as usize].load(Ordering::Relaxed))
+            .filter(|&r| r != HEAD && !self.link.live.is_dead(r))
+            .min_by_key(|&r| self.offload.in_flight[r as usize].load(Ordering::Relaxed))
     }
 
     /// Make the current version of the buffer at `addr` present on worker `w`. Returns the
@@ -54,7 +62,7 @@ impl Cluster {
     /// unfinished moves, which mark their buffers as incoming on `w`: they are finished before
     /// this waits for another thread's move, which may itself be waiting for them.
     pub(super) fn start_move(&self, addr: u64, w: i32, pending: &mut Vec<Move>) -> Result<()> {
-        let mut bufs = self.buffers.lock();
+        let mut bufs = self.ledger.buffers.lock();
         let (src, version, size, in_use) = loop {
             let b = bufs.get_mut(addr).ok_or(ClusterError::UnknownAddress(addr))?;
             if b.held_by(w) {
@@ -63,11 +71,11 @@ impl Cluster {
             }
             if b.incoming.contains(&w) || b.holding.contains_key(&w) {
                 if pending.is_empty() {
-                    self.moved.wait(&mut bufs);
+                    self.ledger.moved.wait(&mut bufs);
                 } else {
                     drop(bufs);
                     self.finish_moves(pending)?;
-                    bufs = self.buffers.lock();
+                    bufs = self.ledger.buffers.lock();
                 }
                 continue;
             }
@@ -103,7 +111,7 @@ impl Cluster {
     pub(super) fn start_moves(&self, addrs: impl Iterator<Item = u64>, w: i32, pending: &mut Vec<Move>) -> Result<()> {
         let mut elsewhere = Vec::new();
         {
-            let mut bufs = self.buffers.lock();
+            let mut bufs = self.ledger.buffers.lock();
             for addr in addrs {
                 match bufs.get_mut(addr) {
                     Some(b) if b.held_by(w) => self.back_on(b, w)?,
@@ -135,8 +143,8 @@ impl Cluster {
             MoveState::Done(r, took) => (r, took),
             MoveState::Answer { tag, trace, t0 } => (self.finish_submit(Region { addr, size }, w, tag, trace), t0.elapsed()),
         };
-        self.sched.transfer_finished(size, took.as_secs_f64());
-        let mut bufs = self.buffers.lock();
+        self.offload.sched.transfer_finished(size, took.as_secs_f64());
+        let mut bufs = self.ledger.buffers.lock();
         if let Some(b) = bufs.get_mut(addr) {
             b.incoming.remove(&w);
             // Taken from a copy in use: a kernel there changed it meanwhile (the copy may hold
@@ -150,7 +158,7 @@ impl Cluster {
                 bufs.add_holder(addr, w);
             }
         }
-        self.moved.notify_all();
+        self.ledger.moved.notify_all();
         drop(bufs);
         moved?;
         self.log(format_args!("MOVE {addr:#x} {size} bytes {src} -> {w}"));
@@ -174,20 +182,20 @@ impl Cluster {
             return unsafe { self.submit_from(region, region.addr as *const u8, dst) };
         }
         let t = self.trace_now();
-        let tag = self.tags.next();
-        let send = |rank: i32, event: Event| self.comm.send_event(rank, &Envelope { tag, event }, self.live.as_ref());
+        let tag = self.link.tags.next();
+        let send = |rank: i32, event: Event| self.link.comm.send_event(rank, &Envelope { tag, event }, self.link.live.as_ref());
         let exchanged = send(src, Event::ExchangeSend { region, peer: dst })
             .and_then(|()| send(dst, Event::ExchangeRecv { region, peer: src }))
             .map_err(ClusterError::from)
-            .and_then(|()| self.expect_ok(src, tag))
-            .and_then(|()| self.expect_ok(dst, tag));
+            .and_then(|()| self.link.expect_ok(src, tag))
+            .and_then(|()| self.link.expect_ok(dst, tag));
         if exchanged.is_err() {
             // `dst` may have received part of it (its source died half-way): its copy holds
             // no known version any more, whatever it held before.
-            self.buffers.lock().drop_copy(region.addr, dst);
+            self.ledger.buffers.lock().drop_copy(region.addr, dst);
         }
         exchanged?;
-        self.stats.add_exchanged(region.size);
+        self.meter.stats.add_exchanged(region.size);
         self.trace(t, Cat::Exchange, dst, "exchange", || vec![("bytes", json!(region.size)), ("from", json!(src)), ("addr", json!(region.addr))]);
         Ok(())
     }
@@ -221,20 +229,20 @@ impl Cluster {
         if region.size <= MAX_INLINE_DATA {
             // SAFETY: forwarded contract (readable bytes).
             let inline = unsafe { std::slice::from_raw_parts(bytes, region.size as usize) }.to_vec();
-            let tag = self.post(dst, Event::Submit { region, bytes: inline })?;
+            let tag = self.link.post(dst, Event::Submit { region, bytes: inline })?;
             return Ok((tag, during()));
         }
-        let tag = self.post(dst, Event::Submit { region, bytes: Vec::new() })?;
+        let tag = self.link.post(dst, Event::Submit { region, bytes: Vec::new() })?;
         // SAFETY: forwarded contract.
-        let r = unsafe { self.comm.send_bytes_during(dst, tag, bytes, region.size as usize, self.live.as_ref(), during)? };
+        let r = unsafe { self.link.comm.send_bytes_during(dst, tag, bytes, region.size as usize, self.link.live.as_ref(), during)? };
         Ok((tag, r))
     }
 
     /// Wait for the answer to a SUBMIT [`Cluster::post_submit`] sent (`since`: the start of
     /// its trace span).
     fn finish_submit(&self, region: Region, dst: i32, tag: i32, since: Option<f64>) -> Result<()> {
-        self.expect_ok(dst, tag)?;
-        self.stats.add_submitted(region.size);
+        self.link.expect_ok(dst, tag)?;
+        self.meter.stats.add_submitted(region.size);
         self.trace(since, Cat::Submit, dst, "submit", || vec![("bytes", json!(region.size)), ("addr", json!(region.addr))]);
         Ok(())
     }
@@ -267,7 +275,7 @@ impl Cluster {
         let t = self.trace_now();
         let mut tags = Vec::with_capacity(regions.len());
         for r in regions {
-            tags.push(self.post(from, Event::Retrieve(*r))?);
+            tags.push(self.link.post(from, Event::Retrieve(*r))?);
         }
         let mut out = Vec::with_capacity(regions.len());
         for (r, tag) in regions.iter().zip(tags) {
@@ -287,7 +295,7 @@ impl Cluster {
 
     /// Count a retrieve of `region` from `from` that started at `since` (a trace time).
     pub(super) fn note_retrieved(&self, region: Region, from: i32, since: Option<f64>) {
-        self.stats.add_retrieved(region.size);
+        self.meter.stats.add_retrieved(region.size);
         self.trace(since, Cat::Retrieve, from, "retrieve", || vec![("bytes", json!(region.size)), ("addr", json!(region.addr))]);
     }
 
@@ -299,7 +307,7 @@ impl Cluster {
     /// it fails with a dead peer, MPI may still write there later (keep it valid: leak a
     /// private buffer).
     pub(super) unsafe fn retrieve_into(&self, region: Region, from: i32, dst: *mut u8) -> Result<()> {
-        let tag = self.post(from, Event::Retrieve(region))?;
+        let tag = self.link.post(from, Event::Retrieve(region))?;
         // SAFETY: forwarded contract.
         unsafe { self.answer_into(region, from, tag, dst, false) }
     }
@@ -311,8 +319,8 @@ impl Cluster {
     /// As for [`Cluster::retrieve_into`].
     unsafe fn answer_into(&self, region: Region, from: i32, tag: i32, dst: *mut u8, patient: bool) -> Result<()> {
         let size = region.size as usize;
-        let live = self.live.as_ref();
-        let reply = if patient { self.comm.recv_msg_patient::<Reply>(from, tag, live) } else { self.comm.recv_msg::<Reply>(from, tag, live) };
+        let live = self.link.live.as_ref();
+        let reply = if patient { self.link.comm.recv_msg_patient::<Reply>(from, tag, live) } else { self.link.comm.recv_msg::<Reply>(from, tag, live) };
         match reply? {
             // SAFETY: the caller guarantees `size` writable bytes at `dst`.
             Reply::Data(bytes) if bytes.len() == size && region.size <= MAX_INLINE_DATA => unsafe {
@@ -320,9 +328,9 @@ impl Cluster {
             },
             Reply::Ok if region.size > MAX_INLINE_DATA => {
                 // SAFETY: forwarded contract.
-                unsafe { self.comm.recv_bytes(from, tag, dst, size, self.live.as_ref())? }
+                unsafe { self.link.comm.recv_bytes(from, tag, dst, size, self.link.live.as_ref())? }
             }
-            other => return Err(self.unexpected(from, other)),
+            other => return Err(link::unexpected(from, other)),
         }
         Ok(())
     }

@@ -3,28 +3,30 @@
 //! of the symmetric heap, and runs kernels on its own copies of the buffers (which it already
 //! keeps at their device addresses). From then on the head is the only place regions run:
 //! every buffer's current version is on the head, and data moves no more.
-use super::*;
+use super::{Cluster, ClusterError, Executed, ImageSource, Result};
+use crate::data::HEAD;
 use event_system::LocalDevice;
+use event_system::protocol::Region;
 
 impl Cluster {
     /// Start running target regions on the head (once; later calls do nothing). Loads every
     /// image here; the head's copy of an image's data (if it keeps one) is saved first and
     /// written back after, so what the program's regions changed in it is kept.
     pub(super) fn continue_on_head(&self) -> Result<()> {
-        if self.local.get().is_some() {
+        if self.offload.local.get().is_some() {
             return Ok(());
         }
-        let dev = LocalDevice::new(&self.heap);
-        let images = self.images.lock();
+        let dev = LocalDevice::new(&self.offload.heap);
+        let images = self.offload.images.lock();
         for (idx, img) in images.iter().enumerate() {
             self.load_here(&dev, idx as u32, &img.source)?;
         }
         drop(images);
-        let at = self.start.elapsed().as_secs_f64();
+        let at = self.meter.start.elapsed().as_secs_f64();
         // SAFETY: flushing all C streams is always allowed.
         unsafe { libc::fflush(std::ptr::null_mut()) };
         eprintln!("ompcluster: no worker is left; the head runs the remaining target regions itself (from {at:.3} s)");
-        let _ = self.local.set((dev, at));
+        let _ = self.offload.local.set((dev, at));
         Ok(())
     }
 
@@ -32,7 +34,7 @@ impl Cluster {
     pub(super) fn load_here(&self, dev: &LocalDevice, idx: u32, src: &ImageSource) -> Result<()> {
         let bytes = src.bytes.as_deref().ok_or_else(|| ClusterError::BadImage(format!("image {idx} was not kept for the head")))?;
         let saved = src.data.and_then(|addr| {
-            let bufs = self.buffers.lock();
+            let bufs = self.ledger.buffers.lock();
             let b = bufs.get(addr)?;
             (b.backed.contains(&HEAD) && b.version_on(HEAD).is_some()).then(|| {
                 self.before_changing_staged(addr);
@@ -41,9 +43,9 @@ impl Cluster {
                 unsafe { std::slice::from_raw_parts(addr as *const u8, b.size as usize) }.to_vec()
             })
         });
-        dev.load(&self.heap, idx, bytes, src.base, src.extent, &src.kernels).map_err(ClusterError::BadImage)?;
+        dev.load(&self.offload.heap, idx, bytes, src.base, src.extent, &src.kernels).map_err(ClusterError::BadImage)?;
         if let Some(addr) = src.data {
-            let mut bufs = self.buffers.lock();
+            let mut bufs = self.ledger.buffers.lock();
             let b = bufs.get_mut(addr).ok_or(ClusterError::UnknownAddress(addr))?;
             b.backed.insert(HEAD);
             let id = b.id;

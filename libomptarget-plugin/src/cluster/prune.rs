@@ -59,9 +59,9 @@ impl Cluster {
     /// only if the record has grown to twice the threshold meanwhile (the buddy thread is far
     /// behind, or its interval long).
     pub(super) fn maybe_prune(&self) {
-        let at = self.prune_at.load(Ordering::Relaxed);
+        let at = self.ledger.prune_at.load(Ordering::Relaxed);
         let due = if self.buddy_prunes() { at.saturating_mul(2) } else { at };
-        if (self.graph.lock().len() as u64) >= due {
+        if (self.ledger.graph.lock().len() as u64) >= due {
             self.prune();
         }
     }
@@ -80,12 +80,12 @@ impl Cluster {
     /// what stopped being safe since was kept apart by whoever overwrote it (`keep_head_version`
     /// asks the record, not yet pruned).
     pub(super) fn prune(&self) {
-        if (self.graph.lock().len() as u64) < self.prune_at.load(Ordering::Relaxed) {
+        if (self.ledger.graph.lock().len() as u64) < self.ledger.prune_at.load(Ordering::Relaxed) {
             return;
         }
         let (roots, on_head, kept, upto) = {
-            let bufs = self.buffers.lock();
-            let upto = self.graph.lock().recorded();
+            let bufs = self.ledger.buffers.lock();
+            let upto = self.ledger.graph.lock().recorded();
             let on_head: HashMap<u64, u64> = bufs
                 .iter()
                 .map(|b| b.id)
@@ -96,17 +96,17 @@ impl Cluster {
             let roots: Vec<Access> = bufs.iter().map(|b| Access { buffer: b.id, version: b.version }).collect();
             (roots, on_head, kept, upto)
         };
-        let snapshot = Snapshot { on_head, kept, ckpt: self.ckpt.as_ref() };
+        let snapshot = Snapshot { on_head, kept, ckpt: self.durability.ckpt.as_ref() };
         let safe = |a: Access| decide::safe(&snapshot, a);
         let roots: BTreeSet<Access> = roots.into_iter().filter(|&a| !safe(a)).collect();
         let (removed, len) = {
-            let mut g = self.graph.lock();
+            let mut g = self.ledger.graph.lock();
             let removed = g.prune(&roots, &safe, upto);
             (removed, g.len())
         };
         let released = {
-            let mut bufs = self.buffers.lock();
-            let g = self.graph.lock();
+            let mut bufs = self.ledger.buffers.lock();
+            let g = self.ledger.graph.lock();
             // A kept version stays while a recorded task reads it, or while it is the current
             // version of a live buffer (lineage of that version stops there: its producer is
             // gone from the record).
@@ -114,7 +114,7 @@ impl Cluster {
             bufs.release_kept(|a| g.is_read(a) || current.contains(&a));
             bufs.release_retired(&g.buffers_read())
         };
-        self.prune_at.store(FIRST_PRUNE.max(2 * len as u64), Ordering::Relaxed);
+        self.ledger.prune_at.store(FIRST_PRUNE.max(2 * len as u64), Ordering::Relaxed);
         self.log(format_args!("PRUNE {removed} tasks; {len} kept"));
         for b in released {
             if let Err(e) = self.release_head_copy(&b) {

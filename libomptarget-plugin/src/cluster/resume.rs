@@ -23,8 +23,17 @@
 //! Lock order: the gate, then `replay`, then `buffers`.
 
 use super::recovery::new_failure;
-use super::*;
+use super::{Cluster, ClusterError, Kernel, Result};
+use crate::checkpoint::Checkpointer;
+use crate::config::Config;
+use crate::data::{HEAD, PointsTo};
 use crate::journal::{self, Entry, Loaded, TaskEntry};
+use event_system::protocol::Region;
+use ft_handler::State;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use task_graph::{Access, TaskRecord};
 
 /// Where a resumed job is.
 pub(crate) enum Replay {
@@ -35,7 +44,6 @@ pub(crate) enum Replay {
 }
 
 pub use run_report::ResumeRecord;
-
 
 /// The log and the resume state a head starts with: with checkpoints on, a log; with
 /// `OMPCLUSTER_RESUME=1`, what the newest checkpoint's log holds.
@@ -100,7 +108,7 @@ const LIVE_IN_A_ROW: u64 = 1000;
 impl Cluster {
     /// Is the job fast-forwarding?
     pub(super) fn fast_forward(&self) -> bool {
-        self.replaying.load(Ordering::Acquire)
+        self.durability.replaying.load(Ordering::Acquire)
     }
 
     /// A region of `kernel` while fast-forwarding: skipped if the log holds its key, else the
@@ -108,9 +116,9 @@ impl Cluster {
     pub(super) fn skip_launch(&self, kernel: &Kernel, args: &[u64], begins: &[u64], hosts: &[u64]) -> Result<Skip> {
         let needs_rebuild = {
             let _gate = self.enter()?;
-            let mut replay = self.replay.lock();
+            let mut replay = self.durability.replay.lock();
             let Replay::FastForward(log) = &mut *replay else { return Ok(Skip::Live) };
-            let mut bufs = self.buffers.lock();
+            let mut bufs = self.ledger.buffers.lock();
             let translated: Vec<(u64, u64)> = begins.iter().zip(hosts).filter(|(_, &h)| h != 0).map(|(&d, &h)| (d, h)).collect();
             let roots: Vec<u64> = args.iter().chain(begins).copied().collect();
             let reached = bufs.reachable(&roots, &translated, kernel.image);
@@ -137,8 +145,8 @@ impl Cluster {
                     writes.push(Access { buffer: b.id, version: v });
                 }
                 drop(bufs);
-                let now = self.start.elapsed().as_secs_f64();
-                self.graph.lock().record(TaskRecord {
+                let now = self.meter.start.elapsed().as_secs_f64();
+                self.ledger.graph.lock().record(TaskRecord {
                     id: 0,
                     kernel: kernel.name.clone(),
                     image: kernel.image,
@@ -154,7 +162,7 @@ impl Cluster {
                     op: task_graph::Op::Kernel,
                     allocs: Vec::new(),
                 });
-                if let Some(r) = self.resume_record.lock().as_mut() {
+                if let Some(r) = self.durability.resume_record.lock().as_mut() {
                     r.regions_skipped += 1;
                     r.skipped_kernel_seconds += t.kernel_s;
                 }
@@ -166,7 +174,7 @@ impl Cluster {
                 }
                 self.log(format_args!("RESUME skipped {} (logged)", kernel.name));
                 let done = log.tasks.is_empty();
-                if let Some(j) = &self.journal {
+                if let Some(j) = &self.durability.journal {
                     j.push(Entry::Task(t));
                 }
                 drop(replay);
@@ -177,13 +185,13 @@ impl Cluster {
                 return Ok(Skip::Done);
             }
             log.live_in_a_row += 1;
-            let region = self.graph.lock().recorded();
-            let mut rec = self.resume_record.lock();
+            let region = self.ledger.graph.lock().recorded();
+            let mut rec = self.durability.resume_record.lock();
             if let Some(r) = rec.as_mut().filter(|r| r.switched_live_at_region.is_none()) {
                 let why = format!("the log does not hold this run of {} (an input, an argument or the program differs, or the first job had not run it before its checkpoint)", kernel.name);
-                eprintln!("ompcluster: resume: live from region #{region} at {:.3} s: {why}; {} region(s) skipped so far", self.start.elapsed().as_secs_f64(), r.regions_skipped);
+                eprintln!("ompcluster: resume: live from region #{region} at {:.3} s: {why}; {} region(s) skipped so far", self.meter.start.elapsed().as_secs_f64(), r.regions_skipped);
                 r.switched_live_at_region = Some(region);
-                r.switched_live_at_seconds = Some(self.start.elapsed().as_secs_f64());
+                r.switched_live_at_seconds = Some(self.meter.start.elapsed().as_secs_f64());
                 r.reason = why;
             }
             drop(rec);
@@ -211,9 +219,9 @@ impl Cluster {
     pub(super) unsafe fn retrieve_from_log(&self, host: *mut u8, tgt: u64, len: u64) -> Result<bool> {
         let id = {
             let _gate = self.enter()?;
-            let replay = self.replay.lock();
+            let replay = self.durability.replay.lock();
             let Replay::FastForward(log) = &*replay else { return Ok(false) };
-            let bufs = self.buffers.lock();
+            let bufs = self.ledger.buffers.lock();
             let Some(b) = bufs.containing_range(tgt, len) else { return Ok(false) };
             if b.version == 0 || !b.holders.is_empty() {
                 return Ok(false);
@@ -223,10 +231,10 @@ impl Cluster {
                 // SAFETY: the caller guarantees the host range is writable; `bytes` has `len`
                 // bytes.
                 unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), host, bytes.len()) };
-                if let Some(j) = &self.journal {
+                if let Some(j) = &self.durability.journal {
                     j.push(Entry::Retrieve { key, bytes: bytes.clone() });
                 }
-                if let Some(r) = self.resume_record.lock().as_mut() {
+                if let Some(r) = self.durability.resume_record.lock().as_mut() {
                     r.retrieves_from_log += 1;
                 }
                 self.log(format_args!("RESUME retrieve {tgt:#x} {len} bytes from the log"));
@@ -242,7 +250,7 @@ impl Cluster {
     /// if one holds a version no rank has, it is rebuilt first.
     pub(super) fn live_for(&self, addrs: &[u64]) -> Result<()> {
         let unheld: BTreeSet<u64> = {
-            let bufs = self.buffers.lock();
+            let bufs = self.ledger.buffers.lock();
             addrs.iter().filter_map(|&a| bufs.containing(a).filter(|b| b.version > 0 && b.holders.is_empty()).map(|b| b.id)).collect()
         };
         if !unheld.is_empty() {
@@ -254,15 +262,15 @@ impl Cluster {
     /// Fast-forwarding is over: the log is dropped and every version no rank holds is
     /// rebuilt, so that checkpoints can be taken again.
     fn end_fast_forward(&self, why: &str) -> Result<()> {
-        let gate = self.ft.exclusive(State::Restarting);
-        if !matches!(std::mem::replace(&mut *self.replay.lock(), Replay::Live), Replay::FastForward(_)) {
+        let gate = self.tolerance.ft.exclusive(State::Restarting);
+        if !matches!(std::mem::replace(&mut *self.durability.replay.lock(), Replay::Live), Replay::FastForward(_)) {
             return Ok(());
         }
-        self.replaying.store(false, Ordering::Release);
-        let region = self.graph.lock().recorded();
-        let at = self.start.elapsed().as_secs_f64();
+        self.durability.replaying.store(false, Ordering::Release);
+        let region = self.ledger.graph.lock().recorded();
+        let at = self.meter.start.elapsed().as_secs_f64();
         let mut skipped = 0;
-        if let Some(r) = self.resume_record.lock().as_mut() {
+        if let Some(r) = self.durability.resume_record.lock().as_mut() {
             skipped = r.regions_skipped;
             r.fast_forward_ended_at_seconds = Some(at);
             if r.regions_skipped == r.first_job_regions {
@@ -283,12 +291,12 @@ impl Cluster {
     pub(super) fn rebuild_unheld(&self, only: Option<BTreeSet<u64>>) -> Result<()> {
         loop {
             match self.rebuild_unheld_once(only.as_ref()) {
-                Err(ft_handler::RecoverError::NewFailure(r)) if self.recovery => {
-                    self.ft.notify(r);
-                    self.ft.wait_recovered(&[r].into()).map_err(ClusterError::Unrecoverable)?;
+                Err(ft_handler::RecoverError::NewFailure(r)) if self.tolerance.recovery => {
+                    self.tolerance.ft.notify(r);
+                    self.tolerance.ft.wait_recovered(&[r].into()).map_err(ClusterError::Unrecoverable)?;
                 }
                 Err(e) => {
-                    let region = self.graph.lock().recorded();
+                    let region = self.ledger.graph.lock().recorded();
                     let msg = format!("cannot resume: the state at region #{region} cannot be rebuilt: {e}");
                     eprintln!("ompcluster: {msg}; ending the job");
                     return Err(ClusterError::Unrecoverable(msg));
@@ -299,20 +307,20 @@ impl Cluster {
     }
 
     fn rebuild_unheld_once(&self, only: Option<&BTreeSet<u64>>) -> std::result::Result<(), ft_handler::RecoverError> {
-        let _gate = self.ft.exclusive(State::Restarting);
+        let _gate = self.tolerance.ft.exclusive(State::Restarting);
         self.adopt_checkpointed(only)?;
-        if !self.buffers.lock().unheld().any(|a| only.is_none_or(|o| o.contains(&a.buffer))) {
+        if !self.ledger.buffers.lock().unheld().any(|a| only.is_none_or(|o| o.contains(&a.buffer))) {
             return Ok(());
         }
-        let before = self.recoveries.lock().len();
+        let before = self.tolerance.recoveries.lock().len();
         // Dead ranks not yet recovered from are the handler's (it waits for this gate).
-        let dead: BTreeSet<i32> = self.live.dead_ranks().difference(&self.ft.recovered()).copied().filter(|&r| r != HEAD).collect();
+        let dead: BTreeSet<i32> = self.link.live.dead_ranks().difference(&self.tolerance.ft.recovered()).copied().filter(|&r| r != HEAD).collect();
         if let Some(&r) = dead.iter().next() {
             return Err(ft_handler::RecoverError::NewFailure(r));
         }
         self.recover_only(&BTreeSet::new(), only)?;
-        let (loaded, rebuilt) = self.recoveries.lock().get(before).map_or((0, 0), |r| (r.outcome.from_checkpoints, r.outcome.rebuilt));
-        if let Some(r) = self.resume_record.lock().as_mut() {
+        let (loaded, rebuilt) = self.tolerance.recoveries.lock().get(before).map_or((0, 0), |r| (r.outcome.from_checkpoints, r.outcome.rebuilt));
+        if let Some(r) = self.durability.resume_record.lock().as_mut() {
             r.versions_loaded += loaded;
             r.versions_rebuilt += rebuilt;
         }
@@ -327,8 +335,8 @@ impl Cluster {
     /// checkpoint holds. A worker that died meanwhile gives `NewFailure` (what could be
     /// adopted without it is).
     pub(super) fn adopt_checkpointed(&self, only: Option<&BTreeSet<u64>>) -> std::result::Result<(), ft_handler::RecoverError> {
-        let Some(cp) = &self.ckpt else { return Ok(()) };
-        if self.adoptable.lock().is_empty() {
+        let Some(cp) = &self.durability.ckpt else { return Ok(()) };
+        if self.durability.adoptable.lock().is_empty() {
             return Ok(());
         }
         let mut adopted = 0;
@@ -343,8 +351,8 @@ impl Cluster {
         }
         // Same address, same key.
         let candidates: Vec<Candidate> = {
-            let adoptable = self.adoptable.lock();
-            let bufs = self.buffers.lock();
+            let adoptable = self.durability.adoptable.lock();
+            let bufs = self.ledger.buffers.lock();
             bufs.iter()
                 .filter(|b| !b.deleted && b.version > b.pristine_version() && b.holders.is_empty() && only.is_none_or(|o| o.contains(&b.id)))
                 .filter(|b| !cp.holds(b.id, b.version))
@@ -389,7 +397,7 @@ impl Cluster {
                 let a = Access { buffer: c.id, version: c.version };
                 Got::Done(head_reads(&c.rec).map_err(|e| e.to_string()).and_then(|bytes| self.put_on_head(a, c.addr, &bytes).map_err(|e| e.to_string())))
             } else {
-                let backed = match self.buffers.lock().by_id_mut(c.id) {
+                let backed = match self.ledger.buffers.lock().by_id_mut(c.id) {
                     Some(b) => self.back_on(b, w),
                     None => continue,
                 };
@@ -420,7 +428,7 @@ impl Cluster {
                 Got::Done(Err(why)) if w == HEAD => Err(why),
                 Got::Done(Err(why)) => {
                     // Its copy on `w` may hold part of the file: not a version any more.
-                    self.buffers.lock().drop_copy(c.addr, w);
+                    self.ledger.buffers.lock().drop_copy(c.addr, w);
                     // The head checks it too: a worker that could not read a good copy
                     // (its own file system, memory) must not lose it; recovery loads it.
                     head_reads(&c.rec).map(|_| None).map_err(|e| format!("rank {w}: {why}; the head: {e}"))
@@ -432,22 +440,22 @@ impl Cluster {
             match held {
                 Ok(at) => {
                     cp.adopt(c.id, c.version, c.rec);
-                    if let Some(j) = &self.journal {
+                    if let Some(j) = &self.durability.journal {
                         j.adopt(c.id, c.addr, c.size, c.key);
                     }
                     if let Some(w) = at {
-                        self.buffers.lock().install(c.id, w, c.version);
+                        self.ledger.buffers.lock().install(c.id, w, c.version);
                     }
                     adopted += 1;
                 }
                 Err(e) => {
                     eprintln!("ompcluster: resume: the checkpoint's copy of the buffer at {:#x} is unusable ({e}); rebuilding it by re-running logged regions", c.addr);
-                    self.adoptable.lock().remove(&c.addr);
+                    self.durability.adoptable.lock().remove(&c.addr);
                 }
             }
         }
         if adopted > 0 {
-            if let Some(r) = self.resume_record.lock().as_mut() {
+            if let Some(r) = self.durability.resume_record.lock().as_mut() {
                 r.versions_adopted += adopted;
             }
             self.log(format_args!("RESUME adopted {adopted} checkpointed version(s), read by the workers"));
@@ -461,8 +469,8 @@ impl Cluster {
     /// The program ended: if it was still fast-forwarding, say so (what the log held beyond
     /// it was not reached: the program took a shorter path).
     pub(super) fn resume_ended(&self) {
-        if let Replay::FastForward(log) = &*self.replay.lock() {
-            let skipped = self.resume_record.lock().as_ref().map_or(0, |r| r.regions_skipped);
+        if let Replay::FastForward(log) = &*self.durability.replay.lock() {
+            let skipped = self.durability.resume_record.lock().as_ref().map_or(0, |r| r.regions_skipped);
             eprintln!(
                 "ompcluster: resume: the program ended while fast-forwarding: {skipped} region(s) skipped, {} region(s) of the log not reached",
                 log.tasks.len()
@@ -472,7 +480,7 @@ impl Cluster {
 
     /// The log entry of a region that ran cleanly (see `launch.rs`).
     pub(super) fn log_task(&self, t: TaskEntry) {
-        if let Some(j) = &self.journal {
+        if let Some(j) = &self.durability.journal {
             j.push(Entry::Task(t));
         }
     }

@@ -1,0 +1,55 @@
+//! Durability's state: the checkpoint store, the log published with each checkpoint, and a
+//! resumed job's fast-forward (`resume.rs`).
+//!
+//! Threads: offloading threads (a checkpoint is due at a request; resuming skips regions),
+//! the handler (recovery loads checkpointed versions), the checkpointer's background threads
+//! (inside `Checkpointer`), the SIGTERM thread (a final checkpoint). Lock order (`resume.rs`):
+//! the gate, then `replay`, then the ledger's `buffers`; `adoptable` and `resume_record` are
+//! taken alone.
+
+use super::resume::Replay;
+use super::ResumeRecord;
+use crate::checkpoint::Checkpointer;
+use crate::journal::{Checkpointed, Journal};
+use parking_lot::Mutex;
+use rustc_hash::FxHashMap as HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// Checkpoints, the log and resuming.
+pub(super) struct Durability {
+    pub(super) ckpt: Option<Checkpointer>,
+    /// The log published with every checkpoint, for resuming (on with checkpoints).
+    pub(super) journal: Option<Arc<Journal>>,
+    /// A resumed job's fast-forward (`resume.rs`), and whether it is still fast-forwarding.
+    pub(super) replay: Mutex<Replay>,
+    pub(super) replaying: AtomicBool,
+    /// Versions get content keys (`journal.rs`): with the log, or when resuming.
+    pub(super) keyed: bool,
+    /// A resumed job (`OMPCLUSTER_RESUME=1` with a log to fast-forward through).
+    pub(super) resumed: bool,
+    /// What the checkpoint a resumed job resumed from holds, by address (`resume.rs`).
+    pub(super) adoptable: Mutex<HashMap<u64, Checkpointed>>,
+    /// What a resumed job did, for the report.
+    pub(super) resume_record: Mutex<Option<ResumeRecord>>,
+}
+
+impl Durability {
+    pub(super) fn new(ckpt: Option<Checkpointer>, journal: Option<Arc<Journal>>, mut replay: Replay, resume_record: Option<ResumeRecord>) -> Self {
+        let fast_forward = matches!(replay, Replay::FastForward(_));
+        let adoptable = match &mut replay {
+            Replay::FastForward(log) => std::mem::take(&mut log.by_addr),
+            Replay::Live => HashMap::default(),
+        };
+        Durability {
+            replaying: AtomicBool::new(fast_forward),
+            keyed: journal.is_some() || fast_forward,
+            resumed: fast_forward,
+            ckpt,
+            journal,
+            adoptable: Mutex::new(adoptable),
+            replay: Mutex::new(replay),
+            resume_record: Mutex::new(resume_record),
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! Failures as the head learns of them: the handler's view of this device ([`HeadDevice`]),
+//! the prober that watches the worker processes on the head's host, the notices from the
+//! failure detector and from requests that met a dead rank, telling the live workers, and the
+//! report's records of failures and recoveries. Recovery itself is `recovery.rs`.
+//!
+//! Threads: the prober (`ompc-ft-prober`, started here) and the detector's callback thread
+//! note failures without MPI; the handler thread tells the workers (it may use MPI).
+
+use super::Cluster;
+use crate::data::HEAD;
+use event_system::Liveness;
+use event_system::process::Victim;
+use event_system::protocol::Event;
+use ft_handler::{Device, RecoverError};
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use timeline::Cat;
+
+/// How often the head looks whether the worker processes on its host still exist.
+const PROBE_PERIOD: std::time::Duration = std::time::Duration::from_millis(20);
+
+pub use run_report::{FailureRecord, RecoveryRecord, SpareRecord};
+
+/// The cluster device as the handler sees it.
+pub(crate) struct HeadDevice {
+    c: &'static Cluster,
+    /// What to do when recovery is impossible; never returns (given by the runtime).
+    on_fatal: fn(&str) -> !,
+}
+
+impl Device for HeadDevice {
+    fn dead(&self) -> BTreeSet<i32> {
+        let mut d = self.c.link.live.dead_ranks();
+        d.remove(&HEAD);
+        d
+    }
+
+    fn noticed(&self, dead: &BTreeSet<i32>) {
+        self.c.tell_workers(dead);
+    }
+
+    fn recover(&self, dead: &BTreeSet<i32>) -> std::result::Result<(), RecoverError> {
+        if self.c.tolerance.inject.panic_due_in_recovery() {
+            panic!("injected panic (OMPCLUSTER_FT_INJECT=panic:during=recovery)");
+        }
+        self.c.recover(dead)
+    }
+
+    fn fatal(&self, why: &str) {
+        // The runtime's answer: the head's end ends the job (the workers leave when they see
+        // it gone).
+        (self.on_fatal)(why)
+    }
+}
+
+impl Cluster {
+    /// Start the handler thread, and the prober that watches the workers on the head's host.
+    /// Called once, when the cluster is in its final place. `on_fatal` ends the job when
+    /// recovery is impossible.
+    pub(crate) fn start_handler(&'static self, on_fatal: fn(&str) -> !) -> std::io::Result<()> {
+        self.tolerance.ft.start(Arc::new(HeadDevice { c: self, on_fatal }))?;
+        self.start_buddy()?;
+        self.start_timed_faults();
+        let host = self.link.head_host();
+        let local: Vec<(i32, Victim)> =
+            (1..self.link.comm.size()).filter(|&r| self.link.procs[r as usize].0 == host).map(|r| (r, self.link.procs[r as usize].1)).collect();
+        if local.is_empty() {
+            return Ok(());
+        }
+        std::thread::Builder::new().name("ompc-ft-prober".into()).spawn(move || self.probe(&local)).map(|_| ())
+    }
+
+    /// A worker process on the head's host that has ended is dead now, not only after the
+    /// heartbeat timeout: look every [`PROBE_PERIOD`] (a read of `/proc/PID/stat` each).
+    /// It runs until the process ends: during shutdown too, where a dead worker must not
+    /// make the head wait for the heartbeat timeout (it is then only fenced, not recovered).
+    fn probe(&self, local: &[(i32, Victim)]) {
+        loop {
+            for &(r, v) in local {
+                if !self.link.live.is_dead(r) && event_system::process::is_gone(v) {
+                    if self.stopped.load(Ordering::Acquire) {
+                        self.link.live.fence(r);
+                    } else {
+                        self.note_failure(r, "its process ended: seen by the head on their shared host");
+                    }
+                }
+            }
+            std::thread::sleep(PROBE_PERIOD);
+        }
+    }
+
+    /// A rank failed (the failure detector said so, or a peer reported it): record and report
+    /// the first notice of each rank and tell the handler. Called on the heartbeat thread: no
+    /// MPI here, and no lock held across anything but the record (the handler thread tells
+    /// the workers, see [`Cluster::tell_workers`]).
+    pub(crate) fn note_failure(&self, rank: i32, how: &str) {
+        if rank == HEAD || self.stopped.load(Ordering::Acquire) {
+            return;
+        }
+        self.note_dead(rank, how);
+        self.tolerance.ft.notify(rank);
+    }
+
+    /// Fence `rank` and, the first time, record and report its failure (no MPI).
+    fn note_dead(&self, rank: i32, how: &str) {
+        self.link.live.fence(rank);
+        let mut f = self.tolerance.failures.lock();
+        if !f.iter().any(|x| x.rank == rank) {
+            let at = self.meter.start.elapsed().as_secs_f64();
+            eprintln!("ompcluster: worker rank {rank} failed ({how}) at {at:.3} s; recovering");
+            let latency = self.since_injected(rank);
+            if let Some(t) = &self.meter.trace {
+                t.instant(Cat::Failure, HEAD, format!("rank {rank} failed"), vec![("rank", json!(rank)), ("noticed_by", json!(how))]);
+            }
+            f.push(FailureRecord { rank, at_seconds: at, noticed_by: how.to_string(), detection_latency_seconds: latency });
+        }
+    }
+
+    /// Tell the live workers (FAILED), once per dead rank, that the `dead` ranks died: a
+    /// transfer of theirs with a dead rank ends now rather than at their own heartbeat
+    /// timeout (3 s by default), and with it the request recovery waits for. The handler
+    /// thread calls it before it waits for the requests in flight.
+    pub(super) fn tell_workers(&self, dead: &BTreeSet<i32>) {
+        let new: Vec<i32> = {
+            let mut told = self.link.told.lock();
+            dead.iter().copied().filter(|&r| r != HEAD && told.insert(r)).collect()
+        };
+        if new.is_empty() {
+            return;
+        }
+        for w in self.link.workers() {
+            // A worker that cannot be told is dead too, or notices by itself.
+            let _ = self.link.post(w, Event::Failed { ranks: new.clone() });
+        }
+    }
+
+    /// [`Cluster::note_dead`] and [`Cluster::tell_workers`] (on a thread that may use MPI).
+    pub(super) fn record_failure(&self, rank: i32, how: &str) {
+        self.note_dead(rank, how);
+        self.tell_workers(&[rank].into());
+    }
+
+    /// Failures and recoveries so far, for the report.
+    pub(super) fn ft_report(&self) -> (Vec<FailureRecord>, Vec<RecoveryRecord>) {
+        (self.tolerance.failures.lock().clone(), self.tolerance.recoveries.lock().clone())
+    }
+}

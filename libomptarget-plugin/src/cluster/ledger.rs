@@ -1,0 +1,41 @@
+//! The ledger: the device's buffers with their versions and holders (`Buffers`, no MPI, unit
+//! tested in `data.rs`), the condition variable that announces their changes, and the task
+//! record recovery re-runs from.
+//!
+//! Threads: offloading threads (every request), the handler (recovery), the buddy thread
+//! (buddy copies, pruning), checkpoints. Lock order: `buffers`, then `graph`; never the
+//! reverse. Neither is held across a bulk transfer or a kernel; `moved` is waited on with
+//! `buffers` held and notified after every change that may let a waiting thread go on.
+
+use crate::data::Buffers;
+use parking_lot::{Condvar, Mutex};
+use rustc_hash::FxHashMap as HashMap;
+use std::sync::atomic::AtomicU64;
+use task_graph::TaskGraph;
+
+/// Buffers, versions, holders and the task record.
+pub(super) struct Ledger {
+    pub(super) buffers: Mutex<Buffers>,
+    /// Notified when a copy arrived, a kernel ended, a buffer was released (with `buffers`).
+    pub(super) moved: Condvar,
+    pub(super) graph: Mutex<TaskGraph>,
+    /// Bytes of all live device buffers (for the checkpoint interval).
+    pub(super) device_bytes: AtomicU64,
+    /// Host allocations (`alloc_host`): address -> extent.
+    pub(super) host_allocs: Mutex<HashMap<u64, u64>>,
+    /// Prune the task record when it holds this many tasks (`prune.rs`).
+    pub(super) prune_at: AtomicU64,
+}
+
+impl Ledger {
+    pub(super) fn new(buffers: Buffers, graph: TaskGraph, prune_at: u64) -> Self {
+        Ledger {
+            buffers: Mutex::new(buffers),
+            moved: Condvar::new(),
+            graph: Mutex::new(graph),
+            device_bytes: AtomicU64::new(0),
+            host_allocs: Mutex::new(HashMap::default()),
+            prune_at: AtomicU64::new(prune_at),
+        }
+    }
+}

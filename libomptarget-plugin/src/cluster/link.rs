@@ -1,0 +1,74 @@
+//! The link to the ranks: the communicator, the tags of requests, who is alive (the failure
+//! detector's view plus the ranks fenced here) and where each rank's process is. Every event
+//! the head sends goes through [`Link::post`].
+//!
+//! Threads: any (offloading threads, the handler, the buddy and checkpoint threads). The
+//! communicator is thread-safe (MPI_THREAD_MULTIPLE); the tag allocator and the liveness view
+//! are lock-free or lock internally; `told` is one mutex taken alone.
+
+use super::{ClusterError, HeadLiveness, Result};
+use crate::data::HEAD;
+use event_system::process::Victim;
+use event_system::protocol::{Envelope, Event, Reply};
+use event_system::{Comm, Liveness, TagAllocator};
+use parking_lot::Mutex;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// The head's link to the ranks.
+pub(super) struct Link {
+    pub(super) comm: Arc<Comm>,
+    /// Liveness: the detector's view, plus the ranks fenced here; a rank once dead stays dead.
+    pub(super) live: Arc<HeadLiveness>,
+    pub(super) tags: Arc<TagAllocator>,
+    /// Rank -> its host and process (for fencing).
+    pub(super) procs: Vec<(u64, Victim)>,
+    /// Dead ranks the live workers were told of (FAILED).
+    pub(super) told: Mutex<BTreeSet<i32>>,
+}
+
+impl Link {
+    pub(super) fn new(comm: Arc<Comm>, live: Arc<HeadLiveness>, procs: Vec<(u64, Victim)>) -> Self {
+        Link { tags: Arc::new(TagAllocator::new(comm.tag_ub())), comm, live, procs, told: Mutex::new(BTreeSet::new()) }
+    }
+
+    /// The live workers, in rank order.
+    pub(super) fn workers(&self) -> impl Iterator<Item = i32> + '_ {
+        (1..self.comm.size()).filter(|&r| !self.live.is_dead(r))
+    }
+
+    /// Has any rank died (or been fenced) in this run?
+    pub(super) fn any_failure(&self) -> bool {
+        !self.live.dead_ranks().is_empty()
+    }
+
+    /// The host the head runs on.
+    pub(super) fn head_host(&self) -> u64 {
+        self.procs[HEAD as usize].0
+    }
+
+    /// Send `event` to `rank` under a fresh tag (its reply, if it has one, and its data travel
+    /// on that tag); returns the tag.
+    pub(super) fn post(&self, rank: i32, event: Event) -> Result<i32> {
+        let tag = self.tags.next();
+        self.comm.send_event(rank, &Envelope { tag, event }, self.live.as_ref())?;
+        Ok(tag)
+    }
+
+    /// Wait for `rank`'s OK to the event posted under `tag`.
+    pub(super) fn expect_ok(&self, rank: i32, tag: i32) -> Result<()> {
+        match self.comm.recv_msg::<Reply>(rank, tag, self.live.as_ref())? {
+            Reply::Ok => Ok(()),
+            other => Err(unexpected(rank, other)),
+        }
+    }
+}
+
+/// The error a reply other than the one expected from `rank` stands for.
+pub(super) fn unexpected(rank: i32, reply: Reply) -> ClusterError {
+    match reply {
+        Reply::PeerDead(peer) => ClusterError::PeerDead(peer),
+        Reply::Error(msg) => ClusterError::Worker { rank, msg },
+        other => ClusterError::Worker { rank, msg: format!("unexpected reply {other:?}") },
+    }
+}
