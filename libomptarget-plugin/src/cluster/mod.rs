@@ -41,6 +41,7 @@ mod checkpointing;
 mod execute;
 mod failures;
 mod faults;
+mod head_copies;
 mod images;
 mod launch;
 mod ledger;

@@ -1,0 +1,206 @@
+//! One device buffer as the head records it: where it is, its current version and who holds
+//! it, older versions still held, what it points to, and the marks of regions using it
+//! (design notes on each field). `Buffers` (`data.rs`) changes these only through its methods.
+
+use super::HEAD;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Device buffers a buffer's contents point to (found by scanning submitted or written data).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PointsTo {
+    /// Device addresses found in it.
+    Some(BTreeSet<u64>),
+    /// Too many to track: it may reach any buffer.
+    All,
+}
+
+impl From<event_system::protocol::FoundPointers> for PointsTo {
+    fn from(found: event_system::protocol::FoundPointers) -> Self {
+        match found {
+            event_system::protocol::FoundPointers::Many => PointsTo::All,
+            event_system::protocol::FoundPointers::Some(v) => PointsTo::Some(v.into_iter().collect()),
+        }
+    }
+}
+
+impl PointsTo {
+    pub(crate) fn none() -> Self {
+        PointsTo::Some(BTreeSet::new())
+    }
+
+    pub(crate) fn add(&mut self, found: PointsTo) {
+        match (self, found) {
+            (PointsTo::All, _) => {}
+            (me, PointsTo::All) => *me = PointsTo::All,
+            (PointsTo::Some(a), PointsTo::Some(b)) => a.extend(b),
+        }
+    }
+}
+
+/// One device buffer, or the writable data of a loaded device image (its globals and statics).
+#[derive(Debug, Clone)]
+pub(crate) struct Buffer {
+    /// Never reused, unlike addresses.
+    pub(crate) id: u64,
+    pub(crate) addr: u64,
+    /// Host address libomptarget mapped it for (0 if none).
+    pub(crate) host: u64,
+    /// Bytes libomptarget asked for.
+    pub(crate) size: u64,
+    /// Page-rounded extent in the heap.
+    pub(crate) span: u64,
+    /// 0: zero-filled as allocated; each change makes a new version.
+    pub(crate) version: u64,
+    /// The current version's content key (`crate::journal::key`): how its contents were made.
+    /// A new version gets a fresh key unless its maker sets one.
+    pub(crate) key: u64,
+    /// Ranks holding the current version (HEAD = the head's staging copy).
+    pub(crate) holders: BTreeSet<i32>,
+    /// Ranks whose copy holds an older version, unchanged since (rank -> that version):
+    /// sources for recovery, which may need an older version to re-run a task.
+    pub(crate) stale: BTreeMap<i32, u64>,
+    /// Ranks that have pages (or, for an image's data, the loaded image) for it.
+    pub(crate) backed: BTreeSet<i32>,
+    /// Workers a copy is being sent to right now.
+    pub(crate) incoming: BTreeSet<i32>,
+    pub(crate) points_to: PointsTo,
+    /// For an image's writable data: the image.
+    pub(crate) global_of: Option<u32>,
+    /// For a block device code allocated (`malloc`, `new` in a region): the rank whose arena
+    /// it lies in, which gets the range back once it is freed.
+    pub(crate) arena_of: Option<i32>,
+    /// The program deleted it while a region in flight could reach it (a pointer next to it
+    /// is taken as possibly its, see [`Buffers::near`]): no new region reaches it, and it is
+    /// deleted once no region uses it (see `Cluster::remove_buffer`).
+    pub(crate) deleted: bool,
+    /// Kernels in flight that may write it (see `cluster/launch.rs`): their worker and how
+    /// many. Every kernel that can reach the buffer meanwhile runs on that worker, so that
+    /// concurrent regions share one copy, as they would share one device memory.
+    pub(crate) writing: Option<(i32, u32)>,
+    /// Kernels in flight that can reach it, per worker: a copy a running kernel uses is never
+    /// overwritten with another version (the kernel may be changing it).
+    pub(crate) using: BTreeMap<i32, u32>,
+    /// Copies taken from a rank while a kernel there could reach it (rank -> that source):
+    /// if the kernel turns out to change it, they may hold part of its changes and are
+    /// forgotten ([`Buffers::kernel_done`]); until then they are no source of a version for
+    /// merges and re-runs.
+    pub(crate) torn: BTreeMap<i32, i32>,
+    /// Kernel runs that changed it so far (whether or not recorded as a version): a copy in
+    /// flight from a copy in use is no version if this moved meanwhile.
+    pub(crate) kernel_changes: u64,
+    /// Per worker: changes of kernels recorded or merged from its copy so far. A kernel that
+    /// shared the copy with one of them cannot be undone (its changes may have gone with
+    /// that one's).
+    pub(crate) commits_from: BTreeMap<i32, u64>,
+    /// Per worker: merges of its copy's changes so far (taken once no kernel ran on it, so
+    /// they carry the whole changes of every kernel that ended there before).
+    pub(crate) merges_from: BTreeMap<i32, u64>,
+    /// Per worker: kernels whose copy of it is executing now (EXECUTE sent, no reply yet).
+    pub(crate) running: BTreeMap<i32, u32>,
+    /// Per rank: merges reading or patching its copy; no kernel starts on it and nothing
+    /// overwrites it meanwhile.
+    pub(crate) holding: BTreeMap<i32, u32>,
+    /// Per worker: runs undone so far whose changes were in its copy. A kernel that shared
+    /// the copy and is not yet recorded lost its changes too, and runs again.
+    pub(crate) undone: BTreeMap<i32, u64>,
+    /// A version's contents as the kernel that made it sent them back with its reply (see
+    /// `Event::Execute::send_back`): (version, bytes). A retrieve of that version copies
+    /// them instead of asking a worker. Only a transport shortcut: no holder, no source for
+    /// recovery. Set and cleared by [`Buffers`] only (it counts them against a budget).
+    pub(crate) sent_back: Option<(u64, Arc<[u8]>)>,
+    /// The version the last recorded kernel run made, that kernel's entry token and the
+    /// arguments it reached the buffer through (a `launch.rs` argument mask): a retrieve of
+    /// that version teaches the kernel to send it back next time.
+    pub(crate) made_by: Option<(u64, usize, u64)>,
+    /// The version the head's copy got from a buddy copy (`cluster/buddy.rs`), while the
+    /// head's copy still holds it: for the recovery report.
+    pub(crate) buddy: Option<u64>,
+    /// Submits and device copies writing a worker's copy of it right now: a buddy copy
+    /// takes no copy meanwhile (see `cluster/buddy.rs`).
+    pub(crate) host_writes: u32,
+    /// The worker whose copy a buddy copy is reading right now (`cluster/buddy.rs`): no
+    /// kernel starts on that copy, and no submit, device copy or delete changes it meanwhile.
+    pub(crate) buddy_reading: Option<i32>,
+}
+
+impl Buffer {
+    /// A buffer no rank holds yet (version 0), with nothing in flight.
+    pub(super) fn new(id: u64, addr: u64, host: u64, size: u64, span: u64, global_of: Option<u32>) -> Self {
+        Buffer {
+            id,
+            addr,
+            host,
+            size,
+            span,
+            version: 0,
+            key: crate::journal::key::zero(size),
+            holders: BTreeSet::new(),
+            stale: BTreeMap::new(),
+            backed: BTreeSet::new(),
+            incoming: BTreeSet::new(),
+            points_to: PointsTo::none(),
+            global_of,
+            arena_of: None,
+            deleted: false,
+            writing: None,
+            using: BTreeMap::new(),
+            torn: BTreeMap::new(),
+            kernel_changes: 0,
+            commits_from: BTreeMap::new(),
+            merges_from: BTreeMap::new(),
+            running: BTreeMap::new(),
+            holding: BTreeMap::new(),
+            undone: BTreeMap::new(),
+            sent_back: None,
+            made_by: None,
+            buddy: None,
+            host_writes: 0,
+            buddy_reading: None,
+        }
+    }
+
+    /// See [`Buffer::undone`].
+    pub(crate) fn undone_on(&self, w: i32) -> u64 {
+        self.undone.get(&w).copied().unwrap_or(0)
+    }
+
+    /// Rank `r` holds a copy of `version` that nothing is changing: not a copy a running
+    /// kernel uses, nor one taken from such a copy.
+    pub(crate) fn clean_copy(&self, r: i32, version: u64) -> bool {
+        self.version_on(r) == Some(version) && !self.torn.contains_key(&r) && self.using.get(&r).is_none_or(|&n| n == 0)
+    }
+}
+
+impl Buffer {
+    /// The version whose contents need no saving: what allocation (zeros, version 0) or the
+    /// loading of its image (an image's initial data, version 1) gives back on any rank.
+    pub(crate) fn pristine_version(&self) -> u64 {
+        u64::from(self.global_of.is_some())
+    }
+
+    /// Can rank `r` have the current version without a transfer? Version 0 is zero pages,
+    /// which any rank gets by backing the buffer.
+    pub(crate) fn held_by(&self, r: i32) -> bool {
+        self.version == 0 || self.holders.contains(&r)
+    }
+
+    /// The version rank `r`'s copy holds, if it holds a known one.
+    pub(crate) fn version_on(&self, r: i32) -> Option<u64> {
+        if self.holders.contains(&r) {
+            Some(self.version)
+        } else {
+            self.stale.get(&r).copied()
+        }
+    }
+
+    /// Ranks whose copy holds `version`.
+    pub(crate) fn ranks_with(&self, version: u64) -> impl Iterator<Item = i32> + '_ {
+        let current = (version == self.version).then_some(&self.holders);
+        current.into_iter().flatten().copied().chain(self.stale.iter().filter(move |(_, &v)| v == version).map(|(&r, _)| r))
+    }
+
+    pub(super) fn head_keeps_old(&self) -> bool {
+        self.stale.contains_key(&HEAD)
+    }
+}

@@ -1,0 +1,126 @@
+//! Unit tests of the buffer record.
+
+use super::*;
+use task_graph::Access;
+
+#[test]
+fn bytes_sent_back_belong_to_one_version_and_to_a_budget() {
+    let mut bs = Buffers::new(0x10_0000, 1 << 30);
+    let a = bs.create(100, 0).unwrap().addr;
+    let v = bs.new_version(a, [1].into()).unwrap();
+    assert!(bs.set_sent_back(a, v, vec![7; 100]));
+    assert_eq!(bs.sent_back_bytes, 100);
+    // A newer version (here a submit from the head) drops them.
+    bs.new_version(a, [HEAD].into());
+    assert!(bs.get(a).unwrap().sent_back.is_none());
+    assert_eq!(bs.sent_back_bytes, 0);
+    // Over the budget they are not held; a deleted buffer's are released.
+    let big = bs.create(SENT_BACK_BUDGET, 0).unwrap().addr;
+    assert!(bs.set_sent_back(big, 1, vec![0; SENT_BACK_BUDGET as usize]));
+    assert!(!bs.set_sent_back(a, 2, vec![1; 100]));
+    assert!(bs.remove(big).unwrap().sent_back.is_none());
+    assert_eq!(bs.sent_back_bytes, 0);
+    assert!(bs.set_sent_back(a, 2, vec![1; 100]));
+    assert_eq!(bs.take_sent_back(a).map(|(v, b)| (v, b.len())), Some((2, 100)));
+    assert_eq!(bs.sent_back_bytes, 0);
+}
+
+#[test]
+fn versions_holders_and_stale_copies() {
+    let mut bs = Buffers::new(0x10_0000, 1 << 24);
+    bs.set_retention_budget(1 << 20);
+    let a = bs.create(100, 0).unwrap().addr;
+    let id = bs.get(a).unwrap().id;
+    // Submitted (staged on the head), moved to worker 1, then a kernel on 1 changes it.
+    assert_eq!(bs.new_version(a, [HEAD].into()), Some(1));
+    bs.add_holder(a, 1);
+    assert_eq!(bs.new_version(a, [1].into()), Some(2));
+    let b = bs.get(a).unwrap();
+    assert_eq!(b.version_on(HEAD), Some(1));
+    assert_eq!(b.version_on(1), Some(2));
+    assert_eq!(b.ranks_with(1).collect::<Vec<_>>(), vec![HEAD]);
+    assert_eq!(bs.retained_bytes(), 4096);
+    // Worker 1 dies: version 2 is lost, version 1 survives on the head.
+    let lost = bs.forget_ranks(&[1].into());
+    assert_eq!(lost, [Access { buffer: id, version: 2 }].into());
+    // Recovery rebuilds version 2 on worker 2 and installs version 1 there first.
+    bs.install(id, 2, 1);
+    assert_eq!(bs.get(a).unwrap().version_on(2), Some(1));
+    bs.install(id, 2, 2);
+    assert_eq!(bs.get(a).unwrap().holders, [2].into());
+    // A whole submit staged on the head again: no stale head copy any more.
+    bs.new_version(a, [HEAD].into());
+    assert_eq!(bs.retained_bytes(), 0);
+    assert_eq!(bs.get(a).unwrap().stale.get(&2), Some(&2));
+    // Over the budget, the head's old copy is not kept.
+    bs.set_retention_budget(0);
+    bs.new_version(a, [2].into());
+    assert_eq!(bs.get(a).unwrap().version_on(HEAD), None);
+    assert_eq!(bs.retained_bytes(), 0);
+    // Retired: found by id, released once no task reads it.
+    bs.set_retention_budget(1 << 20);
+    let b = bs.remove(a).unwrap();
+    bs.retire(b);
+    assert!(bs.by_id(id).is_some() && bs.get(a).is_none());
+    assert_eq!(bs.retained_bytes(), 4096);
+    // A transfer into a retired buffer's copy that failed half-way: that copy is unknown.
+    bs.install(id, 3, 1);
+    assert_eq!(bs.by_id(id).unwrap().version_on(3), Some(1));
+    bs.drop_copy(a, 3);
+    assert_eq!(bs.by_id(id).unwrap().version_on(3), None);
+    assert!(bs.release_retired(&[id].into()).is_empty());
+    assert_eq!(bs.release_retired(&BTreeSet::new()).len(), 1);
+    assert_eq!(bs.retained_bytes(), 0);
+    // Kept versions count against the budget, and go once nothing reads them.
+    let v = |version| task_graph::Access { buffer: id, version };
+    assert!(bs.keep(v(1), Arc::new(vec![7; 1000])));
+    assert!(!bs.keep(v(2), Arc::new(vec![7; 1 << 20])), "over the budget");
+    assert_eq!((bs.retained_bytes(), bs.kept(v(1)).map(|b| b.len())), (1000, Some(1000)));
+    bs.release_kept(|a| a == v(1));
+    assert_eq!(bs.retained_bytes(), 1000);
+    bs.release_kept(|_| false);
+    assert_eq!((bs.retained_bytes(), bs.kept(v(1))), (0, None));
+}
+
+#[test]
+fn reachability_follows_pointers_and_globals() {
+    let mut bs = Buffers::new(0x10_0000, 1 << 20);
+    let a = bs.create(100, 0x7000_0100).unwrap().addr;
+    let b = bs.create(5000, 0).unwrap().addr;
+    let c = bs.create(8, 0).unwrap().addr;
+    let img = bs.reserve_image(3 * 4096).unwrap();
+    let g = bs.add_image_data(img + 2 * 4096, 40, 7).addr;
+    let lone = bs.create(4, 0).unwrap().addr;
+    // a holds a pointer into the middle of b; b points to c.
+    bs.get_mut(a).unwrap().points_to.add(PointsTo::Some([b + 4100].into()));
+    bs.get_mut(b).unwrap().points_to.add(PointsTo::Some([c].into()));
+    assert_eq!(bs.reachable(&[a + 8, 12345], &[], 0), vec![a, b, c]);
+    assert_eq!(bs.reachable(&[c], &[], 7), vec![c, g]);
+    // A global inside the image's data is a partial range of that buffer.
+    assert_eq!(bs.containing_range(g + 16, 8).map(|x| x.addr), Some(g));
+    // A pointer 0x100 bytes before a's host start, translated the same way, is a's.
+    assert_eq!(bs.reachable(&[], &[(a - 0x100, 0x7000_0000)], 0), vec![a, b, c]);
+    assert!(bs.reachable(&[], &[(a - 0x100, 0x7000_0001)], 0).is_empty());
+    bs.remove(a);
+    assert!(bs.reachable(&[], &[(a - 0x100, 0x7000_0000)], 0).is_empty());
+    bs.get_mut(c).unwrap().points_to.add(PointsTo::All);
+    assert_eq!(bs.reachable(&[c], &[], 0).len(), 4);
+    assert!(bs.containing(lone + 4096).is_none());
+    // A value just before `b` (in its guard gap; `a` before it was removed above) reaches b,
+    // and one past the end of the last buffer reaches that buffer.
+    assert_eq!(bs.near(b - 2).collect::<Vec<_>>(), vec![b]);
+    assert_eq!(bs.near(lone + 4096).collect::<Vec<_>>(), vec![lone]);
+    assert_eq!(bs.near(b + 4096).collect::<Vec<_>>(), vec![b]);
+    assert_eq!(bs.containing_range(b + 4000, 1000).map(|x| x.addr), Some(b));
+    assert!(bs.containing_range(b + 8000, 1000).is_none());
+    // A block device code allocated: tracked where the worker put it, never over a buffer.
+    let block = 0x8_0000;
+    assert_eq!(bs.adopt(block, 32, 4096, 2).map(|x| (x.size, x.span, x.arena_of)), Some((32, 4096, Some(2))));
+    assert!(bs.adopt(block, 8, 4096, 2).is_none(), "overlaps");
+    assert!(bs.adopt(block + 100, 8, 4096, 2).is_none(), "not a page");
+    assert_eq!(bs.near(block + 16).collect::<Vec<_>>(), vec![block]);
+    // Deleted while a region may reach it: no new region finds it.
+    bs.doom(block);
+    assert!(bs.near(block + 16).next().is_none());
+    assert!(bs.get(block).is_some_and(|x| x.deleted));
+}
