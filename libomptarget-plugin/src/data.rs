@@ -14,6 +14,28 @@ use std::sync::Arc;
 /// Rank of the head.
 pub(crate) const HEAD: i32 = event_system::HEAD;
 
+/// Where a copy lives or a region runs: the head's own memory (its staged copies, its own
+/// device once no worker is left), or a worker's. Code that does different things on the two
+/// matches on it; sets of ranks (holders, backed copies) keep plain ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// The head (rank 0).
+    Head,
+    /// A worker, by rank.
+    Worker(i32),
+}
+
+impl Place {
+    /// The place of rank `r`.
+    pub(crate) fn of(r: i32) -> Place {
+        if r == HEAD {
+            Place::Head
+        } else {
+            Place::Worker(r)
+        }
+    }
+}
+
 /// Unallocated device addresses left before every buffer (virtual space only). A pointer that
 /// lands in a gap (a section's base, `p - 1` passed with `has_device_addr`) can only belong
 /// to the buffer right after it, or be one past the end of the buffer right before it.

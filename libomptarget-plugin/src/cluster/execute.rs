@@ -9,7 +9,7 @@
 //! `quiet` (a re-run: its first run printed it); a run on the head prints on its own stdout.
 
 use super::{Cluster, ClusterError, Executed, Result};
-use crate::data::HEAD;
+use crate::data::Place;
 use event_system::protocol::{Event, FoundPointers, Patch, Region, Reply, StdStream, MAX_SEND_BACK};
 
 /// One kernel run to ask of a rank: kernel `kernel` of image `image` with argument values
@@ -49,14 +49,18 @@ impl Cluster {
     /// Run `run` on `w` (a worker, or the head once it runs regions itself) and wait for its
     /// report.
     pub(super) fn execute(&self, w: i32, run: Execute<'_>) -> Result<Executed> {
-        if w == HEAD {
-            let since = self.trace_now();
-            let mut ran = self.run_here(run.image, run.kernel, run.args, &run.regions, &run.assume_written, run.quiet)?;
-            ran.traced = since.zip(self.trace_now());
-            return Ok(ran);
+        match Place::of(w) {
+            Place::Head => {
+                let since = self.trace_now();
+                let mut ran = self.run_here(run.image, run.kernel, run.args, &run.regions, &run.assume_written, run.quiet)?;
+                ran.traced = since.zip(self.trace_now());
+                Ok(ran)
+            }
+            Place::Worker(w) => {
+                let posted = self.post_execute(w, run)?;
+                self.await_executed(posted)
+            }
         }
-        let posted = self.post_execute(w, run)?;
-        self.await_executed(posted)
     }
 
     /// Send `run` to worker `w`; its reply is awaited by [`Cluster::await_executed`].

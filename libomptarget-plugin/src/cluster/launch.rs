@@ -18,7 +18,7 @@
 use super::execute::Execute;
 use super::merge::{Run, Snap, needs_merge};
 use super::{Cluster, ClusterError, Executed, Kernel, Result, SHORT_KERNEL_NS, resume};
-use crate::data::{Buffer, Buffers, HEAD, PointsTo};
+use crate::data::{Buffer, Buffers, Place, PointsTo, HEAD};
 use event_system::protocol::{FoundPointers, MAX_SEND_BACK, Patch, Region};
 use rustc_hash::FxHashMap as HashMap;
 use scheduler::Candidate;
@@ -234,7 +234,7 @@ impl Cluster {
         let Executed { changed, pointers, seconds: kernel_s, patches, allocated, freed, traced, returned, output, errors } = result?;
         // It ran over the versions it was placed over, allocated and freed nothing, and ran
         // on a worker: it may go in the log (if nothing below rules it out).
-        let mut clean = task_key.is_some() && w != HEAD && allocated.is_empty() && freed.is_empty() && reach.iter().zip(&snaps).all(|(r, s)| r.3 == s.version);
+        let mut clean = task_key.is_some() && Place::of(w) != Place::Head && allocated.is_empty() && freed.is_empty() && reach.iter().zip(&snaps).all(|(r, s)| r.3 == s.version);
         let mut returned: HashMap<usize, Vec<u8>> = returned.into_iter().collect();
         // Kernels whose bytes sent back were replaced before anyone retrieved them.
         let mut unlearn: Vec<(usize, u64)> = Vec::new();

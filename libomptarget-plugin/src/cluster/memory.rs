@@ -1,6 +1,6 @@
 //! Memory requests: allocation, deletion, host submits and retrieves, device-to-device copies.
 use super::{Cluster, ClusterError, Result};
-use crate::data::{Buffer, Buffers, HEAD, PointsTo};
+use crate::data::{Buffer, Buffers, Place, PointsTo, HEAD};
 use event_system::Liveness;
 use event_system::comm::CommError;
 use event_system::protocol::{Event, Region};
@@ -459,7 +459,7 @@ impl Cluster {
             }
         };
         if let (Some(w), Some((entry, args))) = (src, made_by) {
-            if w != HEAD {
+            if let Place::Worker(_) = Place::of(w) {
                 // Retrieved right after the kernel that made it: that kernel sends it back
                 // next time (see `Kernel::send_back`).
                 if let Some(k) = self.offload.kernels.read().get(&entry) {
@@ -467,12 +467,12 @@ impl Cluster {
                 }
             }
         }
-        match src {
+        match src.map(Place::of) {
             // SAFETY: the caller guarantees the host range is writable.
             None => unsafe { std::ptr::write_bytes(host, 0, len as usize) },
             // SAFETY: the head holds the current version in its staged copy at `tgt`.
-            Some(HEAD) => unsafe { std::ptr::copy_nonoverlapping(tgt as *const u8, host, len as usize) },
-            Some(w) => {
+            Some(Place::Head) => unsafe { std::ptr::copy_nonoverlapping(tgt as *const u8, host, len as usize) },
+            Some(Place::Worker(w)) => {
                 let (t, region) = (self.trace_now(), Region { addr: tgt, size: len });
                 // SAFETY: the caller guarantees the host range is writable and exclusive.
                 unsafe { self.retrieve_into(region, w, host)? };

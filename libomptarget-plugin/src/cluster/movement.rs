@@ -1,7 +1,7 @@
 //! Moving buffers between ranks: where a buffer's current version is, and making it present
 //! where a kernel needs it.
 use super::{link, Cluster, ClusterError, Result};
-use crate::data::{Buffer, HEAD};
+use crate::data::{Buffer, Place, HEAD};
 use event_system::Liveness;
 use event_system::protocol::{Envelope, Event, MAX_INLINE_DATA, Region, Reply};
 use serde_json::json;
@@ -24,15 +24,14 @@ impl Cluster {
     /// Give worker `w` pages for the buffer if it has none. Called with the buffer lock held,
     /// so the ALLOC reaches `w` before anything another thread sends it for this buffer.
     pub(super) fn back_on(&self, b: &mut Buffer, w: i32) -> Result<()> {
-        if w == HEAD {
-            if !b.backed.contains(&HEAD) {
-                self.offload.heap.back(b.addr, b.span)?;
-                b.backed.insert(HEAD);
-            }
-        } else if !b.backed.contains(&w) {
-            self.link.post(w, Event::Alloc(Region { addr: b.addr, size: b.span }))?;
-            b.backed.insert(w);
+        if b.backed.contains(&w) {
+            return Ok(());
         }
+        match Place::of(w) {
+            Place::Head => self.offload.heap.back(b.addr, b.span)?,
+            Place::Worker(w) => _ = self.link.post(w, Event::Alloc(Region { addr: b.addr, size: b.span }))?,
+        }
+        b.backed.insert(w);
         Ok(())
     }
 
@@ -89,7 +88,7 @@ impl Cluster {
         drop(bufs);
         let region = Region { addr, size };
         let t0 = Instant::now();
-        let state = if src == HEAD && w != HEAD {
+        let state = if let (Place::Head, Place::Worker(w)) = (Place::of(src), Place::of(w)) {
             let trace = self.trace_now();
             // SAFETY: as for `copy_between` from the head: its staged copy is backed and does
             // not change while the bytes are sent (the send is complete when this returns).
@@ -168,19 +167,21 @@ impl Cluster {
     /// Copy `region` from rank `src`'s copy (the head's staged copy if `src` is the head)
     /// into worker `dst`'s, which is backed.
     pub(super) fn copy_between(&self, region: Region, src: i32, dst: i32) -> Result<()> {
-        if dst == HEAD {
-            let bytes = self.fetch(region, src)?;
-            // SAFETY: the head backed its copy (the caller's contract); no request uses it
-            // while its current version is on the way.
-            unsafe { self.write_on_head(region.addr, &bytes) };
-            return Ok(());
-        }
-        if src == HEAD {
-            // SAFETY: the head's staged copy of this buffer is backed; pages are only discarded
-            // (never unmapped) while the buffer lives, and nothing changes them during a send
-            // (a request that would waits for the gate or for `before_changing_staged`).
-            return unsafe { self.submit_from(region, region.addr as *const u8, dst) };
-        }
+        let (src, dst) = match (Place::of(src), Place::of(dst)) {
+            (_, Place::Head) => {
+                let bytes = self.fetch(region, src)?;
+                // SAFETY: the head backed its copy (the caller's contract); no request uses it
+                // while its current version is on the way.
+                unsafe { self.write_on_head(region.addr, &bytes) };
+                return Ok(());
+            }
+            // SAFETY: the head's staged copy of this buffer is backed; pages are only
+            // discarded (never unmapped) while the buffer lives, and nothing changes them
+            // during a send (a request that would waits for the gate or for
+            // `before_changing_staged`).
+            (Place::Head, Place::Worker(dst)) => return unsafe { self.submit_from(region, region.addr as *const u8, dst) },
+            (Place::Worker(src), Place::Worker(dst)) => (src, dst),
+        };
         let t = self.trace_now();
         let tag = self.link.tags.next();
         let send = |rank: i32, event: Event| self.link.comm.send_event(rank, &Envelope { tag, event }, self.link.live.as_ref());
@@ -206,11 +207,11 @@ impl Cluster {
     /// `bytes..bytes+region.size` must be readable and unchanged until this returns, and stay
     /// valid for the rest of the process if it fails with a dead peer (see `Comm::send_bytes`).
     pub(super) unsafe fn submit_from(&self, region: Region, bytes: *const u8, dst: i32) -> Result<()> {
-        if dst == HEAD {
+        let Place::Worker(dst) = Place::of(dst) else {
             // SAFETY: forwarded contract (readable bytes; the head's copy is backed).
             unsafe { self.write_on_head(region.addr, std::slice::from_raw_parts(bytes, region.size as usize)) };
             return Ok(());
-        }
+        };
         let t = self.trace_now();
         // SAFETY: forwarded contract.
         let (tag, ()) = unsafe { self.post_submit(region, bytes, dst, || ())? };
@@ -249,11 +250,11 @@ impl Cluster {
 
     /// Copy rank `from`'s copy of `region` (the head's own if HEAD) into a new vector.
     pub(super) fn fetch(&self, region: Region, from: i32) -> Result<Vec<u8>> {
-        if from == HEAD {
+        let Place::Worker(from) = Place::of(from) else {
             // SAFETY: the head's copy is backed (the caller's contract) and nothing changes
             // it meanwhile.
             return Ok(unsafe { std::slice::from_raw_parts(region.addr as *const u8, region.size as usize) }.to_vec());
-        }
+        };
         let t = self.trace_now();
         let mut bytes = vec![0u8; region.size as usize];
         // SAFETY: `bytes` has `region.size` writable bytes, leaked if the peer died (MPI may

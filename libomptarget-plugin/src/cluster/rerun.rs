@@ -10,7 +10,7 @@
 use super::execute::Execute;
 use super::recovery::{fatal, new_failure, HeadCopies};
 use super::{Cluster, ClusterError, Executed, Result};
-use crate::data::HEAD;
+use crate::data::{Place, HEAD};
 use event_system::protocol::{Event, Region};
 use ft_handler::decide;
 use ft_handler::recovery::{BatchDone, Stop};
@@ -101,7 +101,7 @@ impl Cluster {
     /// Make `t`'s inputs present on `w` at the versions it first read (rescuing the copies
     /// `rescue` lists first); returns their regions, counting where they came from in `out`.
     fn install_inputs(&self, t: &TaskRecord, w: i32, rescue: &[Access], side: &Side, out: &mut BatchDone) -> std::result::Result<Vec<Region>, Stop> {
-        if w == HEAD {
+        if Place::of(w) == Place::Head {
             // Its inputs are installed in the head's own copies: a checkpoint still saving one
             // of them must finish first.
             let addrs: Vec<u64> = {
@@ -185,7 +185,7 @@ impl Cluster {
                     }
                     res.map_err(new_failure)?;
                 }
-                Source::Checkpoint if w != HEAD => {
+                Source::Checkpoint if Place::of(w) != Place::Head => {
                     // The worker reads it itself (in parallel with other workers' re-runs).
                     let rec = self.durability.ckpt.as_ref().and_then(|c| c.record(a.buffer, a.version)).ok_or(Stop::Replan(*a))?;
                     let tag = self.post_restore(w, region, &rec).map_err(new_failure)?;
@@ -232,7 +232,7 @@ impl Cluster {
                 res.map_err(new_failure)?;
                 written.to_vec()
             }
-            &task_graph::Op::DeviceCopy { src, dst, size } if w == HEAD => {
+            &task_graph::Op::DeviceCopy { src, dst, size } if Place::of(w) == Place::Head => {
                 let bytes = self.fetch(Region { addr: src, size }, HEAD).map_err(fatal)?;
                 // SAFETY: both buffers are installed on the head above; recovery holds the gate.
                 unsafe { self.write_on_head(dst, &bytes) };
@@ -298,7 +298,7 @@ impl Cluster {
 
     /// Run the kernel of task `t` on `w` over `regions` (its reads); which regions changed.
     fn rerun_kernel(&self, t: &TaskRecord, w: i32, regions: Vec<Region>, written: &[bool]) -> std::result::Result<Vec<bool>, Stop> {
-        decide::same_allocations(t, w == HEAD, None).map_err(|why| Stop::Recover(RecoverError::Fatal(why)))?;
+        decide::same_allocations(t, Place::of(w) == Place::Head, None).map_err(|why| Stop::Recover(RecoverError::Fatal(why)))?;
         // Its allocations take the addresses of its first run's (see `worker/device_alloc.rs`).
         let replay: Vec<Region> = t.allocs.iter().map(|&(addr, size)| Region { addr, size }).collect();
         self.log(format_args!("RERUN task #{} ({}) on {w}, {} device allocation(s) given again", t.id, t.kernel, replay.len()));

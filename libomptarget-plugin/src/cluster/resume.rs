@@ -26,7 +26,7 @@ use super::recovery::new_failure;
 use super::{Cluster, ClusterError, Kernel, Result};
 use crate::checkpoint::Checkpointer;
 use crate::config::Config;
-use crate::data::{HEAD, PointsTo};
+use crate::data::{Place, PointsTo, HEAD};
 use crate::journal::{self, Entry, Loaded, TaskEntry};
 use event_system::protocol::Region;
 use ft_handler::State;
@@ -392,7 +392,7 @@ impl Cluster {
                 None if targets.contains(&saver) => saver,
                 None => targets.get(i % targets.len().max(1)).copied().unwrap_or(HEAD),
             };
-            let got = if w == HEAD {
+            let got = if Place::of(w) == Place::Head {
                 // No worker left: the head runs the regions, and holds the data itself.
                 let a = Access { buffer: c.id, version: c.version };
                 Got::Done(head_reads(&c.rec).map_err(|e| e.to_string()).and_then(|bytes| self.put_on_head(a, c.addr, &bytes).map_err(|e| e.to_string())))
@@ -425,7 +425,7 @@ impl Cluster {
             // Where the checked copy is now (None: in the checkpoint only), or why not.
             let held = match got {
                 Got::Done(Ok(())) => Ok(Some(w)),
-                Got::Done(Err(why)) if w == HEAD => Err(why),
+                Got::Done(Err(why)) if Place::of(w) == Place::Head => Err(why),
                 Got::Done(Err(why)) => {
                     // Its copy on `w` may hold part of the file: not a version any more.
                     self.ledger.buffers.lock().drop_copy(c.addr, w);
