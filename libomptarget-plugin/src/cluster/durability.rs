@@ -4,8 +4,8 @@
 //! Threads: offloading threads (a checkpoint is due at a request; resuming skips regions),
 //! the handler (recovery loads checkpointed versions), the checkpointer's background threads
 //! (inside `Checkpointer`), the SIGTERM thread (a final checkpoint). Lock order (`resume.rs`):
-//! the gate, then `replay`, then the ledger's `buffers`; `adoptable` and `resume_record` are
-//! taken alone.
+//! the gate, then `replay`, then `adoptable`, then the ledger's `buffers`; `resume_record` is
+//! innermost.
 
 use super::resume::Replay;
 use super::ResumeRecord;

@@ -4,8 +4,9 @@
 //!
 //! Threads: the handler (recovery), the prober and the detector's callbacks (failure
 //! notices), offloading threads (a request that meets a dead rank records it), the buddy
-//! thread. Each mutex is taken alone, never while waiting; `spares` is held by the handler
-//! across one recovery (only it takes it).
+//! thread. The records' mutexes are innermost (taken last, released before anything else);
+//! `spares` is held by the handler across one recovery (only it takes it), and `buddy_busy`
+//! by the buddy thread across a batch, before the gate (`README.md`, the lock order).
 
 use super::{FailureRecord, RecoveryRecord, SpareRecord};
 use ft_handler::Handler;
