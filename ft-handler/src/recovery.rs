@@ -130,8 +130,9 @@ pub trait Primitives: Sync {
     /// Run `f` over the task record and where versions are (damaged checkpoints `bad` left out).
     fn with_view<R>(&self, bad: &BTreeSet<Access>, f: impl FnOnce(&TaskGraph, &dyn View) -> R) -> R;
     /// Run `f` over where copies are now (the device's locks held; copies rescued by this
-    /// recovery count as kept apart), for the decisions of `decide.rs`.
-    fn with_copies<R>(&self, f: impl FnOnce(&dyn Copies) -> R) -> R;
+    /// recovery count as held apart; damaged checkpoints `bad` as none), for the decisions of
+    /// `decide.rs`.
+    fn with_copies<R>(&self, bad: &BTreeSet<Access>, f: impl FnOnce(&dyn Copies) -> R) -> R;
     /// Kernels whose first run took less than this many seconds run on a worker's polling
     /// thread, in the order they come: a chain of them is sent at once ([`can_chain`]).
     fn short_kernel_s(&self) -> f64;
@@ -199,7 +200,7 @@ pub fn recover(dev: &impl Primitives, dead: &BTreeSet<i32>, policy: Policy, spar
         let mut lost_now = lost.clone();
         lost_now.extend(dev.unheld());
         let work = plan(dev, &lost_now, &bad, dead)?;
-        match rebuild(dev, &work, &lost_now, &survivors, policy, &mut out) {
+        match rebuild(dev, &work, &lost_now, &bad, &survivors, policy, &mut out) {
             Ok(()) => break,
             Err(Stop::BadCheckpoint(a, why)) => {
                 if !bad.insert(a) {
@@ -265,8 +266,9 @@ pub fn plan(dev: &impl Primitives, lost: &BTreeSet<Access>, bad: &BTreeSet<Acces
 }
 
 /// Re-run `work.tasks` on `survivors` and restore the lost versions only checkpoints or
-/// copies kept apart hold; counts what it did in `out`.
-pub fn rebuild(dev: &impl Primitives, work: &LostWork, lost: &BTreeSet<Access>, survivors: &[i32], policy: Policy, out: &mut Outcome) -> Result<(), Stop> {
+/// copies kept apart hold (`bad`: checkpointed versions known damaged); counts what it did in
+/// `out`.
+pub fn rebuild(dev: &impl Primitives, work: &LostWork, lost: &BTreeSet<Access>, bad: &BTreeSet<Access>, survivors: &[i32], policy: Policy, out: &mut Outcome) -> Result<(), Stop> {
     let tasks: Vec<TaskRecord> = dev.with_view(&BTreeSet::new(), |g, _| work.tasks.iter().map(|&id| g.task(id).expect("planned from the record").clone()).collect());
     let mut order = RerunOrder::new(&tasks);
     let parallel = if policy.parallel { survivors.len() } else { 1 };
@@ -282,11 +284,11 @@ pub fn rebuild(dev: &impl Primitives, work: &LostWork, lost: &BTreeSet<Access>, 
                 let Some(i) = order.pop() else { break };
                 order.start(i);
                 let free: Vec<i32> = survivors.iter().copied().filter(|w| !busy.contains(w)).collect();
-                let Some((w, rescue)) = dev.with_copies(|c| place(c, &tasks[i], &free, &busy, &order)) else {
+                let Some((w, rescue)) = dev.with_copies(bad, |c| place(c, &tasks[i], &free, &busy, &order)) else {
                     order.retry(i);
                     break;
                 };
-                let batch = if rescue.is_empty() { chain_from(dev, i, w, &tasks, &mut order, policy.max_chain) } else { vec![i] };
+                let batch = if rescue.is_empty() { chain_from(dev, i, w, &tasks, &mut order, policy.max_chain, bad) } else { vec![i] };
                 busy.insert(w);
                 running += 1;
                 out.rerun_batches += 1;
@@ -355,7 +357,7 @@ pub fn rebuild(dev: &impl Primitives, work: &LostWork, lost: &BTreeSet<Access>, 
 /// then each next task [`RerunOrder::chain`] offers that the device says can follow on `w`
 /// (see [`can_follow`]), at most `max` in all. The tasks taken are started in
 /// `order`.
-fn chain_from(dev: &impl Primitives, i: usize, w: i32, tasks: &[TaskRecord], order: &mut RerunOrder, max: usize) -> Vec<usize> {
+fn chain_from(dev: &impl Primitives, i: usize, w: i32, tasks: &[TaskRecord], order: &mut RerunOrder, max: usize, bad: &BTreeSet<Access>) -> Vec<usize> {
     let mut chain = vec![i];
     // The version each buffer the chain touched holds on `w` once the chain so far ran.
     let mut on_w: HashMap<u64, u64> = HashMap::default();
@@ -370,7 +372,7 @@ fn chain_from(dev: &impl Primitives, i: usize, w: i32, tasks: &[TaskRecord], ord
     note(&mut on_w, &tasks[i]);
     while chain.len() < max {
         let Some(j) = order.chain(&chain) else { break };
-        if !dev.with_copies(|c| can_follow(c, &tasks[j], w, &on_w, order, short)) {
+        if !dev.with_copies(bad, |c| can_follow(c, &tasks[j], w, &on_w, order, short)) {
             break;
         }
         order.start_chained(j);
@@ -525,22 +527,22 @@ mod tests {
 
     /// The simulation answers recovery's questions about copies from its model (each buffer
     /// is 1 byte: placement then prefers the fewest copies to rescue).
-    impl Copies for State {
+    impl Copies for SimView<'_> {
         fn buffer(&self, id: u64) -> Option<(u64, u64)> {
-            self.bufs.get(&id).filter(|b| !b.freed).map(|b| (1, b.version))
+            self.0.bufs.get(&id).filter(|b| !b.freed).map(|b| (1, b.version))
         }
         fn version_on(&self, id: u64, r: i32) -> Option<u64> {
-            self.bufs.get(&id)?.copies.get(&r).copied().filter(|_| r == HEAD || self.live.contains(&r))
+            self.0.bufs.get(&id)?.copies.get(&r).copied().filter(|_| r == HEAD || self.0.live.contains(&r))
         }
         fn holders(&self, a: Access) -> Vec<i32> {
-            let Some(b) = self.bufs.get(&a.buffer) else { return Vec::new() };
-            b.copies.iter().filter(|&(r, &v)| v == a.version && (*r == HEAD || self.live.contains(r))).map(|(&r, _)| r).collect()
+            let (s, Some(b)) = (self.0, self.0.bufs.get(&a.buffer)) else { return Vec::new() };
+            b.copies.iter().filter(|&(r, &v)| v == a.version && (*r == HEAD || s.live.contains(r))).map(|(&r, _)| r).collect()
         }
         fn held_apart(&self, a: Access) -> bool {
-            self.kept.contains(&a)
+            self.0.kept.contains(&a)
         }
         fn checkpointed(&self, a: Access) -> bool {
-            self.ckpt.contains(&a)
+            self.0.ckpt.contains(&a) && !self.1.contains(&a)
         }
     }
 
@@ -576,15 +578,18 @@ mod tests {
             let s = self.0.lock();
             f(&s.graph, &SimView(&s, bad))
         }
-        fn with_copies<R>(&self, f: impl FnOnce(&dyn Copies) -> R) -> R {
-            f(&*self.0.lock())
+        fn with_copies<R>(&self, bad: &BTreeSet<Access>, f: impl FnOnce(&dyn Copies) -> R) -> R {
+            let s = self.0.lock();
+            f(&SimView(&s, bad))
         }
         fn short_kernel_s(&self) -> f64 {
             50e-6
         }
-        fn run_batch(&self, tasks: &[&TaskRecord], w: i32, _rescue: &[Access]) -> Result<BatchDone, Stop> {
+        fn run_batch(&self, tasks: &[&TaskRecord], w: i32, rescue: &[Access]) -> Result<BatchDone, Stop> {
             let mut out = BatchDone::default();
             let mut s = self.0.lock();
+            // Rescued copies are held apart on the head, as the device does.
+            s.kept.extend(rescue.iter().copied());
             s.batches.push(tasks.len());
             for (k, t) in tasks.iter().enumerate() {
                 if let Some((n, r)) = s.die_after {
@@ -757,6 +762,29 @@ mod tests {
         sim.0.lock().ckpt.insert(Access { buffer: 1, version: 5 });
         let out = sim.recover(&[1], &mut Spares::default()).unwrap();
         assert_eq!((out.tasks_reexecuted, out.from_checkpoints, out.plans), (4, 1, 1));
+    }
+
+    /// A version whose checkpoint turned out damaged is rebuilt on a worker; that copy is then
+    /// its only one, and a later re-run that would overwrite it (rewriting it in place while
+    /// another task still reads it) must rescue it or go elsewhere, not count on the damaged
+    /// checkpoint.
+    #[test]
+    fn a_version_whose_checkpoint_is_damaged_is_not_overwritten_once_rebuilt() {
+        let sim = Sim::new(3, 0);
+        sim.host_data(1);
+        sim.host_data(3);
+        sim.task(1, &[(1, 1)], &[1]); // A v1 -> v2
+        sim.task(1, &[(1, 2)], &[1]); // A v2 -> v3, in place
+        sim.task(1, &[(1, 2)], &[3]); // reads A v2 after it was rewritten: C v1 -> v2
+        {
+            let mut s = sim.0.lock();
+            s.ckpt.insert(Access { buffer: 1, version: 2 });
+            s.damaged.insert(Access { buffer: 1, version: 2 });
+        }
+        let want = [sim.current(1), sim.current(3)];
+        let out = sim.recover(&[1], &mut Spares::default()).unwrap();
+        assert!(want.iter().all(|&a| sim.held(a)), "{:?}", sim.0.lock().runs);
+        assert_eq!(out.tasks_reexecuted, 3);
     }
 
     #[test]

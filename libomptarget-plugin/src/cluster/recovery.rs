@@ -157,10 +157,10 @@ impl algo::Primitives for Rebuild<'_> {
         f(&graph, &HeadView { copies: HeadCopies { bufs: &bufs, side: &side, ckpt: self.c.durability.ckpt.as_ref(), bad } })
     }
 
-    fn with_copies<R>(&self, f: impl FnOnce(&dyn Copies) -> R) -> R {
+    fn with_copies<R>(&self, bad: &BTreeSet<Access>, f: impl FnOnce(&dyn Copies) -> R) -> R {
         let bufs = self.c.ledger.buffers.lock();
         let side = self.side.lock();
-        f(&HeadCopies { bufs: &bufs, side: &side, ckpt: self.c.durability.ckpt.as_ref(), bad: &BTreeSet::new() })
+        f(&HeadCopies { bufs: &bufs, side: &side, ckpt: self.c.durability.ckpt.as_ref(), bad })
     }
 
     fn short_kernel_s(&self) -> f64 {
