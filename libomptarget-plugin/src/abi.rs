@@ -10,7 +10,8 @@
 //! events) it ends that worker, which the head recovers from as from any failure
 //! ([`runtime::internal_error`]).
 
-use crate::ctypes::{DeviceImage, KernelArgs, OffloadEntry, TargetTable};
+use crate::ctypes::{AsyncInfo, DeviceImage, KernelArgs, OffloadEntry, TargetTable};
+use crate::queues::{Progress, Queue};
 use crate::runtime::{self, Runtime};
 use ft_handler::panic_message;
 use std::cell::{Cell, RefCell};
@@ -335,12 +336,40 @@ pub extern "C" fn __tgt_rtl_data_delete(dev: i32, tgt: *mut c_void, _kind: i32) 
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_data_submit(dev: i32, tgt: *mut c_void, host: *mut c_void, size: i64) -> i32 {
     guard_traced("data_submit", Some(size), || {
-        let Some(Runtime::Head(c)) = runtime::get() else { return OFFLOAD_FAIL };
-        if dev != 0 || size < 0 || (host.is_null() && size > 0) {
-            return OFFLOAD_FAIL;
-        }
+        let Some(c) = head(dev, size, host) else { return OFFLOAD_FAIL };
         // SAFETY: libomptarget passes `size` readable host bytes at `host`.
         code("data_submit", unsafe { c.submit(tgt as u64, host as *const u8, size as u64) })
+    })
+}
+
+/// Host to device, behind the operations queued on `info` (at once if none are).
+///
+/// # Safety
+/// As for [`__tgt_rtl_data_submit`]; `info` is null or libomptarget's `__tgt_async_info`.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_data_submit_async(dev: i32, tgt: *mut c_void, host: *mut c_void, size: i64, info: *mut AsyncInfo) -> i32 {
+    guard_traced("data_submit_async", Some(size), || {
+        let Some(c) = head(dev, size, host) else { return OFFLOAD_FAIL };
+        let tgt = tgt as u64;
+        // SAFETY: `info` is null or libomptarget's (the caller's contract).
+        match unsafe { queue_of(info) } {
+            None => {
+                // SAFETY: libomptarget passes `size` readable host bytes at `host`.
+                code("data_submit", unsafe { c.submit(tgt, host as *const u8, size as u64) })
+            }
+            Some(q) => {
+                // The source may not outlive this call (a first-private buffer on the
+                // caller's stack): its bytes are taken now.
+                // SAFETY: libomptarget passes `size` readable host bytes at `host`.
+                let bytes = unsafe { std::slice::from_raw_parts(host as *const u8, size as usize) }.to_vec();
+                q.push(Box::new(move || {
+                    // SAFETY: `bytes` is a local vector of `len` readable bytes.
+                    let r = guard_traced("data_submit_async", Some(size), || unsafe { c.submit(tgt, bytes.as_ptr(), bytes.len() as u64) });
+                    r.map_err(|e| format!("data_submit failed: {e}"))
+                }));
+                OFFLOAD_SUCCESS
+            }
+        }
     })
 }
 
@@ -351,12 +380,37 @@ pub unsafe extern "C" fn __tgt_rtl_data_submit(dev: i32, tgt: *mut c_void, host:
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_data_retrieve(dev: i32, host: *mut c_void, tgt: *mut c_void, size: i64) -> i32 {
     guard_traced("data_retrieve", Some(size), || {
-        let Some(Runtime::Head(c)) = runtime::get() else { return OFFLOAD_FAIL };
-        if dev != 0 || size < 0 || (host.is_null() && size > 0) {
-            return OFFLOAD_FAIL;
-        }
+        let Some(c) = head(dev, size, host) else { return OFFLOAD_FAIL };
         // SAFETY: libomptarget passes `size` writable host bytes at `host`.
         code("data_retrieve", unsafe { c.retrieve(host as *mut u8, tgt as u64, size as u64) })
+    })
+}
+
+/// Device to host, behind the operations queued on `info` (a `from` map of a `nowait`
+/// region: after its kernel), or at once if none are.
+///
+/// # Safety
+/// As for [`__tgt_rtl_data_retrieve`], and `host` stays writable until `info`'s queue is
+/// done; `info` is null or libomptarget's `__tgt_async_info`.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_data_retrieve_async(dev: i32, host: *mut c_void, tgt: *mut c_void, size: i64, info: *mut AsyncInfo) -> i32 {
+    guard_traced("data_retrieve_async", Some(size), || {
+        let Some(c) = head(dev, size, host) else { return OFFLOAD_FAIL };
+        let (host, tgt) = (host as usize, tgt as u64);
+        // SAFETY: `info` is null or libomptarget's (the caller's contract).
+        match unsafe { queue_of(info) } {
+            // SAFETY: libomptarget passes `size` writable host bytes at `host`.
+            None => code("data_retrieve", unsafe { c.retrieve(host as *mut u8, tgt, size as u64) }),
+            Some(q) => {
+                q.push(Box::new(move || {
+                    // SAFETY: libomptarget keeps the `size` bytes at `host` writable until it
+                    // has seen the queue done (its post-processing comes after).
+                    let r = guard_traced("data_retrieve_async", Some(size), || unsafe { c.retrieve(host as *mut u8, tgt, size as u64) });
+                    r.map_err(|e| format!("data_retrieve failed: {e}"))
+                }));
+                OFFLOAD_SUCCESS
+            }
+        }
     })
 }
 
@@ -370,18 +424,46 @@ pub extern "C" fn __tgt_rtl_is_data_exchangable(src: i32, dst: i32) -> i32 {
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_data_exchange(src_dev: i32, src: *mut c_void, dst_dev: i32, dst: *mut c_void, size: i64) -> i32 {
     guard_traced("data_exchange", Some(size), || {
-        let Some(Runtime::Head(c)) = runtime::get() else { return OFFLOAD_FAIL };
-        if src_dev != 0 || dst_dev != 0 || size < 0 {
+        let Some(c) = head(0, size, std::ptr::NonNull::dangling().as_ptr()) else { return OFFLOAD_FAIL };
+        if src_dev != 0 || dst_dev != 0 {
             return OFFLOAD_FAIL;
         }
         code("data_exchange", c.copy(src as u64, dst as u64, size as u64))
     })
 }
 
-/// Run a target region on a worker.
+/// Device to device, behind the operations queued on `info`, or at once if none are.
 ///
 /// # Safety
-/// `args` and `offsets` have `kargs->num_args` elements (libomptarget's contract).
+/// `info` is null or libomptarget's `__tgt_async_info`.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_data_exchange_async(src_dev: i32, src: *mut c_void, dst_dev: i32, dst: *mut c_void, size: i64, info: *mut AsyncInfo) -> i32 {
+    guard_traced("data_exchange_async", Some(size), || {
+        let Some(c) = head(0, size, std::ptr::NonNull::dangling().as_ptr()) else { return OFFLOAD_FAIL };
+        if src_dev != 0 || dst_dev != 0 {
+            return OFFLOAD_FAIL;
+        }
+        let (src, dst) = (src as u64, dst as u64);
+        // SAFETY: `info` is null or libomptarget's (the caller's contract).
+        match unsafe { queue_of(info) } {
+            None => code("data_exchange", c.copy(src, dst, size as u64)),
+            Some(q) => {
+                q.push(Box::new(move || {
+                    let r = guard_traced("data_exchange_async", Some(size), || c.copy(src, dst, size as u64));
+                    r.map_err(|e| format!("data_exchange failed: {e}"))
+                }));
+                OFFLOAD_SUCCESS
+            }
+        }
+    })
+}
+
+/// Run a target region on a worker: at once, or with `nowait`, on a queue of its own (the
+/// call returns once it is queued; `query_async` tells when it is done).
+///
+/// # Safety
+/// `args` and `offsets` have `kargs->num_args` elements (libomptarget's contract); `info` is
+/// null or libomptarget's `__tgt_async_info`.
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_launch_kernel(
     dev: i32,
@@ -389,16 +471,17 @@ pub unsafe extern "C" fn __tgt_rtl_launch_kernel(
     args: *mut *mut c_void,
     offsets: *mut isize,
     kargs: *mut KernelArgs,
-    _async_info: *mut c_void,
+    info: *mut AsyncInfo,
 ) -> i32 {
     guard_traced("launch_kernel", None, || {
         crate::stack::note_launch();
-        let Some(Runtime::Head(c)) = runtime::get() else { return OFFLOAD_FAIL };
-        if dev != 0 || kargs.is_null() {
+        let Some(c) = head(dev, 0, std::ptr::null_mut()) else { return OFFLOAD_FAIL };
+        if kargs.is_null() {
             return OFFLOAD_FAIL;
         }
+        // Everything is copied now: the arrays live in libomptarget's frame.
         // SAFETY: libomptarget passes a valid KernelArgsTy and `num_args` arguments/offsets.
-        let ((values, begins), (written, hosts)) = unsafe {
+        let ((values, begins), (written, hosts), nowait) = unsafe {
             let n = (*kargs).num_args as usize;
             if n > 0 && (args.is_null() || offsets.is_null()) {
                 return OFFLOAD_FAIL;
@@ -408,10 +491,101 @@ pub unsafe extern "C" fn __tgt_rtl_launch_kernel(
             // that do not start at element 0.
             let begins: Vec<u64> = (0..n).map(|i| *args.add(i) as u64).collect();
             let values: Vec<u64> = (0..n).map(|i| begins[i].wrapping_add(*offsets.add(i) as u64)).collect();
-            ((values, begins), arg_maps(&*kargs, n))
+            ((values, begins), arg_maps(&*kargs, n), (*kargs).nowait())
         };
-        code("launching the target region", c.launch(entry as usize, &values, &begins, &hosts, &written))
+        let entry = entry as usize;
+        if !nowait || info.is_null() {
+            return code("launching the target region", c.launch(entry, &values, &begins, &hosts, &written));
+        }
+        let op: crate::queues::Op = Box::new(move || {
+            let r = guard_traced("launch_kernel", None, || c.launch(entry, &values, &begins, &hosts, &written));
+            r.map_err(|e| format!("launching the target region failed: {e}"))
+        });
+        // SAFETY: `info` is libomptarget's (the caller's contract).
+        match unsafe { queue_of(info) } {
+            Some(q) => q.push(op),
+            // SAFETY: as above; the pointer stored holds the queue's reference until a query
+            // or a synchronize finds it done.
+            None => unsafe { (*info).queue = Queue::into_raw(Queue::start(op)) },
+        }
+        OFFLOAD_SUCCESS
     })
+}
+
+/// Whether `info`'s queue is done, without waiting: 0 either way (its pointer cleared once
+/// done), -1 if an operation on it failed.
+///
+/// # Safety
+/// `info` is null or libomptarget's `__tgt_async_info`.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_query_async(dev: i32, info: *mut AsyncInfo) -> i32 {
+    guard("query_async", || {
+        // SAFETY: the caller's contract.
+        unsafe { settle(dev, info, |q| q.progress()) }
+    })
+}
+
+/// Wait until `info`'s queue is done: 0, or -1 if an operation on it failed.
+///
+/// # Safety
+/// `info` is null or libomptarget's `__tgt_async_info`.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_synchronize(dev: i32, info: *mut AsyncInfo) -> i32 {
+    guard("synchronize", || {
+        // SAFETY: the caller's contract.
+        unsafe { settle(dev, info, |q| q.wait()) }
+    })
+}
+
+/// The cluster device, if this is the head and `dev` is it, and if `size` bytes at `host` make
+/// a sane transfer (`host` null only for none; pass a dangling non-null pointer for calls
+/// without a host side).
+fn head(dev: i32, size: i64, host: *mut c_void) -> Option<&'static crate::cluster::Cluster> {
+    let Some(Runtime::Head(c)) = runtime::get() else { return None };
+    (dev == 0 && size >= 0 && !(host.is_null() && size > 0)).then_some(c)
+}
+
+/// The queue `info` holds, if any.
+///
+/// # Safety
+/// `info` is null or libomptarget's `__tgt_async_info`, whose pointer we set.
+unsafe fn queue_of(info: *mut AsyncInfo) -> Option<std::sync::Arc<Queue>> {
+    if info.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's contract; a non-null pointer in it was made by `Queue::into_raw`
+    // and is still held (cleared when released).
+    unsafe {
+        let q = (*info).queue;
+        (!q.is_null()).then(|| Queue::borrow(q))
+    }
+}
+
+/// Ask `info`'s queue how it is (`how`: at once or waiting), and once it is done (or failed)
+/// give back its pointer's reference and clear it.
+///
+/// # Safety
+/// As for [`queue_of`].
+unsafe fn settle(dev: i32, info: *mut AsyncInfo, how: impl FnOnce(&Queue) -> Progress) -> i32 {
+    if dev != 0 || info.is_null() {
+        return OFFLOAD_FAIL;
+    }
+    // SAFETY: the caller's contract.
+    let Some(q) = (unsafe { queue_of(info) }) else { return OFFLOAD_SUCCESS };
+    let progress = how(&q);
+    if progress != Progress::Pending {
+        // SAFETY: the pointer holds one reference (see `queue_of`), given back once: it is
+        // cleared at the same time.
+        unsafe {
+            Queue::release((*info).queue);
+            (*info).queue = std::ptr::null_mut();
+        }
+    }
+    if progress == Progress::Failed {
+        OFFLOAD_FAIL
+    } else {
+        OFFLOAD_SUCCESS
+    }
 }
 
 /// Images must contain code.
@@ -439,7 +613,7 @@ mod tests {
             assert!(guarded, "__tgt_rtl_{name} does not start with its guard: {first}");
             n += 1;
         }
-        assert_eq!(n, 18, "exported functions");
+        assert_eq!(n, 23, "exported functions");
     }
 
     #[test]

@@ -75,4 +75,28 @@ pub struct KernelArgs {
     pub arg_sizes: *mut i64,
     /// Map types of the map entries.
     pub arg_types: *mut i64,
+    /// Names of the map entries (debugging), possibly null.
+    pub arg_names: *mut *mut c_void,
+    /// User-defined mappers, possibly null.
+    pub arg_mappers: *mut *mut c_void,
+    /// Trip count of a teams/distribute loop, 0 otherwise.
+    pub tripcount: u64,
+    /// Bit 0: the construct has `nowait` (version 2 and later).
+    pub flags: u64,
+}
+
+impl KernelArgs {
+    /// Was the region launched with `nowait`? (Version 1 has no flags: never.)
+    pub fn nowait(&self) -> bool {
+        self.version >= 2 && self.flags & 1 != 0
+    }
+}
+
+/// `__tgt_async_info`: the queue of a construct's operations, ours to set
+/// ([`crate::queues`]); null when nothing of it is pending.
+#[repr(C)]
+#[derive(Debug)]
+pub struct AsyncInfo {
+    /// A pointer made by `Queue::into_raw`, or null.
+    pub queue: *mut c_void,
 }

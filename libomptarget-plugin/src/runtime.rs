@@ -376,6 +376,8 @@ pub(crate) fn register_lib() {
 pub(crate) fn unregister_lib() {
     if let Some(Runtime::Head(c)) = RUNTIME.get() {
         if REGISTERED.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // `nowait` regions still queued finish first (they need the workers).
+            crate::queues::pool().wait_idle();
             SHUTTING_DOWN.store(true, Ordering::Release);
             // (The first shutdown stops the workers; this is the only call.)
             crate::exit_status::note_unreachable(c.shutdown());

@@ -3,7 +3,8 @@
 //!
 //! It checks what it can before starting (N, mpirun, the plugin, the program), puts the plugin
 //! where libomptarget 16 looks for it (`libomptarget.rtl.ppc64.so` on `LD_LIBRARY_PATH`),
-//! passes the `OMPCLUSTER_*`, `OMP_*`, `LIBOMP*` and `LIBOMPTARGET_*` variables to every rank,
+//! passes the `OMPCLUSTER_*`, `OMP_*`, `KMP_*`, `LIBOMP*` (`LIBOMPTARGET_*` included) and
+//! `OMPTARGET_*` variables to every rank,
 //! and exits with the program's exit code.
 
 use clap::Parser;
@@ -14,6 +15,8 @@ use std::process::{Command, ExitCode};
 
 /// File name libomptarget 16 loads first (its ppc64 slot, empty on x86-64).
 const PLUGIN_SLOT: &str = "libomptarget.rtl.ppc64.so";
+/// libomptarget's setting for when a thread's queries of `nowait` regions turn into waits.
+const QUERY_THRESHOLD: &str = "OMPTARGET_QUERY_COUNT_THRESHOLD";
 /// File name cargo gives the plugin.
 const PLUGIN_FILE: &str = "libompcluster_plugin.so";
 
@@ -508,10 +511,20 @@ fn main() -> ExitCode {
     for (k, v) in &veloc_env {
         cmd.env(k, v);
     }
-    let prefixes = ["OMPCLUSTER_", "OMP_", "LIBOMP", "KMP_", "VELOC_"];
+    // libomptarget turns a thread's queries of `nowait` regions into blocking waits once it
+    // has seen more than this many unfinished ones (default 5): with more regions in flight
+    // than libomp's hidden helpers, each helper would then sit in one region's wait while the
+    // others' ends went unnoticed (16 chains of 8 dependent 100 ms regions on 16 workers: 12.0
+    // at once instead of 13.2). Our `query_async` is cheap, so it never switches
+    // (docs/nowait-regions.md).
+    if std::env::var_os(QUERY_THRESHOLD).is_none() {
+        cmd.env(QUERY_THRESHOLD, "1000000000");
+    }
+    cmd.arg("-x").arg(QUERY_THRESHOLD);
+    let prefixes = ["OMPCLUSTER_", "OMP_", "LIBOMP", "KMP_", "VELOC_", "OMPTARGET_"];
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy().into_owned();
-        if prefixes.iter().any(|p| k.starts_with(p)) && !veloc_env.iter().any(|(v, _)| *v == k) {
+        if prefixes.iter().any(|p| k.starts_with(p)) && !veloc_env.iter().any(|(v, _)| *v == k) && k != QUERY_THRESHOLD {
             cmd.arg("-x").arg(&k);
         }
     }

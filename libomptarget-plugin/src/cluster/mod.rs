@@ -283,6 +283,11 @@ impl Cluster {
         self.link.any_failure()
     }
 
+    /// How many workers the job started with (spares included).
+    pub(crate) fn worker_count(&self) -> usize {
+        self.link.comm.size().saturating_sub(1) as usize
+    }
+
     /// Where target regions can run: the live workers but idle spares, or the head itself
     /// once it runs them (no worker left). Asked at every launch: no allocation.
     fn targets(&self) -> impl Iterator<Item = i32> + '_ {
