@@ -13,6 +13,7 @@ pub(crate) struct Stats {
     retrieved: AtomicU64,
     exchanged: AtomicU64,
     merges: AtomicU64,
+    most_in_flight: AtomicU64,
 }
 
 impl Stats {
@@ -23,7 +24,12 @@ impl Stats {
             retrieved: AtomicU64::new(0),
             exchanged: AtomicU64::new(0),
             merges: AtomicU64::new(0),
+            most_in_flight: AtomicU64::new(0),
         }
+    }
+    /// `n` regions are in flight now.
+    pub(crate) fn note_in_flight(&self, n: u32) {
+        self.most_in_flight.fetch_max(u64::from(n), Ordering::Relaxed);
     }
     pub(crate) fn add_task(&self, worker: i32) {
         self.per_worker[worker as usize].fetch_add(1, Ordering::Relaxed);
@@ -93,6 +99,7 @@ impl Stats {
                 bytes_exchanged: self.exchanged.load(Ordering::Relaxed),
             },
             merges: self.merges.load(Ordering::Relaxed),
+            most_regions_in_flight: self.most_in_flight.load(Ordering::Relaxed),
             wall_seconds,
             workers_alive_at_end: workers,
             write_detection: WRITE_DETECTION.get().cloned().unwrap_or_default(),

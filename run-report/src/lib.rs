@@ -22,6 +22,10 @@ pub struct Report {
     pub counts: Counts,
     /// Target regions executed.
     pub tasks_executed: u64,
+    /// Most target regions placed on workers and not yet done at one moment (re-runs by
+    /// recovery not counted).
+    #[serde(default)]
+    pub most_regions_in_flight: u64,
     /// Changes to one buffer made at the same time on different workers and merged (see
     /// the README, "Placement").
     pub merges: u64,

@@ -180,12 +180,14 @@ impl Cluster {
                 if learning {
                     kernel.learning.fetch_add(1, Ordering::Relaxed);
                 }
+                // Counted under the lock, so that the next placement sees it.
+                self.offload.in_flight[w as usize].fetch_add(1, Ordering::Relaxed);
                 break (w, reach, assume_written, may_write, reach_args, learning, task_key);
             }
         };
-        self.offload.in_flight[w as usize].fetch_add(1, Ordering::Relaxed);
+        let running: u32 = self.offload.in_flight.iter().map(|n| n.load(Ordering::Relaxed)).sum();
+        self.meter.stats.note_in_flight(running);
         if let Some(waker) = &self.offload.waker {
-            let running: u32 = self.offload.in_flight.iter().map(|n| n.load(Ordering::Relaxed)).sum();
             waker.nudge(running < self.targets().count() as u32);
         }
         // The buffers it maps `from` that libomptarget retrieved after its earlier runs come
