@@ -494,7 +494,7 @@ pub unsafe extern "C" fn __tgt_rtl_launch_kernel(
             ((values, begins), arg_maps(&*kargs, n), (*kargs).nowait())
         };
         let entry = entry as usize;
-        if !nowait || info.is_null() {
+        if !nowait || info.is_null() || c.expect_short(entry) {
             return code("launching the target region", c.launch(entry, &values, &begins, &hosts, &written));
         }
         let op: crate::queues::Op = Box::new(move || {
@@ -521,7 +521,7 @@ pub unsafe extern "C" fn __tgt_rtl_launch_kernel(
 pub unsafe extern "C" fn __tgt_rtl_query_async(dev: i32, info: *mut AsyncInfo) -> i32 {
     guard("query_async", || {
         // SAFETY: the caller's contract.
-        unsafe { settle(dev, info, |q| q.progress()) }
+        unsafe { settle(dev, info, |q| q.query()) }
     })
 }
 

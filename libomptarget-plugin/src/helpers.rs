@@ -134,6 +134,13 @@ fn libomp_false(value: &str) -> bool {
     [("false", 1), ("off", 2), ("0", 1), (".false.", 2), (".f.", 2), ("no", 1), ("disabled", 0)].iter().any(|&(w, m)| matches(w, m))
 }
 
+/// How many of libomp's hidden helper threads run tasks (its helper team less its main
+/// thread), from this process's libomp settings; `None` if it has no helpers.
+pub(crate) fn task_helpers() -> Option<i32> {
+    let var = |name| std::env::var(name).ok();
+    helper_ids(var("LIBOMP_USE_HIDDEN_HELPER_TASK").as_deref(), var("LIBOMP_NUM_HIDDEN_HELPER_THREADS").as_deref()).map(|ids| ids - 1)
+}
+
 /// How many global thread ids libomp's hidden helper team takes (see the module docs), or
 /// `None` if it has none.
 fn helper_ids(use_helpers: Option<&str>, count: Option<&str>) -> Option<i32> {
