@@ -119,7 +119,8 @@ fn guard<R>(name: &'static str, f: impl FnOnce() -> R) -> R {
 }
 
 /// [`guard`], and with a trace recorded (`OMPCLUSTER_TRACE`), a span for the call on the
-/// calling thread's track of the head, with the bytes it moves or allocates.
+/// calling thread's track of the head, with the bytes it moves or allocates. (A queued
+/// operation runs later behind plain [`guard`]: the call is traced once, when it is made.)
 fn guard_traced<R>(name: &'static str, bytes: Option<i64>, f: impl FnOnce() -> R) -> R {
     guard(name, || {
         let traced = match runtime::get() {
@@ -364,7 +365,7 @@ pub unsafe extern "C" fn __tgt_rtl_data_submit_async(dev: i32, tgt: *mut c_void,
                 let bytes = unsafe { std::slice::from_raw_parts(host as *const u8, size as usize) }.to_vec();
                 q.push(Box::new(move || {
                     // SAFETY: `bytes` is a local vector of `len` readable bytes.
-                    let r = guard_traced("data_submit_async", Some(size), || unsafe { c.submit(tgt, bytes.as_ptr(), bytes.len() as u64) });
+                    let r = guard("data_submit_async", || unsafe { c.submit(tgt, bytes.as_ptr(), bytes.len() as u64) });
                     r.map_err(|e| format!("data_submit failed: {e}"))
                 }));
                 OFFLOAD_SUCCESS
@@ -405,7 +406,7 @@ pub unsafe extern "C" fn __tgt_rtl_data_retrieve_async(dev: i32, host: *mut c_vo
                 q.push(Box::new(move || {
                     // SAFETY: libomptarget keeps the `size` bytes at `host` writable until it
                     // has seen the queue done (its post-processing comes after).
-                    let r = guard_traced("data_retrieve_async", Some(size), || unsafe { c.retrieve(host as *mut u8, tgt, size as u64) });
+                    let r = guard("data_retrieve_async", || unsafe { c.retrieve(host as *mut u8, tgt, size as u64) });
                     r.map_err(|e| format!("data_retrieve failed: {e}"))
                 }));
                 OFFLOAD_SUCCESS
@@ -449,7 +450,7 @@ pub unsafe extern "C" fn __tgt_rtl_data_exchange_async(src_dev: i32, src: *mut c
             None => code("data_exchange", c.copy(src, dst, size as u64)),
             Some(q) => {
                 q.push(Box::new(move || {
-                    let r = guard_traced("data_exchange_async", Some(size), || c.copy(src, dst, size as u64));
+                    let r = guard("data_exchange_async", || c.copy(src, dst, size as u64));
                     r.map_err(|e| format!("data_exchange failed: {e}"))
                 }));
                 OFFLOAD_SUCCESS
@@ -498,7 +499,7 @@ pub unsafe extern "C" fn __tgt_rtl_launch_kernel(
             return code("launching the target region", c.launch(entry, &values, &begins, &hosts, &written));
         }
         let op: crate::queues::Op = Box::new(move || {
-            let r = guard_traced("launch_kernel", None, || c.launch(entry, &values, &begins, &hosts, &written));
+            let r = guard("launch_kernel", || c.launch(entry, &values, &begins, &hosts, &written));
             r.map_err(|e| format!("launching the target region failed: {e}"))
         });
         // SAFETY: `info` is libomptarget's (the caller's contract).
