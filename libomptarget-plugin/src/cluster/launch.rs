@@ -200,7 +200,8 @@ impl Cluster {
         };
         let running: u32 = self.offload.in_flight.iter().map(|n| n.load(Ordering::Relaxed)).sum();
         self.meter.stats.note_in_flight(running);
-        if let Some(waker) = &self.offload.waker {
+        // (A region on a region thread holds no helper: nothing to wake for it.)
+        if let Some(waker) = self.offload.waker.as_ref().filter(|_| !crate::queues::on_region_thread()) {
             waker.nudge(running < self.targets().count() as u32);
         }
         // The buffers it maps `from` that libomptarget retrieved after its earlier runs come
