@@ -98,11 +98,10 @@ fn matmul_checkpoints_verify_and_hold_what_the_program_computed() {
             .collect();
         assert!(left.is_empty(), "scratch data left behind: {left:?}");
         let r = Report::read(&report).unwrap();
-        let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
-        assert!(json["checkpoint_errors"].as_array().unwrap().is_empty(), "{json}");
-        let checkpoints = json["checkpoints"].as_u64().unwrap();
-        assert!(json["checkpoint_bytes"].as_u64().unwrap() > 0);
-        assert!(json["checkpoint_pauses_seconds"].as_array().unwrap().len() as u64 >= checkpoints);
+        assert!(r.checkpoint_errors.is_empty(), "{r:?}");
+        let checkpoints = r.checkpoints;
+        assert!(r.checkpoint_bytes > 0);
+        assert!(r.checkpoint_pauses_seconds.len() as u64 >= checkpoints);
         assert_eq!(r.tasks_executed as usize, nb * nb * nb);
 
         let v = Command::new(ckpt_cli()).arg("verify").arg(&ck).output().unwrap();
@@ -145,7 +144,7 @@ fn matmul_checkpoints_verify_and_hold_what_the_program_computed() {
         }
         assert!(
             taken.len() < 5,
-            "no run took 3 checkpoints, saved all {} buffers, saved a buffer twice and held C mid-computation: (checkpoints, buffers, copies, C mid-computation) per run {taken:?}; last report: {json}",
+            "no run took 3 checkpoints, saved all {} buffers, saved a buffer twice and held C mid-computation: (checkpoints, buffers, copies, C mid-computation) per run {taken:?}; last report: {r:?}",
             3 * nb * nb
         );
     }
@@ -174,18 +173,18 @@ fn checkpoints_never_save_a_buffer_half_changed() {
         // 3000 rounds: about half a second, many checkpoints (each waits for the previous flush).
         let out = Job::spawn(3, &prog, &["3000", "1048576"], &envs(&e)).wait(Duration::from_secs(180));
         assert!(out.status.success() && stdout(&out).contains("PASS"), "{}", describe(&out));
-        let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
-        let errors = json["checkpoint_errors"].as_array().unwrap();
-        let veloc_stall = |e: &serde_json::Value| e.as_str().is_some_and(|e| e.contains("VeloC's engine made no progress on checkpoint"));
-        assert!(errors.iter().all(veloc_stall), "{json}");
+        let json = Report::read(&report).unwrap();
+        let errors = &json.checkpoint_errors;
+        let veloc_stall = |e: &String| e.contains("VeloC's engine made no progress on checkpoint");
+        assert!(errors.iter().all(veloc_stall), "{json:?}");
         let (copies, savers) = uniform_copies(&ck);
         if errors.is_empty() {
             // Both kinds of saver were exercised, many times.
             assert_eq!(savers.len(), 2, "saved by the head and by workers: {savers:?}");
-            assert!(copies >= 10, "only {copies} saved copies: {json}");
+            assert!(copies >= 10, "only {copies} saved copies: {json:?}");
             return;
         }
-        stalled.push(json["checkpoint_errors"].clone());
+        stalled.push(json.checkpoint_errors.clone());
         assert!(stalled.len() < 3, "VeloC's engine stalled in every run: {stalled:?}");
     }
 }
@@ -234,13 +233,13 @@ fn checkpoints_with_nothing_to_save_are_not_taken() {
     e.push(("OMPCLUSTER_REPORT".into(), report.display().to_string()));
     let out = Job::spawn(3, &prog, &["500", "300"], &envs(&e)).wait(Duration::from_secs(120));
     assert!(out.status.success() && stdout(&out).contains("ckpt_idle: PASS"), "{}", describe(&out));
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
-    assert!(json["checkpoint_errors"].as_array().unwrap().is_empty(), "{json}");
-    let taken = json["checkpoint_pauses_seconds"].as_array().unwrap().len();
+    let json = Report::read(&report).unwrap();
+    assert!(json.checkpoint_errors.is_empty(), "{json:?}");
+    let taken = json.checkpoint_pauses_seconds.len();
     // The busy phase changes the buffer at every region: it is checkpointed.
-    assert!(taken >= 1, "no checkpoint of the busy phase: {json}");
-    assert!(taken <= 17, "{taken} checkpoints taken: some in the idle phase\n{json}");
-    assert_eq!(json["checkpoints"].as_u64(), Some(list_versions(&ck).unwrap().len() as u64), "{json}");
+    assert!(taken >= 1, "no checkpoint of the busy phase: {json:?}");
+    assert!(taken <= 17, "{taken} checkpoints taken: some in the idle phase\n{json:?}");
+    assert_eq!(json.checkpoints, list_versions(&ck).unwrap().len() as u64, "{json:?}");
 }
 
 /// A run long enough for checkpoints with worker-saved regions to be published before it ends
@@ -422,10 +421,9 @@ fn a_killed_worker_is_recovered_from_checkpoints() {
         e.push(("OMPCLUSTER_FT_INJECT".into(), "kill:rank=2:after_tasks=120".into()));
         let out = Job::spawn(4, &prog, &args, &envs(&e)).wait(Duration::from_secs(180));
         assert!(out.status.success() && stdout(&out).contains("ft_stencil: PASS"), "{}", describe(&out));
-        let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
-        let recoveries = json["recoveries"].as_array().unwrap();
-        assert_eq!(recoveries.len(), 1, "{json}");
-        let n = recoveries[0]["buffers_from_checkpoints"].as_u64().unwrap();
+        let json = Report::read(&report).unwrap();
+        assert_eq!(json.recoveries.len(), 1, "{json:?}");
+        let n = json.recoveries[0].outcome.from_checkpoints;
         loaded.push(n);
         if n > 0 {
             return;

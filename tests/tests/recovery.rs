@@ -165,8 +165,8 @@ fn tmp_report() -> (tempfile::TempDir, PathBuf) {
     (d, p)
 }
 
-fn read_report(p: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(p).expect("a report")).expect("a JSON report")
+fn read_report(p: &Path) -> Report {
+    Report::read(p).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// SIGKILL a random worker at a random moment, several seeds, for every program.
@@ -261,8 +261,8 @@ fn two_workers_at_once_or_one_after_another() {
         let (o, _) = run_hit(src, &[], &seq, Some(&rep));
         assert_same(src, &o, &expected, "rank 2 killed, then rank 3 frozen");
         let r = read_report(&rep);
-        assert_eq!(r["workers_alive_at_end"], 1, "{src}: {r}");
-        assert_eq!(r["failures"].as_array().map(Vec::len), Some(2), "{src}: {r}");
+        assert_eq!(r.workers_alive_at_end, 1, "{src}: {r:?}");
+        assert_eq!(r.failures.len(), 2, "{src}: {r:?}");
     }
 }
 
@@ -291,7 +291,7 @@ fn kill_during_a_checkpoint_with_checkpoints_on() {
         let (o, _) = run_hit(src, &ompcluster_tests::env_refs(&e2), &[Hit { rank: 3, sig: libc::SIGKILL, after: Duration::from_millis(1500) }], Some(&rep));
         assert_same(src, &o, &expected, "rank 3 killed with checkpoints on");
         let r = read_report(&rep);
-        assert!(r["checkpoints"].as_u64().unwrap_or(0) >= 1, "{src}: no checkpoint completed\n{r}");
+        assert!(r.checkpoints >= 1, "{src}: no checkpoint completed\n{r:?}");
     }
 }
 
@@ -319,11 +319,11 @@ fn a_rewrite_rerun_in_place_keeps_the_version_a_later_reader_needs() {
         let (o, _) = run_hit(src, &[("OMPCLUSTER_FT_INJECT", &inject), NO_BUDDY], &[], Some(&rep));
         assert_same(src, &o, &expected, &format!("ranks {a} and {b} killed after every region ran"));
         let r = read_report(&rep);
-        seen.push(format!("ranks {a}, {b}: tasks per worker {}, failures {}, recoveries {}", r["tasks_per_worker"], r["failures"], r["recoveries"]));
+        seen.push(format!("ranks {a}, {b}: tasks per worker {:?}, failures {:?}, recoveries {:?}", r.counts.tasks_per_worker, r.failures, r.recoveries));
         // (A worker that held nothing still needed may die unnoticed before the job ends.)
-        for rec in r["recoveries"].as_array().expect("recoveries") {
-            assert_eq!(rec["plans"], 1, "ranks {a}, {b}: recovery had to plan again: {rec}\n{}", describe(&o));
-            rerun += rec["tasks_reexecuted"].as_u64().unwrap();
+        for rec in &r.recoveries {
+            assert_eq!(rec.outcome.plans, 1, "ranks {a}, {b}: recovery had to plan again: {rec:?}\n{}", describe(&o));
+            rerun += rec.outcome.tasks_reexecuted;
         }
     }
     assert!(rerun > 0, "no run lost a region:\n{}", seen.join("\n"));
@@ -339,9 +339,9 @@ fn kill_during_recovery() {
         let (o, _) = run_hit(src, &envs, &[], Some(&rep));
         assert_same(src, &o, &expected, "rank 1 killed, then rank 3 during its recovery");
         let r = read_report(&rep);
-        let dead: Vec<u64> = r["failures"].as_array().unwrap().iter().map(|f| f["rank"].as_u64().unwrap()).collect();
-        assert!(dead.contains(&1) && dead.contains(&3), "{src}: {r}");
-        assert_eq!(r["workers_alive_at_end"], 1, "{src}: {r}");
+        let dead: Vec<i32> = r.failures.iter().map(|f| f.rank).collect();
+        assert!(dead.contains(&1) && dead.contains(&3), "{src}: {r:?}");
+        assert_eq!(r.workers_alive_at_end, 1, "{src}: {r:?}");
     }
 }
 
@@ -362,10 +362,10 @@ fn report_and_graph_show_what_was_rerun() {
     let (o, _) = run_hit(src, &envs, &[], Some(&rep));
     assert_same(src, &o, &expected, "rank 2 killed after 60 regions");
     let r = read_report(&rep);
-    let rec = &r["recoveries"][0];
-    assert!(rec["paused_seconds"].as_f64().is_some(), "{r}");
-    assert!(r["tasks_reexecuted"].as_u64().unwrap() >= 50, "the lost chain must be re-run: {r}");
-    assert!(r["failures"][0]["detection_latency_seconds"].as_f64().is_some(), "{r}");
+    let rec = r.recoveries.first().unwrap_or_else(|| panic!("no recovery: {r:?}"));
+    assert!(rec.paused_seconds > 0.0, "{r:?}");
+    assert!(r.counts.tasks_reexecuted >= 50, "the lost chain must be re-run: {r:?}");
+    assert!(r.failures.first().and_then(|f| f.detection_latency_seconds).is_some(), "{r:?}");
     let g = std::fs::read_to_string(&dot).unwrap();
     assert!(g.contains("fillcolor=orange"), "no re-executed task in the graph:\n{g}");
 }
@@ -415,9 +415,9 @@ fn losing_every_worker_the_head_finishes_the_run() {
         let said = stderr(&o).matches("the head runs the remaining target regions itself").count();
         assert_eq!(said, 1, "{src}: the switch to the head must be said once\n{}", describe(&o));
         let r = read_report(&rep);
-        assert_eq!(r["workers_alive_at_end"], 0, "{src}: {r}");
-        assert!(r["continued_on_head_at_seconds"].as_f64().is_some(), "{src}: {r}");
-        assert!(r["tasks_per_worker"]["0"].as_u64().unwrap_or(0) > 0, "{src}: the head ran no region: {r}");
+        assert_eq!(r.workers_alive_at_end, 0, "{src}: {r:?}");
+        assert!(r.continued_on_head_at_seconds.is_some(), "{src}: {r:?}");
+        assert!(r.counts.tasks_per_worker.get("0").is_some_and(|&n| n > 0), "{src}: the head ran no region: {r:?}");
     }
 }
 
@@ -431,11 +431,10 @@ fn failure_free_report_has_no_failures() {
     envs.push(("OMPCLUSTER_REPORT", &rep_s));
     let o = Job::spawn(4, &prog, &["256", "128", "0"], &envs).wait(BOUND);
     assert!(o.status.success(), "{}", describe(&o));
-    let r = Report::read(&rep).unwrap();
+    let r = read_report(&rep);
     assert_eq!(r.tasks_executed, 8);
-    let raw = read_report(&rep);
-    assert_eq!(raw["failures"].as_array().map(Vec::len), Some(0));
-    assert_eq!(raw["workers_alive_at_end"], 3);
+    assert!(r.failures.is_empty(), "{r:?}");
+    assert_eq!(r.workers_alive_at_end, 3);
 }
 
 /// The Cholesky example (not written for these tests; its kernels compute, they do not
@@ -484,9 +483,9 @@ fn survivors_stop_waiting_for_the_dead_when_the_head_learns_of_it() {
     let o = ompcluster_tests::run(4, ompcluster_tests::matmul_example(), &["512", "64"], &envs);
     assert!(o.status.success() && stdout(&o).contains("result correct"), "{}", describe(&o));
     let r = read_report(&rep);
-    let failed = r["failures"][0]["at_seconds"].as_f64().unwrap();
-    let recovered = r["recoveries"][0]["at_seconds"].as_f64().unwrap();
-    assert!(recovered - failed < 20.0, "recovery started {:.1} s after the failure was known: {r}", recovered - failed);
+    let failed = r.failures.first().unwrap_or_else(|| panic!("no failure: {r:?}")).at_seconds;
+    let recovered = r.recoveries.first().unwrap_or_else(|| panic!("no recovery: {r:?}")).at_seconds;
+    assert!(recovered - failed < 20.0, "recovery started {:.1} s after the failure was known: {r:?}", recovered - failed);
 }
 
 /// A bug of ours does not hang the job (issue 23): the recovery handler panics when the
@@ -568,20 +567,20 @@ fn a_late_failure_costs_only_the_work_since_the_last_buddy_copy() {
         let (o, _) = run_hit_exe(&prog, &prog_args, &envs, &[], Some(&rep));
         assert_same("ft_inplace.c", &o, &expected, &format!("rank 2 killed at 90%, buddy copies {buddy}"));
         let r = read_report(&rep);
-        let rec = &r["recoveries"][0];
-        let (lost, reexecuted) = (rec["versions_lost"].as_u64().unwrap(), rec["tasks_reexecuted"].as_u64().unwrap());
-        assert!(lost > 0, "rank 2 held no current version: {r}");
-        let from_buddy = rec["buffers_from_buddy_copies"].as_u64().unwrap();
+        let rec = r.recoveries.first().unwrap_or_else(|| panic!("no recovery: {r:?}"));
+        let (lost, reexecuted) = (rec.outcome.versions_lost, rec.outcome.tasks_reexecuted);
+        assert!(lost > 0, "rank 2 held no current version: {r:?}");
+        let from_buddy = rec.outcome.from_buddy_copies;
         if buddy {
-            assert!(from_buddy > 0, "no version came from a buddy copy: {r}");
-            assert!(r["buddy_copies"]["copies"].as_u64().unwrap() > 0, "{r}");
+            assert!(from_buddy > 0, "no version came from a buddy copy: {r:?}");
+            assert!(r.buddy_copies.copies > 0, "{r:?}");
             // What the head keeps stays a fraction of the run.
-            assert!(r["tasks_recorded"].as_u64().unwrap() < 100_000, "the record kept most of the run: {r}");
+            assert!(r.tasks_recorded < 100_000, "the record kept most of the run: {r:?}");
         } else {
-            assert_eq!(from_buddy, 0, "{r}");
-            assert_eq!(r["buddy_copies"]["copies"], 0, "{r}");
+            assert_eq!(from_buddy, 0, "{r:?}");
+            assert_eq!(r.buddy_copies.copies, 0, "{r:?}");
         }
-        assert!(rec["rerun_rate_per_second"].as_f64().unwrap_or(0.0) > 0.0 || reexecuted == 0, "{r}");
+        assert!(rec.rerun_rate_per_second > 0.0 || reexecuted == 0, "{r:?}");
         rerun.push(reexecuted);
     }
     // Without buddy copies each lost buffer is rebuilt from its first version: about 2,800
@@ -602,16 +601,16 @@ fn a_spare_takes_the_place_of_a_dead_worker() {
     let (o, _) = run_hit(src, &[spare], &[], Some(&rep));
     assert_same(src, &o, &expected, "no failure, one spare");
     let r = read_report(&rep);
-    assert_eq!(r["tasks_per_worker"]["3"], 0, "the spare ran regions before any failure: {r}");
-    assert!(r["tasks_per_worker"]["1"].as_u64().unwrap() > 0 && r["tasks_per_worker"]["2"].as_u64().unwrap() > 0, "{r}");
+    let ran = |r: &Report, w: &str| r.counts.tasks_per_worker.get(w).copied();
+    assert_eq!(ran(&r, "3"), Some(0), "the spare ran regions before any failure: {r:?}");
+    assert!(ran(&r, "1").is_some_and(|n| n > 0) && ran(&r, "2").is_some_and(|n| n > 0), "{r:?}");
     let (_d, rep) = tmp_report();
     let (o, _) = run_hit(src, &[spare, ("OMPCLUSTER_FT_INJECT", "kill:rank=1:after_tasks=20")], &[], Some(&rep));
     assert_same(src, &o, &expected, "rank 1 killed, one spare");
     assert!(stderr(&o).contains("spare rank 3 takes the place of rank 1"), "{}", describe(&o));
     let r = read_report(&rep);
-    let used = &r["recoveries"][0]["spares"];
-    assert_eq!(used[0]["spare"], 3, "{r}");
-    assert_eq!(used[0]["replaced"], 1, "{r}");
-    assert!(used[0]["at_seconds"].as_f64().is_some(), "{r}");
-    assert!(r["tasks_per_worker"]["3"].as_u64().unwrap() > 0, "the spare ran no region after the failure: {r}");
+    let used = r.recoveries.first().and_then(|rec| rec.spares.first()).unwrap_or_else(|| panic!("no spare used: {r:?}"));
+    assert_eq!((used.spare, used.replaced), (3, 1), "{r:?}");
+    assert!(used.at_seconds > 0.0, "{r:?}");
+    assert!(ran(&r, "3").is_some_and(|n| n > 0), "the spare ran no region after the failure: {r:?}");
 }
