@@ -336,11 +336,8 @@ pub extern "C" fn __tgt_rtl_data_delete(dev: i32, tgt: *mut c_void, _kind: i32) 
 /// `host` must point to `size` readable bytes (libomptarget's contract).
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_data_submit(dev: i32, tgt: *mut c_void, host: *mut c_void, size: i64) -> i32 {
-    guard_traced("data_submit", Some(size), || {
-        let Some(c) = head(dev, size, host) else { return OFFLOAD_FAIL };
-        // SAFETY: libomptarget passes `size` readable host bytes at `host`.
-        code("data_submit", unsafe { c.submit(tgt as u64, host as *const u8, size as u64) })
-    })
+    // SAFETY: the caller's contract; no queue.
+    guard_traced("data_submit", Some(size), || unsafe { submit(dev, tgt, host, size, std::ptr::null_mut()) })
 }
 
 /// Host to device, behind the operations queued on `info` (at once if none are).
@@ -349,29 +346,8 @@ pub unsafe extern "C" fn __tgt_rtl_data_submit(dev: i32, tgt: *mut c_void, host:
 /// As for [`__tgt_rtl_data_submit`]; `info` is null or libomptarget's `__tgt_async_info`.
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_data_submit_async(dev: i32, tgt: *mut c_void, host: *mut c_void, size: i64, info: *mut AsyncInfo) -> i32 {
-    guard_traced("data_submit_async", Some(size), || {
-        let Some(c) = head(dev, size, host) else { return OFFLOAD_FAIL };
-        let tgt = tgt as u64;
-        // SAFETY: `info` is null or libomptarget's (the caller's contract).
-        match unsafe { queue_of(info) } {
-            None => {
-                // SAFETY: libomptarget passes `size` readable host bytes at `host`.
-                code("data_submit", unsafe { c.submit(tgt, host as *const u8, size as u64) })
-            }
-            Some(q) => {
-                // The source may not outlive this call (a first-private buffer on the
-                // caller's stack): its bytes are taken now.
-                // SAFETY: libomptarget passes `size` readable host bytes at `host`.
-                let bytes = unsafe { std::slice::from_raw_parts(host as *const u8, size as usize) }.to_vec();
-                q.push(Box::new(move || {
-                    // SAFETY: `bytes` is a local vector of `len` readable bytes.
-                    let r = guard("data_submit_async", || unsafe { c.submit(tgt, bytes.as_ptr(), bytes.len() as u64) });
-                    r.map_err(|e| format!("data_submit failed: {e}"))
-                }));
-                OFFLOAD_SUCCESS
-            }
-        }
-    })
+    // SAFETY: the caller's contract.
+    guard_traced("data_submit_async", Some(size), || unsafe { submit(dev, tgt, host, size, info) })
 }
 
 /// Device to host.
@@ -380,11 +356,8 @@ pub unsafe extern "C" fn __tgt_rtl_data_submit_async(dev: i32, tgt: *mut c_void,
 /// `host` must point to `size` writable bytes (libomptarget's contract).
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_data_retrieve(dev: i32, host: *mut c_void, tgt: *mut c_void, size: i64) -> i32 {
-    guard_traced("data_retrieve", Some(size), || {
-        let Some(c) = head(dev, size, host) else { return OFFLOAD_FAIL };
-        // SAFETY: libomptarget passes `size` writable host bytes at `host`.
-        code("data_retrieve", unsafe { c.retrieve(host as *mut u8, tgt as u64, size as u64) })
-    })
+    // SAFETY: the caller's contract; no queue.
+    guard_traced("data_retrieve", Some(size), || unsafe { retrieve(dev, host, tgt, size, std::ptr::null_mut()) })
 }
 
 /// Device to host, behind the operations queued on `info` (a `from` map of a `nowait`
@@ -395,24 +368,8 @@ pub unsafe extern "C" fn __tgt_rtl_data_retrieve(dev: i32, host: *mut c_void, tg
 /// done; `info` is null or libomptarget's `__tgt_async_info`.
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_data_retrieve_async(dev: i32, host: *mut c_void, tgt: *mut c_void, size: i64, info: *mut AsyncInfo) -> i32 {
-    guard_traced("data_retrieve_async", Some(size), || {
-        let Some(c) = head(dev, size, host) else { return OFFLOAD_FAIL };
-        let (host, tgt) = (host as usize, tgt as u64);
-        // SAFETY: `info` is null or libomptarget's (the caller's contract).
-        match unsafe { queue_of(info) } {
-            // SAFETY: libomptarget passes `size` writable host bytes at `host`.
-            None => code("data_retrieve", unsafe { c.retrieve(host as *mut u8, tgt, size as u64) }),
-            Some(q) => {
-                q.push(Box::new(move || {
-                    // SAFETY: libomptarget keeps the `size` bytes at `host` writable until it
-                    // has seen the queue done (its post-processing comes after).
-                    let r = guard("data_retrieve_async", || unsafe { c.retrieve(host as *mut u8, tgt, size as u64) });
-                    r.map_err(|e| format!("data_retrieve failed: {e}"))
-                }));
-                OFFLOAD_SUCCESS
-            }
-        }
-    })
+    // SAFETY: the caller's contract.
+    guard_traced("data_retrieve_async", Some(size), || unsafe { retrieve(dev, host, tgt, size, info) })
 }
 
 /// Device-to-device copies stay inside the cluster device.
@@ -424,13 +381,8 @@ pub extern "C" fn __tgt_rtl_is_data_exchangable(src: i32, dst: i32) -> i32 {
 /// Device to device (`omp_target_memcpy` between device pointers).
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_data_exchange(src_dev: i32, src: *mut c_void, dst_dev: i32, dst: *mut c_void, size: i64) -> i32 {
-    guard_traced("data_exchange", Some(size), || {
-        let Some(c) = head(0, size, std::ptr::NonNull::dangling().as_ptr()) else { return OFFLOAD_FAIL };
-        if src_dev != 0 || dst_dev != 0 {
-            return OFFLOAD_FAIL;
-        }
-        code("data_exchange", c.copy(src as u64, dst as u64, size as u64))
-    })
+    // SAFETY: no queue.
+    guard_traced("data_exchange", Some(size), || unsafe { exchange(src_dev, src, dst_dev, dst, size, std::ptr::null_mut()) })
 }
 
 /// Device to device, behind the operations queued on `info`, or at once if none are.
@@ -439,24 +391,75 @@ pub extern "C" fn __tgt_rtl_data_exchange(src_dev: i32, src: *mut c_void, dst_de
 /// `info` is null or libomptarget's `__tgt_async_info`.
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_data_exchange_async(src_dev: i32, src: *mut c_void, dst_dev: i32, dst: *mut c_void, size: i64, info: *mut AsyncInfo) -> i32 {
-    guard_traced("data_exchange_async", Some(size), || {
-        let Some(c) = head(0, size, std::ptr::NonNull::dangling().as_ptr()) else { return OFFLOAD_FAIL };
-        if src_dev != 0 || dst_dev != 0 {
-            return OFFLOAD_FAIL;
-        }
-        let (src, dst) = (src as u64, dst as u64);
-        // SAFETY: `info` is null or libomptarget's (the caller's contract).
-        match unsafe { queue_of(info) } {
-            None => code("data_exchange", c.copy(src, dst, size as u64)),
-            Some(q) => {
-                q.push(Box::new(move || {
-                    let r = guard("data_exchange_async", || c.copy(src, dst, size as u64));
-                    r.map_err(|e| format!("data_exchange failed: {e}"))
-                }));
-                OFFLOAD_SUCCESS
-            }
-        }
-    })
+    // SAFETY: the caller's contract.
+    guard_traced("data_exchange_async", Some(size), || unsafe { exchange(src_dev, src, dst_dev, dst, size, info) })
+}
+
+/// A submit: at once without a queue on `info`, else queued with a copy of its bytes (the
+/// source may not outlive the call: a first-private buffer on the caller's stack).
+///
+/// # Safety
+/// `host` points to `size` readable bytes; `info` is null or libomptarget's.
+unsafe fn submit(dev: i32, tgt: *mut c_void, host: *mut c_void, size: i64, info: *mut AsyncInfo) -> i32 {
+    let Some(c) = head(dev, size, host) else { return OFFLOAD_FAIL };
+    let tgt = tgt as u64;
+    // SAFETY: `info` is null or libomptarget's (the caller's contract).
+    let Some(q) = (unsafe { queue_of(info) }) else {
+        // SAFETY: `size` readable bytes at `host` (the caller's contract).
+        return code("data_submit", unsafe { c.submit(tgt, host as *const u8, size as u64) });
+    };
+    let bytes = if size == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: `size` readable bytes at `host`, not null when `size` > 0 (`head`).
+        unsafe { std::slice::from_raw_parts(host as *const u8, size as usize) }.to_vec()
+    };
+    q.push(Box::new(move || {
+        // SAFETY: `bytes` is a local vector of `len` readable bytes.
+        let r = guard("data_submit_async", || unsafe { c.submit(tgt, bytes.as_ptr(), bytes.len() as u64) });
+        r.map_err(|e| format!("data_submit failed: {e}"))
+    }));
+    OFFLOAD_SUCCESS
+}
+
+/// A retrieve: at once without a queue on `info`, else queued (after the region's kernel).
+///
+/// # Safety
+/// `host` points to `size` writable bytes, which stay writable until `info`'s queue is done
+/// (libomptarget post-processes a region only after); `info` is null or libomptarget's.
+unsafe fn retrieve(dev: i32, host: *mut c_void, tgt: *mut c_void, size: i64, info: *mut AsyncInfo) -> i32 {
+    let Some(c) = head(dev, size, host) else { return OFFLOAD_FAIL };
+    let (host, tgt) = (host as usize, tgt as u64);
+    // SAFETY: `info` is null or libomptarget's (the caller's contract).
+    let Some(q) = (unsafe { queue_of(info) }) else {
+        // SAFETY: `size` writable bytes at `host` (the caller's contract).
+        return code("data_retrieve", unsafe { c.retrieve(host as *mut u8, tgt, size as u64) });
+    };
+    q.push(Box::new(move || {
+        // SAFETY: the bytes at `host` are writable until the queue is done (the contract).
+        let r = guard("data_retrieve_async", || unsafe { c.retrieve(host as *mut u8, tgt, size as u64) });
+        r.map_err(|e| format!("data_retrieve failed: {e}"))
+    }));
+    OFFLOAD_SUCCESS
+}
+
+/// A device-to-device copy: at once without a queue on `info`, else queued.
+///
+/// # Safety
+/// `info` is null or libomptarget's.
+unsafe fn exchange(src_dev: i32, src: *mut c_void, dst_dev: i32, dst: *mut c_void, size: i64, info: *mut AsyncInfo) -> i32 {
+    let Some(c) = head(0, size, std::ptr::NonNull::dangling().as_ptr()) else { return OFFLOAD_FAIL };
+    if src_dev != 0 || dst_dev != 0 {
+        return OFFLOAD_FAIL;
+    }
+    let (src, dst) = (src as u64, dst as u64);
+    // SAFETY: `info` is null or libomptarget's (the caller's contract).
+    let Some(q) = (unsafe { queue_of(info) }) else { return code("data_exchange", c.copy(src, dst, size as u64)) };
+    q.push(Box::new(move || {
+        let r = guard("data_exchange_async", || c.copy(src, dst, size as u64));
+        r.map_err(|e| format!("data_exchange failed: {e}"))
+    }));
+    OFFLOAD_SUCCESS
 }
 
 /// Run a target region on a worker: at once, or with `nowait`, on a queue of its own (the
@@ -609,7 +612,7 @@ mod tests {
             let body = &src[at..];
             let body = &body[body.find(") -> ").unwrap()..];
             let body = &body[body.find("{\n").unwrap() + 2..body.find("\n}\n").unwrap()];
-            let first = body.lines().map(str::trim).find(|l| !l.starts_with("const ")).unwrap();
+            let first = body.lines().map(str::trim).find(|l| !l.starts_with("const ") && !l.starts_with("//")).unwrap();
             let guarded = first.starts_with(&format!("guard(\"{name}\", ")) || first.starts_with(&format!("guard_traced(\"{name}\", "));
             assert!(guarded, "__tgt_rtl_{name} does not start with its guard: {first}");
             n += 1;

@@ -8,24 +8,26 @@
 use ompcluster_tests::{assert_pass, compile, describe, run_with_report, stderr, stdout, work_dir, Job, Report};
 use std::time::{Duration, Instant};
 
-/// 64 independent 200 ms regions on 16 workers: far more than libomp's 7 helpers in flight.
+/// `regions` independent 200 ms regions on `np - 1` workers: at least `most` in flight at once
+/// and `busy` workers used.
+fn independent_regions_fill_the_workers(np: u32, regions: u64, most: u64, busy: usize) {
+    let (o, r) = run_with_report(np, &compile("wide.c"), &["independent", &regions.to_string(), "200"], &[]);
+    assert_pass(&o);
+    assert_eq!(r.tasks_executed, regions, "{r:?}");
+    assert!(r.most_regions_in_flight >= most, "at most {} regions in flight\n{}", r.most_regions_in_flight, describe(&o));
+    assert!(r.busy_workers() >= busy, "{} of {} workers ran regions: {:?}", r.busy_workers(), np - 1, r.counts.tasks_per_worker);
+}
+
+/// 64 independent regions on 16 workers: far more than libomp's 7 helpers in flight.
 #[test]
 fn independent_nowait_regions_fill_sixteen_workers() {
-    let (o, r) = run_with_report(17, &compile("wide.c"), &["independent", "64", "200"], &[]);
-    assert_pass(&o);
-    assert_eq!(r.tasks_executed, 64, "{r:?}");
-    assert!(r.most_regions_in_flight >= 32, "at most {} regions in flight\n{}", r.most_regions_in_flight, describe(&o));
-    assert!(r.busy_workers() >= 14, "{} of 16 workers ran regions: {:?}", r.busy_workers(), r.counts.tasks_per_worker);
+    independent_regions_fill_the_workers(17, 64, 32, 14);
 }
 
 /// 128 independent regions on 32 workers.
 #[test]
 fn independent_nowait_regions_fill_thirty_two_workers() {
-    let (o, r) = run_with_report(33, &compile("wide.c"), &["independent", "128", "200"], &[]);
-    assert_pass(&o);
-    assert_eq!(r.tasks_executed, 128, "{r:?}");
-    assert!(r.most_regions_in_flight >= 64, "at most {} regions in flight\n{}", r.most_regions_in_flight, describe(&o));
-    assert!(r.busy_workers() >= 28, "{} of 32 workers ran regions: {:?}", r.busy_workers(), r.counts.tasks_per_worker);
+    independent_regions_fill_the_workers(33, 128, 64, 28);
 }
 
 /// 16 chains of 8 dependent 100 ms regions on 16 workers: every chain has a region in flight.
