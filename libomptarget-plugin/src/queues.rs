@@ -114,7 +114,8 @@ impl Queue {
     /// [`Queue::progress`] for libomp's re-runs of a pending target task. libomp's hidden
     /// helpers call the query again at once, in a loop, while any region is pending
     /// (docs/nowait-regions.md, §3), and took the cores the workers on the same node needed
-    /// (a blocked matmul on 3 workers: 1.07 times the time with the nap below, 1.17 without).
+    /// (a blocked matmul on 3 workers: 1.07-1.13 times the build before with the nap below,
+    /// 1.15-1.17 without).
     /// So a query of a pending queue first waits until some queue ends, at most
     /// [`QUERY_NAP`], unless one ended within the last [`QUERY_NAP`], and unless
     /// [`most_nappers`] threads nap already. The threads that do not nap go round libomp's
