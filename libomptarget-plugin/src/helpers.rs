@@ -137,8 +137,13 @@ fn libomp_false(value: &str) -> bool {
 /// How many of libomp's hidden helper threads run tasks (its helper team less its main
 /// thread), from this process's libomp settings; `None` if it has no helpers.
 pub(crate) fn task_helpers() -> Option<i32> {
+    helper_ids_here().map(|ids| ids - 1)
+}
+
+/// [`helper_ids`] from this process's libomp settings.
+fn helper_ids_here() -> Option<i32> {
     let var = |name| std::env::var(name).ok();
-    helper_ids(var("LIBOMP_USE_HIDDEN_HELPER_TASK").as_deref(), var("LIBOMP_NUM_HIDDEN_HELPER_THREADS").as_deref()).map(|ids| ids - 1)
+    helper_ids(var("LIBOMP_USE_HIDDEN_HELPER_TASK").as_deref(), var("LIBOMP_NUM_HIDDEN_HELPER_THREADS").as_deref())
 }
 
 /// How many global thread ids libomp's hidden helper team takes (see the module docs), or
@@ -159,8 +164,7 @@ impl Waker {
     /// `LIBOMP_USE_HIDDEN_HELPER_TASK` and `LIBOMP_NUM_HIDDEN_HELPER_THREADS` settings) and
     /// exports what the waker needs.
     pub(crate) fn start() -> Option<Waker> {
-        let var = |name| std::env::var(name).ok();
-        let helpers = helper_ids(var("LIBOMP_USE_HIDDEN_HELPER_TASK").as_deref(), var("LIBOMP_NUM_HIDDEN_HELPER_THREADS").as_deref())?;
+        let helpers = helper_ids_here()?;
         let omp = Libomp::find()?;
         let (tx, rx) = crossbeam_channel::bounded(1);
         let stopped = Arc::new(AtomicBool::new(false));
