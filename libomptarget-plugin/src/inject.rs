@@ -19,6 +19,12 @@
 //! tests can check that a panic of ours ends the job with a message rather than hanging it
 //! (`Injector::panic_due_in_recovery`). It makes sense together with a fault that causes a
 //! recovery, e.g. `kill:rank=2:after_tasks=20;panic:during=recovery`.
+//!
+//! Test only: `slow:moves=MS` injects no failure but bad luck: the head waits MS ms between
+//! choosing the source of a copy from one worker to another and asking the source to send it
+//! (`Injector::move_delay`), as a preempted thread would. It widens the moment in which a
+//! kernel placed on the source can change the copy before it is sent (see
+//! `Buffers::move_done`).
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,6 +40,9 @@ pub enum Action {
     /// Test only: the head's recovery handler panics (`panic:during=recovery`; the fault's
     /// rank is 0, the head). Never sent to a rank: [`Injector::due`] leaves it out.
     Panic,
+    /// Test only: every copy between workers waits this many ms before it starts
+    /// (`slow:moves=MS`; rank 0, trigger [`Trigger::EveryMove`]). Never sent to a rank.
+    SlowMoves(u64),
 }
 
 impl Action {
@@ -42,7 +51,7 @@ impl Action {
         match self {
             Action::Kill => libc::SIGKILL,
             Action::Stop => libc::SIGSTOP,
-            Action::Panic => 0,
+            Action::Panic | Action::SlowMoves(_) => 0,
         }
     }
 }
@@ -63,6 +72,8 @@ pub enum Trigger {
     /// As the job ends: the victim raises the signal once it has answered the head's EXIT
     /// (nothing waits for it any more; only the launcher can end it).
     DuringExit,
+    /// Every copy between workers (for [`Action::SlowMoves`] only).
+    EveryMove,
 }
 
 /// One fault.
@@ -83,6 +94,7 @@ impl fmt::Display for Fault {
             Action::Kill => "kill",
             Action::Stop => "stop",
             Action::Panic => return write!(f, "{PANIC_DURING_RECOVERY}"),
+            Action::SlowMoves(ms) => return write!(f, "slow:moves={ms}"),
         };
         let t = match self.trigger {
             Trigger::AfterTasks(n) => format!("after_tasks={n}"),
@@ -91,6 +103,7 @@ impl fmt::Display for Fault {
             Trigger::DuringRecovery => "during=recovery".into(),
             Trigger::DuringRestore => "during=restore".into(),
             Trigger::DuringExit => "during=exit".into(),
+            Trigger::EveryMove => "moves".into(),
         };
         write!(f, "{a}:rank={}:{t}", self.rank)
     }
@@ -114,13 +127,24 @@ pub fn parse(spec: &str, ranks: Option<i32>) -> Result<Vec<Fault>, String> {
             out.push(Fault { action: Action::Panic, rank: 0, trigger: Trigger::DuringRecovery, fired: AtomicBool::new(false) });
             continue;
         }
+        if parts[0] == "slow" {
+            let ms = match parts[1..] {
+                [moves] => moves.strip_prefix("moves=").and_then(|n| n.parse::<u64>().ok()).filter(|&n| n <= 10_000),
+                _ => None,
+            };
+            let Some(ms) = ms else {
+                return Err(format!("{item:?}: expected slow:moves=MS with MS from 0 to 10000 (test only: copies between workers wait MS ms before they start)"));
+            };
+            out.push(Fault { action: Action::SlowMoves(ms), rank: 0, trigger: Trigger::EveryMove, fired: AtomicBool::new(false) });
+            continue;
+        }
         let [action, rank, trigger] = parts[..] else {
             return Err(format!("{item:?} is not ACTION:rank=R:TRIGGER"));
         };
         let action = match action {
             "kill" => Action::Kill,
             "stop" => Action::Stop,
-            a => return Err(format!("{item:?}: unknown action {a:?} (kill or stop; panic:during=recovery for tests)")),
+            a => return Err(format!("{item:?}: unknown action {a:?} (kill or stop; panic:during=recovery and slow:moves=MS for tests)")),
         };
         let rank: i32 = rank
             .strip_prefix("rank=")
@@ -172,7 +196,7 @@ impl Injector {
     pub fn due(&self, due: impl Fn(&Trigger) -> bool) -> Vec<(Action, i32, Trigger)> {
         self.faults
             .iter()
-            .filter(|f| f.action != Action::Panic && due(&f.trigger) && !f.fired.swap(true, Ordering::AcqRel))
+            .filter(|f| f.action.signal() != 0 && due(&f.trigger) && !f.fired.swap(true, Ordering::AcqRel))
             .map(|f| (f.action, f.rank, f.trigger))
             .collect()
     }
@@ -181,6 +205,14 @@ impl Injector {
     /// once, the first time asked, if that fault was given.
     pub fn panic_due_in_recovery(&self) -> bool {
         self.faults.iter().any(|f| f.action == Action::Panic && !f.fired.swap(true, Ordering::AcqRel))
+    }
+
+    /// Test only (`slow:moves=MS`): how long each copy between workers waits before it starts.
+    pub fn move_delay(&self) -> Option<std::time::Duration> {
+        self.faults.iter().find_map(|f| match f.action {
+            Action::SlowMoves(ms) => Some(std::time::Duration::from_millis(ms)),
+            _ => None,
+        })
     }
 
     /// Un-fire a fault that could not be injected now (e.g. recovery of its own rank).
@@ -269,5 +301,21 @@ mod tests {
         assert_eq!(inj.due(|t| matches!(t, Trigger::AfterTasks(_))), vec![(Action::Kill, 2, Trigger::AfterTasks(20))]);
         assert!(!Injector::new(parse("kill:rank=1:during=recovery", None).unwrap()).panic_due_in_recovery());
         assert!(!Injector::default().panic_due_in_recovery());
+    }
+
+    #[test]
+    fn slow_moves() {
+        let f = parse("slow:moves=20; kill:rank=1:after_tasks=3", Some(4)).unwrap();
+        assert_eq!(f[0].to_string(), "slow:moves=20");
+        let inj = Injector::new(f);
+        assert_eq!(inj.move_delay(), Some(std::time::Duration::from_millis(20)));
+        // Never a signal, whatever is asked.
+        assert_eq!(inj.due(|_| true), vec![(Action::Kill, 1, Trigger::AfterTasks(3))]);
+        assert_eq!(inj.move_delay(), Some(std::time::Duration::from_millis(20)), "every move, not once");
+        assert_eq!(Injector::default().move_delay(), None);
+        for bad in ["slow", "slow:moves", "slow:moves=x", "slow:moves=20000", "slow:rank=1:moves=3", "slow:moves=3:moves=3"] {
+            let e = parse(bad, Some(4)).expect_err(bad);
+            assert!(e.contains("slow:moves=MS") && e.contains("test only"), "{bad}: {e}");
+        }
     }
 }

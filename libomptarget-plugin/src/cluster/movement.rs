@@ -97,6 +97,10 @@ impl Cluster {
                 Err(e) => MoveState::Done(Err(e), t0.elapsed()),
             }
         } else {
+            if let Some(d) = self.tolerance.inject.move_delay().filter(|_| src != HEAD) {
+                // Test only (`slow:moves=MS`): as if this thread were preempted here.
+                std::thread::sleep(d);
+            }
             MoveState::Done(self.copy_between(region, src, w), t0.elapsed())
         };
         pending.push(Move { addr, w, src, version, size, in_use, state });
