@@ -42,7 +42,23 @@ impl Place {
 pub(crate) const GUARD_GAP: u64 = 64 << 10;
 
 mod buffer;
-pub(crate) use buffer::{Buffer, PointsTo};
+pub(crate) use buffer::{Buffer, CopyState, PointsTo};
+
+/// What a finished move left on its destination ([`Buffers::move_done`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Moved {
+    /// The copy holds the version moved, still the current one.
+    Holds,
+    /// A newer version was made meanwhile: the copy holds no recorded version.
+    Superseded,
+    /// A kernel that could reach the source changed the buffer meanwhile: the copy may hold
+    /// part of its changes, and holds no version.
+    Touched,
+    /// The copy did not arrive whole.
+    Failed,
+    /// The program deleted the buffer meanwhile.
+    Gone,
+}
 
 /// All buffers, by address.
 #[derive(Debug)]
@@ -201,7 +217,8 @@ impl Buffers {
     /// A kernel on `w` that could reach the buffer at `addr` is done (`changed`: it changed
     /// it). The copies taken from `w` meanwhile are forgotten if it changed it, and trusted
     /// once no kernel there uses it any more if not (see `Buffer::torn`).
-    pub(crate) fn kernel_done(&mut self, addr: u64, w: i32, changed: bool) {
+    /// Returns the copies forgotten.
+    pub(crate) fn kernel_done(&mut self, addr: u64, w: i32, changed: bool) -> Vec<i32> {
         self.track(addr, |b| {
             if let Some(n) = b.using.get_mut(&w) {
                 *n -= 1;
@@ -212,17 +229,51 @@ impl Buffers {
             let from_w: Vec<i32> = b.torn.iter().filter(|(_, &s)| s == w).map(|(&d, _)| d).collect();
             if changed {
                 b.kernel_changes += 1;
-                for d in from_w {
+                for &d in &from_w {
                     b.torn.remove(&d);
                     b.holders.remove(&d);
                     b.stale.remove(&d);
                 }
-            } else if !b.using.contains_key(&w) {
-                for d in from_w {
-                    b.torn.remove(&d);
+                from_w
+            } else {
+                if !b.using.contains_key(&w) {
+                    for d in from_w {
+                        b.torn.remove(&d);
+                    }
                 }
+                Vec::new()
             }
-        });
+        })
+        .unwrap_or_default()
+    }
+
+    /// A move of `version` from `src`'s copy into `w`'s, which started when the source was
+    /// in state `before`, is done (`arrived`: all of it). `w` holds the version if it is still
+    /// the current one and no kernel that could reach the source changed the buffer
+    /// meanwhile: such a copy may hold part of the changes. While a kernel there may still
+    /// change it, the copy is torn (see `Buffer::torn`).
+    pub(crate) fn move_done(&mut self, addr: u64, w: i32, src: i32, version: u64, before: CopyState, arrived: bool) -> Moved {
+        let Some(b) = self.by_addr.get_mut(&addr) else { return Moved::Gone };
+        b.incoming.remove(&w);
+        let now = b.copy_state(src);
+        if now.in_use() {
+            b.torn.insert(w, src);
+        } else {
+            b.torn.remove(&w);
+        }
+        let outcome = if !arrived {
+            Moved::Failed
+        } else if before.touched(&now) && before.changed(&now) {
+            Moved::Touched
+        } else if b.version != version {
+            Moved::Superseded
+        } else {
+            Moved::Holds
+        };
+        if outcome == Moved::Holds {
+            self.add_holder(addr, w);
+        }
+        outcome
     }
 
     /// Rank `r`'s copy of the buffer at `addr` now holds the current version.

@@ -266,8 +266,10 @@ impl Job {
         let launcher = launcher();
         let mut cmd = Command::new(&launcher);
         cmd.arg("-np").arg(np.to_string()).args(options).arg(prog).args(args);
+        // The test's own settings only; but the MPI launcher, and the plugin (to run a test
+        // against another build: a new test must fail on the build before it).
         for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("OMPCLUSTER_") && k != "OMPCLUSTER_MPIRUN" {
+            if k.to_string_lossy().starts_with("OMPCLUSTER_") && k != "OMPCLUSTER_MPIRUN" && k != "OMPCLUSTER_PLUGIN" {
                 cmd.env_remove(k);
             }
         }

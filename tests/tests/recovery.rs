@@ -56,8 +56,12 @@ const SHARED_READER: (&str, &[&str]) = ("ft_shared_reader.c", &["12", "50"]);
 /// the launcher stopped such jobs).
 const TEMP_INPUTS: (&str, &[&str]) = ("ft_temp_inputs.c", &["6", "512", "100", "50000"]);
 
+/// `a_copy_sent_while_a_kernel_on_its_source_changes_it_is_no_version`: 8 rounds (28
+/// regions), readers and writers of 50 ms, the writer 2 ms after its reader.
+const MOVE_RACE: (&str, &[&str]) = ("ft_move_race.c", &["8", "50", "16384", "2"]);
+
 fn args_of(src: &str) -> &'static [&'static str] {
-    PROGRAMS.iter().chain([&DEVICE_NEW, &SHARED_READER, &TEMP_INPUTS]).find(|(s, _)| *s == src).map(|(_, a)| *a).expect("a known program")
+    PROGRAMS.iter().chain([&DEVICE_NEW, &SHARED_READER, &TEMP_INPUTS, &MOVE_RACE]).find(|(s, _)| *s == src).map(|(_, a)| *a).expect("a known program")
 }
 
 /// xorshift64*: reproducible moments from a seed.
@@ -327,6 +331,30 @@ fn a_rewrite_rerun_in_place_keeps_the_version_a_later_reader_needs() {
         }
     }
     assert!(rerun > 0, "no run lost a region:\n{}", seen.join("\n"));
+}
+
+/// A copy taken from a worker's copy while a kernel placed there after the copy began changes
+/// it holds that change, or part of it: it is no copy of the version it was asked for
+/// (`ft_move_race.c`; `slow:moves=30` holds each copy back 30 ms, so that the writer placed
+/// 2 ms after its reader starts before the reader's input is sent). When the writer's worker
+/// dies, recovery must not run the writer again from that copy (it did: a wrong result in
+/// every run).
+#[test]
+fn a_copy_sent_while_a_kernel_on_its_source_changes_it_is_no_version() {
+    let src = MOVE_RACE.0;
+    let expected = reference(src, &[]);
+    let mut torn = 0;
+    for k in [1, 2] {
+        let (_d, rep) = tmp_report();
+        let inject = format!("slow:moves=30;kill:rank={k}:after_tasks=28");
+        let (o, _) = run_hit(src, &[("OMPCLUSTER_FT_INJECT", &inject), ("OMPCLUSTER_VERBOSE", "1"), NO_BUDDY], &[], Some(&rep));
+        assert_same(src, &o, &expected, &format!("rank {k} killed after every region ran"));
+        assert!(recovered(&o), "rank {k}: no recovery reported\n{}", describe(&o));
+        let r = read_report(&rep);
+        assert_eq!(r.failures.iter().map(|f| f.rank).collect::<Vec<_>>(), vec![k], "{r:?}");
+        torn += stderr(&o).lines().filter(|l| l.contains("] TORN ")).count();
+    }
+    assert!(torn > 0, "no copy was taken from a copy that a kernel changed meanwhile: the race this tests did not happen");
 }
 
 /// A worker that dies while recovery runs: recovery starts again with both dead.

@@ -183,7 +183,7 @@ impl Cluster {
                 };
                 for ((a, ..), m) in reach.iter().zip(&may_write) {
                     if let Some(b) = bufs.get_mut(*a) {
-                        *b.using.entry(w).or_default() += 1;
+                        b.begin_use(w);
                         if *m {
                             b.writing = Some((w, b.writing.map_or(0, |(_, n)| n) + 1));
                         }
@@ -226,7 +226,10 @@ impl Cluster {
             }
             let mut deleted = Vec::new();
             for (j, ((a, ..), m)) in reach.iter().zip(&marked).enumerate() {
-                bufs.kernel_done(*a, w, changed.is_none_or(|c| c[j]));
+                let torn = bufs.kernel_done(*a, w, changed.is_none_or(|c| c[j]));
+                if !torn.is_empty() {
+                    self.log(format_args!("TORN {a:#x} on {torn:?}: copied from {w} while this kernel changed it, so no version"));
+                }
                 let Some(b) = bufs.get_mut(*a) else { continue };
                 if *m {
                     b.writing = match b.writing {

@@ -1,7 +1,7 @@
 //! Moving buffers between ranks: where a buffer's current version is, and making it present
 //! where a kernel needs it.
 use super::{link, Cluster, ClusterError, Result};
-use crate::data::{Buffer, Place, HEAD};
+use crate::data::{Buffer, CopyState, Moved, Place, HEAD};
 use event_system::Liveness;
 use event_system::protocol::{Envelope, Event, MAX_INLINE_DATA, Region, Reply};
 use serde_json::json;
@@ -62,7 +62,7 @@ impl Cluster {
     /// this waits for another thread's move, which may itself be waiting for them.
     pub(super) fn start_move(&self, addr: u64, w: i32, pending: &mut Vec<Move>) -> Result<()> {
         let mut bufs = self.ledger.buffers.lock();
-        let (src, version, size, in_use) = loop {
+        let (src, version, size, before) = loop {
             let b = bufs.get_mut(addr).ok_or(ClusterError::UnknownAddress(addr))?;
             if b.held_by(w) {
                 self.back_on(b, w)?;
@@ -81,9 +81,7 @@ impl Cluster {
             let src = self.current_holder(b).ok_or(ClusterError::Lost(addr))?;
             self.back_on(b, w)?;
             b.incoming.insert(w);
-            // A copy a running kernel uses may be changing (see `Buffer::torn`).
-            let in_use = b.using.get(&src).is_some_and(|&n| n > 0);
-            break (src, b.version, b.size, in_use.then_some(b.kernel_changes));
+            break (src, b.version, b.size, b.copy_state(src));
         };
         drop(bufs);
         let region = Region { addr, size };
@@ -103,7 +101,7 @@ impl Cluster {
             }
             MoveState::Done(self.copy_between(region, src, w), t0.elapsed())
         };
-        pending.push(Move { addr, w, src, version, size, in_use, state });
+        pending.push(Move { addr, w, src, version, size, before, state });
         Ok(())
     }
 
@@ -141,30 +139,21 @@ impl Cluster {
     }
 
     fn finish_move(&self, m: Move) -> Result<u64> {
-        let Move { addr, w, src, version, size, in_use, state } = m;
+        let Move { addr, w, src, version, size, before, state } = m;
         let (moved, took) = match state {
             MoveState::Done(r, took) => (r, took),
             MoveState::Answer { tag, trace, t0 } => (self.finish_submit(Region { addr, size }, w, tag, trace), t0.elapsed()),
         };
         self.offload.sched.transfer_finished(size, took.as_secs_f64());
         let mut bufs = self.ledger.buffers.lock();
-        if let Some(b) = bufs.get_mut(addr) {
-            b.incoming.remove(&w);
-            // Taken from a copy in use: a kernel there changed it meanwhile (the copy may hold
-            // part of that), or still may (see `Buffer::torn`).
-            let changed_meanwhile = in_use.is_some_and(|n| n != b.kernel_changes);
-            match in_use {
-                Some(_) => b.torn.insert(w, src),
-                None => b.torn.remove(&w),
-            };
-            if moved.is_ok() && b.version == version && !changed_meanwhile {
-                bufs.add_holder(addr, w);
-            }
-        }
+        let outcome = bufs.move_done(addr, w, src, version, before, moved.is_ok());
         self.ledger.moved.notify_all();
         drop(bufs);
         moved?;
         self.log(format_args!("MOVE {addr:#x} {size} bytes {src} -> {w}"));
+        if outcome == Moved::Touched {
+            self.log(format_args!("TORN {addr:#x} on {w}: copied from {src} while a kernel there changed it, so no version"));
+        }
         Ok(size)
     }
 
@@ -349,8 +338,8 @@ pub(super) struct Move {
     /// The version it moves.
     version: u64,
     size: u64,
-    /// `Buffer::kernel_changes` of the source copy when it was in use by a kernel.
-    in_use: Option<u64>,
+    /// The source copy's state when it started.
+    before: CopyState,
     state: MoveState,
 }
 

@@ -81,7 +81,12 @@ pub(crate) struct Buffer {
     /// Kernels in flight that can reach it, per worker: a copy a running kernel uses is never
     /// overwritten with another version (the kernel may be changing it).
     pub(crate) using: BTreeMap<i32, u32>,
-    /// Copies taken from a rank while a kernel there could reach it (rank -> that source):
+    /// Per rank: kernels placed on its copy so far. A move compares it before and after: a
+    /// kernel placed on the source meanwhile may have changed the bytes it sent (its EXECUTE
+    /// can reach the worker before the move's own request does).
+    pub(crate) uses_begun: BTreeMap<i32, u64>,
+    /// Copies taken from a rank while a kernel there could reach it, at the copy's start or
+    /// placed there before it was done (rank -> that source; see [`CopyState`]):
     /// if the kernel turns out to change it, they may hold part of its changes and are
     /// forgotten ([`Buffers::kernel_done`]); until then they are no source of a version for
     /// merges and re-runs.
@@ -145,6 +150,7 @@ impl Buffer {
             deleted: false,
             writing: None,
             using: BTreeMap::new(),
+            uses_begun: BTreeMap::new(),
             torn: BTreeMap::new(),
             kernel_changes: 0,
             commits_from: BTreeMap::new(),
@@ -157,6 +163,21 @@ impl Buffer {
             buddy: None,
             host_writes: 0,
             buddy_reading: None,
+        }
+    }
+
+    /// A kernel placed on `w` can reach it from now until [`crate::data::Buffers::kernel_done`].
+    pub(crate) fn begin_use(&mut self, w: i32) {
+        *self.using.entry(w).or_default() += 1;
+        *self.uses_begun.entry(w).or_default() += 1;
+    }
+
+    /// What a move from `src`'s copy compares when it is done (see [`CopyState`]).
+    pub(crate) fn copy_state(&self, src: i32) -> CopyState {
+        CopyState {
+            in_use: self.using.get(&src).is_some_and(|&n| n > 0),
+            begun: self.uses_begun.get(&src).copied().unwrap_or(0),
+            kernel_changes: self.kernel_changes,
         }
     }
 
@@ -204,3 +225,36 @@ impl Buffer {
         self.stale.contains_key(&HEAD)
     }
 }
+
+/// A source copy's state when a move from it starts. The bytes moved are exactly the version
+/// moved only if no kernel used the copy all along: else the destination may hold part of a
+/// kernel's changes ([`CopyState::touched`]), and it holds no version if one changed the
+/// buffer meanwhile ([`CopyState::changed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CopyState {
+    /// A kernel placed on the source could reach the copy.
+    in_use: bool,
+    /// `Buffer::uses_begun` of the source.
+    begun: u64,
+    /// `Buffer::kernel_changes`.
+    kernel_changes: u64,
+}
+
+impl CopyState {
+    /// A kernel could reach the source copy at some moment of the move: at its start, or
+    /// placed there since.
+    pub(crate) fn touched(&self, now: &CopyState) -> bool {
+        self.in_use || now.in_use || now.begun != self.begun
+    }
+
+    /// A kernel placed on the source can reach the copy now.
+    pub(crate) fn in_use(&self) -> bool {
+        self.in_use
+    }
+
+    /// A kernel changed the buffer since the move started.
+    pub(crate) fn changed(&self, now: &CopyState) -> bool {
+        now.kernel_changes != self.kernel_changes
+    }
+}
+

@@ -124,3 +124,46 @@ fn reachability_follows_pointers_and_globals() {
     assert!(bs.near(block + 16).next().is_none());
     assert!(bs.get(block).is_some_and(|x| x.deleted));
 }
+
+#[test]
+fn a_copy_moved_while_a_kernel_on_its_source_changed_it_holds_no_version() {
+    let mut bs = Buffers::new(0x10_0000, 1 << 24);
+    let a = bs.create(100, 0).unwrap().addr;
+    bs.new_version(a, [1].into());
+    let start = |bs: &Buffers| bs.get(a).unwrap().copy_state(1);
+    // Nothing runs on worker 1 while its copy moves to worker 2: 2 holds the version.
+    let before = start(&bs);
+    assert_eq!(bs.move_done(a, 2, 1, 1, before, true), Moved::Holds);
+    assert_eq!(bs.get(a).unwrap().holders, [1, 2].into());
+    // The move to worker 3 starts; then a kernel is placed on worker 1 (its EXECUTE may
+    // reach 1 before the move's request) and changes the copy before the move is done.
+    let before = start(&bs);
+    bs.get_mut(a).unwrap().begin_use(1);
+    assert!(bs.kernel_done(a, 1, true).is_empty(), "no copy taken from 1 is known yet");
+    assert_eq!(bs.move_done(a, 3, 1, 1, before, true), Moved::Touched);
+    let b = bs.get(a).unwrap();
+    assert!(!b.holders.contains(&3) && b.version_on(3).is_none(), "3 may hold part of the change");
+    // The same, with the kernel still running when the move is done: 3 holds the version
+    // until the kernel changes the buffer, and is no clean source meanwhile.
+    let before = start(&bs);
+    bs.get_mut(a).unwrap().begin_use(1);
+    assert_eq!(bs.move_done(a, 3, 1, 1, before, true), Moved::Holds);
+    assert!(bs.get(a).unwrap().holders.contains(&3) && !bs.get(a).unwrap().clean_copy(3, 1));
+    assert_eq!(bs.kernel_done(a, 1, true), vec![3]);
+    assert_eq!(bs.get(a).unwrap().version_on(3), None);
+    // A kernel placed meanwhile that changed nothing leaves the copy exact.
+    let before = start(&bs);
+    bs.get_mut(a).unwrap().begin_use(1);
+    assert!(bs.kernel_done(a, 1, false).is_empty());
+    assert_eq!(bs.move_done(a, 3, 1, 1, before, true), Moved::Holds);
+    assert!(bs.get(a).unwrap().clean_copy(3, 1));
+    // A newer version made meanwhile (by a kernel elsewhere): the copy is of no version.
+    let before = start(&bs);
+    bs.new_version(a, [2].into());
+    assert_eq!(bs.move_done(a, 4, 1, 1, before, true), Moved::Superseded);
+    assert_eq!(bs.get(a).unwrap().version_on(4), None);
+    // A move that did not arrive whole holds nothing.
+    let before = bs.get(a).unwrap().copy_state(2);
+    assert_eq!(bs.move_done(a, 4, 2, 2, before, false), Moved::Failed);
+    assert_eq!(bs.get(a).unwrap().version_on(4), None);
+}
