@@ -49,9 +49,76 @@ pub fn kill(v: Victim) -> bool {
     unsafe { libc::kill(v.pid as libc::pid_t, libc::SIGKILL) == 0 }
 }
 
+/// Where libomp registers process `pid` of this user: `__KMP_REGISTERED_LIB_<pid>_<uid>` in
+/// `/dev/shm` (POSIX shared memory), or under that name in `/tmp` where `/dev/shm` cannot be
+/// used. libomp 16 writes it as it starts (`__kmp_register_library_startup`) and removes it
+/// as it shuts down (`__kmp_unregister_library`, `openmp/runtime/src/kmp_runtime.cpp`); a
+/// process that ends with `_exit` or is killed leaves it behind.
+pub fn libomp_registration(pid: u32) -> [std::path::PathBuf; 2] {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let name = format!("__KMP_REGISTERED_LIB_{pid}_{uid}");
+    [std::path::Path::new("/dev/shm").join(&name), std::path::Path::new("/tmp").join(name)]
+}
+
+/// Remove libomp's registration of this process, which leaves with `_exit` (libomp's own
+/// shutdown, which would remove it, does not run then). Returns how many files were removed.
+pub fn remove_own_registration() -> usize {
+    remove_registration(std::process::id())
+}
+
+fn remove_registration(pid: u32) -> usize {
+    libomp_registration(pid).iter().filter(|p| std::fs::remove_file(p).is_ok()).count()
+}
+
+/// Remove what `v`, a process of the job that ended without cleaning up (killed), left on
+/// this host: its libomp registration. Only once it is gone and no other process has its
+/// pid (a new process there may have registered under the same name). Returns how many
+/// files were removed.
+pub fn clean_after(v: Victim) -> usize {
+    // A zombie (killed, not yet reaped) still has its pid.
+    if v.pid == std::process::id() || start_time(v.pid).is_some() {
+        return 0;
+    }
+    remove_registration(v.pid)
+}
+
+/// [`clean_after`] each of `victims`, waiting up to `bound` for those just killed to be
+/// reaped. Returns how many files were removed.
+pub fn clean_after_all(victims: &[Victim], bound: std::time::Duration) -> usize {
+    let until = std::time::Instant::now() + bound;
+    let there = |v: &Victim| v.pid != std::process::id() && start_time(v.pid) == Some(v.start);
+    while victims.iter().any(there) && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    victims.iter().map(|&v| clean_after(v)).sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_killed_process_s_libomp_registration_is_removed_once_it_is_gone() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let v = Victim { pid: child.id(), start: start_time(child.id()).unwrap() };
+        // Written as libomp would (in /tmp here: /dev/shm may be missing where tests run).
+        let [_, file] = libomp_registration(v.pid);
+        std::fs::write(&file, "0x1-cafe-libomp.so").unwrap();
+        assert_eq!(clean_after(v), 0, "still running");
+        assert!(kill(v));
+        // A zombie until reaped: gone, but its pid is not free yet.
+        while !is_gone(v) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(clean_after(v), 0, "a zombie keeps its pid");
+        let reaper = std::thread::spawn(move || child.wait().unwrap());
+        // (A file an earlier process with this pid left in /dev/shm goes too.)
+        assert!(clean_after_all(&[v], std::time::Duration::from_secs(5)) >= 1);
+        reaper.join().unwrap();
+        assert!(!file.exists());
+        assert_eq!(clean_after(v), 0, "nothing left");
+    }
 
     #[test]
     fn kills_only_the_same_process() {

@@ -202,6 +202,73 @@ impl Config {
     }
 }
 
+/// Every `OMPCLUSTER_*` variable the launcher or the ranks read (README, "Settings").
+pub const SETTINGS: &[&str] = &[
+    // The launcher.
+    "OMPCLUSTER_MPIRUN",
+    "OMPCLUSTER_PLUGIN",
+    "OMPCLUSTER_MPI_NOISE",
+    // The plugin.
+    "OMPCLUSTER_VERBOSE",
+    "OMPCLUSTER_TRACE",
+    "OMPCLUSTER_REPORT",
+    "OMPCLUSTER_GRAPH",
+    "OMPCLUSTER_TASKS",
+    "OMPCLUSTER_SCHEDULER",
+    "OMPCLUSTER_HEAP_SIZE",
+    "OMPCLUSTER_FRAGMENT_SIZE",
+    "OMPCLUSTER_WRITE_DETECTION",
+    "OMPCLUSTER_RESUME",
+    // Fault tolerance.
+    "OMPCLUSTER_FT_DISABLE",
+    "OMPCLUSTER_FT_INJECT",
+    "OMPCLUSTER_FT_REEXEC",
+    "OMPCLUSTER_FT_RETAIN",
+    "OMPCLUSTER_FT_SPARES",
+    "OMPCLUSTER_FT_BUDDY_INTERVAL",
+    "OMPCLUSTER_FT_BUDDY_SHARE",
+    "OMPCLUSTER_FT_BUDDY_MEMORY",
+    // The failure detector.
+    "OMPCLUSTER_HB_PERIOD",
+    "OMPCLUSTER_HB_TIMEOUT",
+    "OMPCLUSTER_HB_TIMESTEP",
+    "OMPCLUSTER_HB_SHUFFLE",
+    "OMPCLUSTER_HB_BCAST",
+    // Checkpoints.
+    "OMPCLUSTER_CP_ENABLE",
+    "OMPCLUSTER_CP_INTERVAL",
+    "OMPCLUSTER_CP_MTBF",
+    "OMPCLUSTER_CP_DALY",
+    "OMPCLUSTER_CP_WSPEED",
+    "OMPCLUSTER_CP_KEEP",
+    "OMPCLUSTER_CP_PERSISTENT",
+    "OMPCLUSTER_CP_SCRATCH",
+    "OMPCLUSTER_CP_USEVELOC",
+    "OMPCLUSTER_CP_EXECCFG",
+    "OMPCLUSTER_CP_LOG",
+    "OMPCLUSTER_CP_ON_SIGTERM",
+    // Set by the launcher for the ranks.
+    "OMPCLUSTER_EXIT_STATUS_FILE",
+];
+
+/// The `OMPCLUSTER_*` variables of `names` that are no setting, each with the setting it
+/// probably meant (the nearest by edit distance, if near enough), in the order given.
+pub fn unknown_settings<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<(&'a str, Option<&'static str>)> {
+    names
+        .into_iter()
+        .filter(|n| n.starts_with("OMPCLUSTER_") && !SETTINGS.contains(n))
+        .map(|n| {
+            let near = SETTINGS
+                .iter()
+                .map(|s| (strsim::damerau_levenshtein(n, s), *s))
+                .min()
+                .filter(|&(d, s)| d <= 3.max(s.len() / 6) && d < n.len() - "OMPCLUSTER_".len())
+                .map(|(_, s)| s);
+            (n, near)
+        })
+        .collect()
+}
+
 /// Check every `OMPCLUSTER_*` setting the ranks will read (plugin, failure detector,
 /// checkpoints) with the same parsers, so that the launcher can refuse a bad value in one line
 /// before starting any process.
@@ -241,6 +308,43 @@ mod tests {
         ] {
             let e = with(name, value).unwrap_err().to_string();
             assert!(e.starts_with(name), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_misspelled_setting_is_named_with_the_one_it_probably_meant() {
+        let env = ["OMPCLUSTER_CP_INTERVALL", "OMPCLUSTER_CP_INTERVAL", "PATH", "OMPCLUSTER_HB_PEROID", "OMPCLUSTER_VERBOS", "OMPCLUSTER_X", "OMPCLUSTER_FT_BUDY_MEMORY"];
+        assert_eq!(
+            unknown_settings(env),
+            vec![
+                ("OMPCLUSTER_CP_INTERVALL", Some("OMPCLUSTER_CP_INTERVAL")),
+                ("OMPCLUSTER_HB_PEROID", Some("OMPCLUSTER_HB_PERIOD")),
+                ("OMPCLUSTER_VERBOS", Some("OMPCLUSTER_VERBOSE")),
+                ("OMPCLUSTER_X", None),
+                ("OMPCLUSTER_FT_BUDY_MEMORY", Some("OMPCLUSTER_FT_BUDDY_MEMORY")),
+            ]
+        );
+        // Every setting the sources read is listed.
+        for dir in ["src", "../ckpt-veloc/src", "../ft-detector/src"] {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+            let mut stack = vec![dir];
+            while let Some(d) = stack.pop() {
+                for e in std::fs::read_dir(&d).unwrap().flatten() {
+                    let p = e.path();
+                    if p.is_dir() {
+                        stack.push(p);
+                    } else if p.extension().is_some_and(|x| x == "rs") {
+                        let text = std::fs::read_to_string(&p).unwrap();
+                        let text = text.split("#[cfg(test)]").next().unwrap_or_default();
+                        for (i, _) in text.match_indices("\"OMPCLUSTER_") {
+                            let name: String = text[i + 1..].chars().take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_').collect();
+                            if name.len() > "OMPCLUSTER_".len() && !name.ends_with('_') {
+                                assert!(SETTINGS.contains(&name.as_str()), "{name} (read in {}) is not in SETTINGS", p.display());
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 

@@ -79,12 +79,9 @@ fn on_notice(me: i32, notice: Notice, timeout_ms: u128) {
         Some(Runtime::Worker(_)) if dead == me => {
             eprintln!("ompcluster worker {me}: this rank was declared dead while it was not responding; the job went on without it, leaving");
             event_system::flush_stderr();
-            // SAFETY: flushing C streams, then leaving at once without running destructors
-            // (they belong to a `main` this rank never ran) or touching MPI again.
-            unsafe {
-                libc::fflush(std::ptr::null_mut());
-                libc::_exit(0)
-            }
+            // At once, without running destructors (they belong to a `main` this rank never
+            // ran) or touching MPI again.
+            leave(0)
         }
         _ => {}
     }
@@ -159,9 +156,22 @@ pub(crate) fn internal_error(what: std::fmt::Arguments<'_>) -> ! {
         // outside mpirun's recovery mode, every process of the job).
         unsafe { mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, 4) };
     }
-    // SAFETY: leaving at once, without the program's exit handlers (libomptarget's would call
-    // into this plugin again); C streams were flushed above.
-    unsafe { libc::_exit(4) }
+    // At once, without the program's exit handlers (libomptarget's would call into this
+    // plugin again).
+    leave(4)
+}
+
+/// Leave this process now with `code`, without running exit handlers or destructors: C
+/// streams flushed, and libomp's registration of the process removed (libomp's own shutdown,
+/// which removes it, does not run; see `event_system::process::libomp_registration`).
+pub(crate) fn leave(code: i32) -> ! {
+    event_system::process::remove_own_registration();
+    // SAFETY: flushing every C stream is always allowed; `_exit` ends the process without
+    // running anything else of it.
+    unsafe {
+        libc::fflush(std::ptr::null_mut());
+        libc::_exit(code)
+    }
 }
 
 /// This host, as a number every rank on it computes alike (a hash of its name).
@@ -364,9 +374,9 @@ pub(crate) fn register_lib() {
                 s.close();
             }
             finalize();
-            // SAFETY: leaving the process without running the program's destructors, which
-            // belong to a `main` this rank never ran.
-            unsafe { libc::_exit(code) };
+            // Without running the program's destructors, which belong to a `main` this rank
+            // never ran.
+            leave(code);
         }
         None => {}
     }
@@ -416,12 +426,9 @@ fn finalize() {
             // not run after `_exit`.
             let status = crate::exit_status::noted();
             crate::exit_status::write(status);
-            // SAFETY: flushing C streams, then leaving with the status the program exited
-            // with (noted at `exit`, `exit_status::note_at_exit`; 0 on a worker).
-            unsafe {
-                libc::fflush(std::ptr::null_mut());
-                libc::_exit(status)
-            }
+            // With the status the program exited with (noted at `exit`,
+            // `exit_status::note_at_exit`; 0 on a worker).
+            leave(status)
         });
     }
     // SAFETY: MPI was initialised by `init`; every request of this rank is complete, and no

@@ -73,12 +73,9 @@ pub(crate) fn install_head(final_checkpoint: impl FnOnce() + Send + 'static) -> 
             eprintln!("ompcluster: SIGTERM: no final checkpoint within {} s; leaving (a resume starts from the last published one)", GRACE.as_secs());
         }
         crate::exit_status::write_signal(libc::SIGTERM);
-        // SAFETY: flushing every C stream, then leaving without running exit handlers (the
-        // program's threads still run: see the module's note).
-        unsafe {
-            libc::fflush(std::ptr::null_mut());
-            libc::_exit(128 + libc::SIGTERM);
-        }
+        // Without running exit handlers (the program's threads still run: see the module's
+        // note).
+        crate::runtime::leave(128 + libc::SIGTERM);
     })?;
     set_action(on_sigterm as *const () as usize)
 }

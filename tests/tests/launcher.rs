@@ -347,3 +347,72 @@ fn open_mpis_messages_about_a_dead_rank_are_kept_from_the_user() {
     assert_eq!(bad.status.code(), Some(2), "{}", describe(&bad));
     assert!(stderr(&bad).contains("OMPCLUSTER_MPI_NOISE=loud"), "{}", describe(&bad));
 }
+
+/// A misspelled `OMPCLUSTER_*` variable is named on stderr with the setting it probably
+/// meant; the job runs (it is only a warning: the launcher cannot know every name a site uses).
+#[test]
+fn a_misspelled_setting_is_named_with_the_setting_it_probably_meant() {
+    let prog = compile("exit3.c");
+    let o = run(2, &prog, &[], &[("OMPCLUSTER_CP_INTERVALL", "0.5"), ("OMPCLUSTER_NO_SUCH_THING", "1")]);
+    assert_eq!(o.status.code(), Some(3), "{}", describe(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("ompcluster-run: OMPCLUSTER_CP_INTERVALL is not a setting of ours, ignored (did you mean OMPCLUSTER_CP_INTERVAL?)"),
+        "{}",
+        describe(&o)
+    );
+    assert!(err.contains("ompcluster-run: OMPCLUSTER_NO_SUCH_THING is not a setting of ours, ignored\n"), "{}", describe(&o));
+    // A known setting is no warning.
+    let o = run(2, &prog, &[], &[("OMPCLUSTER_CP_INTERVAL", "0")]);
+    assert!(!stderr(&o).contains("not a setting"), "{}", describe(&o));
+}
+
+/// libomp's registration of each rank (`/dev/shm/__KMP_REGISTERED_LIB_<pid>_<uid>`, which
+/// libomp removes as it shuts down; our workers leave with `_exit`) and the launcher's private
+/// directory do not outlive a job: one that ends normally, nor one whose worker was killed
+/// and recovered from (the head removes what the dead rank left once it is reaped).
+#[test]
+fn a_job_leaves_nothing_behind() {
+    let prog = compile("sleepy.c");
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let registration = |pid: i32| Path::new("/dev/shm").join(format!("__KMP_REGISTERED_LIB_{pid}_{uid}"));
+    let launcher_dirs = || -> std::collections::BTreeSet<std::path::PathBuf> {
+        std::fs::read_dir(std::env::temp_dir())
+            .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("ompcluster-run-"))).collect())
+            .unwrap_or_default()
+    };
+    for kill in [None, Some(2u32)] {
+        let dirs_before = launcher_dirs();
+        let mut job = Job::spawn(4, &prog, &["4000", "50"], &[("OMPCLUSTER_HB_PERIOD", "100"), ("OMPCLUSTER_HB_TIMEOUT", "1000")]);
+        let t0 = Instant::now();
+        let ranks = loop {
+            let r = job.ranks(&prog);
+            if r.len() == 4 && r.iter().all(|&(_, pid)| registration(pid).exists()) {
+                break r;
+            }
+            if t0.elapsed() > Duration::from_secs(30) || job.wait_timeout(Duration::ZERO).is_some() {
+                job.kill();
+                panic!("the 4 ranks and their libomp registrations did not show up (found {r:?})");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if let Some(k) = kill {
+            // Past start-up (its rank processes and libomp start before MPI does).
+            std::thread::sleep(Duration::from_secs(2));
+            assert!(job.wait_timeout(Duration::ZERO).is_none(), "the job ended before the failure");
+            let pid = ranks.iter().find(|&&(r, _)| r == k).expect("the rank").1;
+            // SAFETY: kill has no memory-safety preconditions; the pid is a rank of our job.
+            assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "SIGKILL to rank {k}");
+        }
+        let o = job.wait(DEFAULT_TIMEOUT);
+        assert!(o.status.success() && stdout(&o).contains("PASS"), "kill {kill:?}\n{}", describe(&o));
+        if kill.is_some() {
+            assert!(stderr(&o).contains("recovered from the loss of rank 2"), "no recovery\n{}", describe(&o));
+        }
+        let left: Vec<_> = ranks.iter().map(|&(_, pid)| registration(pid)).filter(|p| p.exists()).collect();
+        assert!(left.is_empty(), "kill {kill:?}: left behind {left:?}\n{}", describe(&o));
+        let new_dirs: Vec<_> = launcher_dirs().difference(&dirs_before).cloned().collect();
+        assert!(new_dirs.is_empty(), "kill {kill:?}: left behind {new_dirs:?}");
+    }
+}

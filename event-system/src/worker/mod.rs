@@ -76,6 +76,9 @@ struct Worker {
     /// This worker's standard output, captured to travel with EXECUTE replies.
     stdout: Option<Arc<output::Capture>>,
     stderr: Option<Arc<output::Capture>>,
+    /// Dead ranks' processes on this host that the head had this worker kill (FENCE): what
+    /// they left is removed as this worker ends (`process::clean_after`).
+    killed: Mutex<Vec<crate::process::Victim>>,
 }
 
 /// Serve events from the head until EXIT (`Ok`) or until the head is unreachable (`Err`).
@@ -95,6 +98,7 @@ pub fn run(
         poll: Mutex::new(None),
         exit: AtomicBool::new(false),
         exit_signal: AtomicI32::new(0),
+        killed: Mutex::new(Vec::new()),
         idle: AtomicUsize::new(1),
         threads: AtomicUsize::new(1),
         busy: AtomicUsize::new(0),
@@ -132,6 +136,7 @@ pub fn run(
     while w.threads.load(Ordering::Acquire) > 1 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(1));
     }
+    crate::process::clean_after_all(&w.killed.lock(), Duration::from_secs(1));
     result
 }
 
@@ -543,6 +548,7 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
             for &v in kill {
                 crate::process::kill(v);
             }
+            w.killed.lock().extend(kill);
             Reply::Ok
         }
         Event::Alloc(_) | Event::Delete(_) | Event::Reclaim(_) | Event::Failed { .. } | Event::Exit | Event::Inject { .. } => {

@@ -356,6 +356,11 @@ fn main() -> ExitCode {
         .map(|(i, a)| if i > 0 && a == "-np" { "--np".into() } else { a })
         .collect();
     let args = Args::parse_from(argv);
+    let names: Vec<String> = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).collect();
+    for (name, near) in ompcluster_plugin::config::unknown_settings(names.iter().map(String::as_str)) {
+        let hint = near.map(|s| format!(" (did you mean {s}?)")).unwrap_or_default();
+        eprintln!("ompcluster-run: {name} is not a setting of ours, ignored{hint}");
+    }
     if let Err(e) = ompcluster_plugin::config::validate_env() {
         return fail(format!("invalid setting: {e}"));
     }

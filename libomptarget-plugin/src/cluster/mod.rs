@@ -200,6 +200,10 @@ struct Executed {
 /// Kernels whose last run took less than this run on the worker's polling thread.
 const SHORT_KERNEL_NS: u64 = 50_000;
 
+/// How long the head waits at the end for dead workers on its host to be reaped, so that it
+/// can remove what they left (`event_system::process::clean_after`).
+const LEFTOVERS_BOUND: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Tables given to libomptarget must stay alive (and unmoved) while the program runs.
 pub(crate) struct ImageTables {
     _entries: Box<[crate::ctypes::OffloadEntry]>,
@@ -469,16 +473,21 @@ impl Cluster {
         // recovery would: mpirun waits for every process, a frozen one included.
         // One on another host is out of reach: the launcher is told (the status file), so
         // that it stops the job as soon as the program has ended instead of waiting for it.
+        // What those on this host left (libomp's registration) is removed once they are
+        // reaped (workers that killed others on their hosts do the same as they end).
         let host = self.link.head_host();
         let mut unreachable = Vec::new();
+        let mut here = Vec::new();
         for r in self.link.live.dead_ranks().into_iter().filter(|&r| r != HEAD) {
             match self.link.procs.get(r as usize) {
                 Some(&(h, victim)) if h == host => {
                     event_system::process::kill(victim);
+                    here.push(victim);
                 }
                 _ => unreachable.push(r),
             }
         }
+        event_system::process::clean_after_all(&here, LEFTOVERS_BOUND);
         let wall = self.meter.start.elapsed().as_secs_f64();
         if let Some(path) = &self.cfg.report {
             let mut report = self.meter.stats.report(workers.len(), wall);
