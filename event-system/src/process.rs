@@ -33,6 +33,13 @@ pub fn is_gone(v: Victim) -> bool {
     state == "Z" || state == "X" || start != Some(v.start)
 }
 
+/// The state letter of process `pid` (`R`, `S`, `T` for stopped, `Z` for a zombie...), if
+/// it exists.
+pub fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 2..].chars().next()
+}
+
 /// This process.
 pub fn me() -> Victim {
     let pid = std::process::id();

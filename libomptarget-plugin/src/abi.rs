@@ -379,9 +379,12 @@ pub extern "C" fn __tgt_rtl_is_data_exchangable(src: i32, dst: i32) -> i32 {
 }
 
 /// Device to device (`omp_target_memcpy` between device pointers).
+///
+/// # Safety
+/// `src` and `dst` are `size` bytes of this device's memory (libomptarget's contract).
 #[no_mangle]
-pub extern "C" fn __tgt_rtl_data_exchange(src_dev: i32, src: *mut c_void, dst_dev: i32, dst: *mut c_void, size: i64) -> i32 {
-    // SAFETY: no queue.
+pub unsafe extern "C" fn __tgt_rtl_data_exchange(src_dev: i32, src: *mut c_void, dst_dev: i32, dst: *mut c_void, size: i64) -> i32 {
+    // SAFETY: the caller's contract; no queue.
     guard_traced("data_exchange", Some(size), || unsafe { exchange(src_dev, src, dst_dev, dst, size, std::ptr::null_mut()) })
 }
 

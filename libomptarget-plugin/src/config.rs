@@ -70,6 +70,9 @@ pub struct Config {
     /// Spare workers (`OMPCLUSTER_FT_SPARES`, default 0): the last this many ranks run no
     /// region until a worker dies; then one takes its place.
     pub spares: u32,
+    /// How long start-up may take before a rank gives up on the job (`OMPCLUSTER_START_TIMEOUT`,
+    /// seconds, default 60): see `startup.rs`.
+    pub start_timeout: std::time::Duration,
     /// How workers find what a kernel wrote (`OMPCLUSTER_WRITE_DETECTION`: `auto`, the
     /// default, tracks written pages where the system allows it and hashes otherwise;
     /// `pages` requires page tracking; `hash` hashes every buffer a kernel can reach).
@@ -166,6 +169,7 @@ impl Config {
         };
         let buddy_share_percent = number("OMPCLUSTER_FT_BUDDY_SHARE", 10, 1..=100, "a percentage")?;
         let spares = number("OMPCLUSTER_FT_SPARES", 0, 0..=65_535, "a number of ranks")? as u32;
+        let start_timeout = std::time::Duration::from_secs(number("OMPCLUSTER_START_TIMEOUT", 60, 1..=86_400, "a number of seconds")?);
         let write_detection = match var("OMPCLUSTER_WRITE_DETECTION") {
             None => event_system::worker::written::Detection::Auto,
             Some(v) => v.parse().map_err(|e: String| bad("OMPCLUSTER_WRITE_DETECTION", &v, e))?,
@@ -176,6 +180,7 @@ impl Config {
             buddy_memory,
             buddy_share_percent,
             spares,
+            start_timeout,
             ft_inject,
             fragment: fragment as usize,
             heap_size,
@@ -219,6 +224,7 @@ pub const SETTINGS: &[&str] = &[
     "OMPCLUSTER_FRAGMENT_SIZE",
     "OMPCLUSTER_WRITE_DETECTION",
     "OMPCLUSTER_RESUME",
+    "OMPCLUSTER_START_TIMEOUT",
     // Fault tolerance.
     "OMPCLUSTER_FT_DISABLE",
     "OMPCLUSTER_FT_INJECT",

@@ -51,6 +51,19 @@ pub(crate) fn write(status: i32) {
     }
 }
 
+/// Tell the launcher that the job did not start (the head's start-up watchdog, `startup.rs`):
+/// the program's status is `status`, and `ranks` are lost or may still be stuck (a line
+/// `unreachable R...`: the launcher does not wait for them), the cause a line `startup`.
+pub(crate) fn write_startup_failure(status: i32, ranks: &[i32]) {
+    if let Some(p) = std::env::var_os("OMPCLUSTER_EXIT_STATUS_FILE").filter(|p| !p.is_empty()) {
+        let ranks = ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(" ");
+        let _ = std::fs::write(p, format!("{status}
+unreachable {ranks}
+startup
+"));
+    }
+}
+
 /// Tell the launcher that the program ended by signal `sig` (the head only).
 pub(crate) fn write_signal(sig: i32) {
     if let Some(p) = STATUS_FILE.get() {

@@ -24,3 +24,4 @@ pub mod report;
 mod runtime;
 pub mod sigterm;
 mod stack;
+mod startup;

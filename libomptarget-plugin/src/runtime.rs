@@ -205,6 +205,17 @@ pub(crate) fn init() -> Result<(), String> {
     if cfg.resume && !cp_cfg.enabled {
         startup_error(format_args!("{}", crate::config::RESUME_NEEDS_CHECKPOINTS));
     }
+    // From here to the failure detector, a lost rank leaves the others waiting inside MPI:
+    // the watchdog bounds that (`startup.rs`). Over on every way out of this function.
+    use crate::startup::{enter, Stage};
+    crate::startup::begin(cfg.start_timeout);
+    struct Over;
+    impl Drop for Over {
+        fn drop(&mut self) {
+            crate::startup::done();
+        }
+    }
+    let _over = Over;
     let (universe, level) = mpi::initialize_with_threading(mpi::Threading::Multiple)
         .ok_or("MPI was already initialised: a program run by ompcluster-run must not call MPI_Init itself")?;
     if level != mpi::Threading::Multiple {
@@ -218,6 +229,7 @@ pub(crate) fn init() -> Result<(), String> {
         std::mem::forget(universe);
         return Err("fewer than 2 ranks: the cluster device is off (use ompcluster-run -np N with N >= 2)".into());
     }
+    enter(Stage::HeapBase);
     let heap = SymmetricHeap::reserve_agreed(cfg.heap_size, |ok| {
         let mine = i32::from(ok);
         let mut all = 0i32;
@@ -225,6 +237,7 @@ pub(crate) fn init() -> Result<(), String> {
         all == 1
     })
     .map_err(|e| e.to_string())?;
+    enter(Stage::Communicator);
     let comm = Arc::new(Comm::duplicate_world(cfg.fragment).map_err(|e| e.to_string())?);
     if comm.rank() == 0 {
         // From here on, the launcher learns the head's exit status, also of a start-up error.
@@ -244,6 +257,7 @@ pub(crate) fn init() -> Result<(), String> {
     }
     // Every rank's host and process, so that a rank declared dead can be fenced for good
     // (killed by a live rank on its host), and whether it tracks written pages.
+    enter(Stage::Processes);
     let (procs, tracking) = {
         let me = event_system::process::me();
         let mine = [host_id(), u64::from(me.pid), me.start, u64::from(written::tracking())];
@@ -262,6 +276,7 @@ pub(crate) fn init() -> Result<(), String> {
     let mut cp_cfg = cp_cfg;
     cp_cfg.rank = comm.rank() as u32;
     // One job token for all ranks: rank 0's.
+    enter(Stage::CheckpointStore);
     world.process_at_rank(0).broadcast_into(&mut cp_cfg.job);
     let store: Option<Arc<dyn ckpt_veloc::CheckpointStore>> = if cp_cfg.enabled {
         // The head claims the persistent directory for this job (another running job there
@@ -313,6 +328,7 @@ pub(crate) fn init() -> Result<(), String> {
     if recovery {
         survive_broken_connections();
     }
+    enter(Stage::Detector);
     let det = Arc::new(Detector::start(&world, ft_cfg).map_err(|e| format!("cannot start the failure detector: {e}"))?);
     let me = comm.rank();
     det.on_notice(move |n| on_notice(me, n, timeout_ms));

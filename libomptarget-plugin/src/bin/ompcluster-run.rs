@@ -56,13 +56,23 @@ struct Args {
 const UNREACHABLE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The status file: how the program ended (its first line: an exit status, `signal N`, or
-/// `started`), and the dead ranks the head could not kill (a line `unreachable R...`).
-fn read_status(f: &Path) -> Option<(String, Vec<String>)> {
+/// `started`), and the dead ranks the head could not kill (a line `unreachable R...`; with a
+/// line `startup`, the ranks lost or stuck as the job started, see the plugin's `startup.rs`).
+fn read_status(f: &Path) -> Option<Status> {
     let text = std::fs::read_to_string(f).ok()?;
     let mut lines = text.lines();
     let how = lines.next()?.trim().to_string();
-    let unreachable = lines.find_map(|l| l.strip_prefix("unreachable ")).map(|r| r.split_whitespace().map(str::to_string).collect()).unwrap_or_default();
-    Some((how, unreachable))
+    let rest: Vec<&str> = lines.collect();
+    let unreachable = rest.iter().find_map(|l| l.strip_prefix("unreachable ")).map(|r| r.split_whitespace().map(str::to_string).collect()).unwrap_or_default();
+    Some(Status { how, unreachable, startup: rest.contains(&"startup") })
+}
+
+/// What the status file says.
+struct Status {
+    how: String,
+    unreachable: Vec<String>,
+    /// The job did not start (rank 0 said why).
+    startup: bool,
 }
 
 /// Wait for mpirun to end. Once the status file says how the program ended (an exit status,
@@ -72,7 +82,7 @@ fn read_status(f: &Path) -> Option<(String, Vec<String>)> {
 /// later).
 fn wait_for_job(mut child: std::process::Child, status_file: Option<&Path>, grace: std::time::Duration, stop: libc::c_int) -> std::io::Result<std::process::ExitStatus> {
     use std::time::{Duration, Instant};
-    let mut ended: Option<(Instant, String, Vec<String>)> = None;
+    let mut ended: Option<(Instant, Status)> = None;
     let mut termed_at: Option<Instant> = None;
     // When a SIGTERM reached the launcher and is not yet passed on (see [`pass_sigterm`]).
     let mut term_since: Option<Instant> = None;
@@ -90,17 +100,19 @@ fn wait_for_job(mut child: std::process::Child, status_file: Option<&Path>, grac
         }
         if ended.is_none() {
             // "started" until the head writes how the program ended.
-            if let Some((how, unreachable)) = status_file.and_then(read_status).filter(|(s, _)| !s.is_empty() && s != "started") {
-                ended = Some((Instant::now(), how, unreachable));
+            if let Some(st) = status_file.and_then(read_status).filter(|st| !st.how.is_empty() && st.how != "started") {
+                ended = Some((Instant::now(), st));
             }
         }
         match (&ended, termed_at) {
-            (Some((at, how, unreachable)), None) if at.elapsed() > if unreachable.is_empty() { grace } else { UNREACHABLE_GRACE } => {
+            (Some((at, Status { how, unreachable, startup })), None) if at.elapsed() > if unreachable.is_empty() { grace } else { UNREACHABLE_GRACE } => {
                 let how = match how.strip_prefix("signal ") {
                     Some(sig) => format!("died of signal {sig}"),
                     None => format!("exited with status {how}"),
                 };
-                if unreachable.is_empty() {
+                if *startup {
+                    eprintln!("ompcluster-run: the job did not start (rank 0 said why above): stopping it");
+                } else if unreachable.is_empty() {
                     eprintln!(
                         "ompcluster-run: the program {how}, but ranks of the job are still running {:.0} s later (a frozen worker?): stopping the job",
                         grace.as_secs_f64()
@@ -604,7 +616,7 @@ fn main() -> ExitCode {
             use std::os::unix::process::ExitStatusExt;
             let mut code = status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1);
             if let Some(f) = &status_file {
-                match read_status(f).map(|(how, _)| how) {
+                match read_status(f).map(|st| st.how) {
                     None => {
                         eprintln!(
                             "ompcluster-run: the cluster device never started on rank 0: the plugin {} did not load there (so libomptarget ran every target region on each rank's own host, each rank running the whole program), or rank 0 ended before the program started",
