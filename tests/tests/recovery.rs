@@ -142,9 +142,13 @@ fn run_hit_exe(prog: &Path, args: &[&str], envs: &[(&str, &str)], hits: &[Hit], 
         if let Some(wait) = h.after.checked_sub(started.elapsed()) {
             std::thread::sleep(wait);
         }
-        if let Some(&(_, pid)) = ranks.iter().find(|(r, _)| *r == h.rank) {
-            // SAFETY: kill has no memory-safety preconditions; the pid is a rank of our job.
-            unsafe { libc::kill(pid, h.sig) };
+        // A fault that did not happen proves nothing: the test fails.
+        let pid = ranks.iter().find(|(r, _)| *r == h.rank).map(|&(_, p)| p);
+        // SAFETY: kill has no memory-safety preconditions; the pid is a rank of our job.
+        let delivered = pid.is_some_and(|p| unsafe { libc::kill(p, h.sig) } == 0);
+        if !delivered {
+            let o = job.wait(BOUND);
+            panic!("{h:?}: not delivered (rank {} of {ranks:?}): the job ended first?\n{}", h.rank, describe(&o));
         }
     }
     let o = job.wait(BOUND);
@@ -183,6 +187,7 @@ fn random_kills_give_the_failure_free_output() {
             let hit = Hit { rank: rng.between(1, 4) as u32, sig: libc::SIGKILL, after: Duration::from_millis(rng.between(300, 2500)) };
             let (o, _) = run_hit(src, &[], &[hit], None);
             assert_same(src, &o, &expected, &format!("seed {seed}: {hit:?}"));
+            assert!(stderr(&o).contains(&format!("recovered from the loss of rank {}", hit.rank)), "{src}, seed {seed}: no recovery reported\n{}", describe(&o));
         }
     }
 }
@@ -255,8 +260,14 @@ fn two_workers_at_once_or_one_after_another() {
         let expected = reference(src, &[]);
         let at = Duration::from_millis(900);
         let both = [Hit { rank: 1, sig: libc::SIGKILL, after: at }, Hit { rank: 3, sig: libc::SIGKILL, after: at }];
-        let (o, _) = run_hit(src, &[], &both, None);
+        let (_d, rep) = tmp_report();
+        let (o, _) = run_hit(src, &[], &both, Some(&rep));
         assert_same(src, &o, &expected, "ranks 1 and 3 killed at once");
+        let r = read_report(&rep);
+        let mut dead: Vec<i32> = r.failures.iter().map(|f| f.rank).collect();
+        dead.sort();
+        assert_eq!(dead, vec![1, 3], "{src}: {r:?}");
+        assert!(!r.recoveries.is_empty(), "{src}: no recovery: {r:?}");
         let (_d, rep) = tmp_report();
         let seq = [
             Hit { rank: 2, sig: libc::SIGKILL, after: Duration::from_millis(600) },
