@@ -292,6 +292,7 @@ pub fn rebuild(dev: &impl Primitives, work: &LostWork, lost: &BTreeSet<Access>, 
                 busy.insert(w);
                 running += 1;
                 out.rerun_batches += 1;
+                out.most_batches_at_once = out.most_batches_at_once.max(running as u64);
                 let (tx, tasks) = (tx.clone(), &tasks);
                 s.spawn(move || {
                     let members: Vec<&TaskRecord> = batch.iter().map(|&k| &tasks[k]).collect();

@@ -155,6 +155,9 @@ pub struct Outcome {
     pub rerun_seconds: f64,
     /// Tasks or chains handed to a worker together (a chain of in-place updates is one).
     pub rerun_batches: u64,
+    /// The most batches running at once (1 with `OMPCLUSTER_FT_REEXEC=sequential`).
+    #[serde(default)]
+    pub most_batches_at_once: u64,
     /// Spares that took a dead worker's place: (spare, dead worker). The report lists them
     /// with their times ([`RecoveryRecord::spares`]).
     #[serde(skip)]

@@ -414,10 +414,23 @@ fn report_and_graph_show_what_was_rerun() {
 fn sequential_reexecution_gives_the_same_output() {
     let src = "ft_matmul.c";
     let expected = reference(src, &[]);
-    let envs = [("OMPCLUSTER_FT_REEXEC", "sequential"), ("OMPCLUSTER_FT_INJECT", "kill:rank=2:after_tasks=40")];
-    let (o, _) = run_hit(src, &envs, &[], None);
-    assert_same(src, &o, &expected, "sequential re-execution");
-    assert!(recovered(&o), "{}", describe(&o));
+    // The mode shows in the report: the most re-runs at once (the same loss, in parallel,
+    // runs more than one).
+    let mut at_once = Vec::new();
+    for mode in ["sequential", "parallel"] {
+        let envs = [("OMPCLUSTER_FT_REEXEC", mode), ("OMPCLUSTER_FT_INJECT", "kill:rank=2:after_tasks=40"), NO_BUDDY];
+        let (_d, rep) = tmp_report();
+        let (o, _) = run_hit(src, &envs, &[], Some(&rep));
+        assert_same(src, &o, &expected, &format!("{mode} re-execution"));
+        assert!(recovered(&o), "{}", describe(&o));
+        let r = read_report(&rep);
+        assert_eq!(r.recoveries.len(), 1, "{mode}: {r:?}");
+        let out = &r.recoveries[0].outcome;
+        assert!(out.rerun_batches > 1, "{mode}: a single batch to re-run cannot tell the modes apart: {r:?}");
+        at_once.push(out.most_batches_at_once);
+    }
+    assert_eq!(at_once[0], 1, "sequential: more than one re-run at once");
+    assert!(at_once[1] > 1, "parallel: never more than one re-run at once ({at_once:?})");
 }
 
 /// Every worker gone: the head runs the remaining regions itself (it loads the images with
