@@ -25,6 +25,10 @@ pub const MAX_CONTROL_BYTES: u64 = 16 << 20;
 /// Largest number of kernel arguments or regions accepted in one EXECUTE.
 pub const MAX_LIST: usize = 1 << 16;
 
+/// Device images a job may register (libomptarget registers one per binary or library with
+/// offloaded code).
+pub const MAX_IMAGES: u32 = 4096;
+
 /// One of the C standard streams. clang passes `stdout`, `stderr` or `stdin` named in a target
 /// region to its kernel as an argument, by value: the head's `FILE *`, which means nothing in a
 /// worker's memory. The head names such arguments and the worker passes its own stream.
@@ -383,7 +387,11 @@ impl Event {
             }
         };
         match self {
-            Event::LoadBinary { size, base, extent, kernels, .. } => {
+            Event::LoadBinary { image, size, base, extent, kernels } => {
+                if *image >= MAX_IMAGES {
+                    // (A worker keeps images in a vector indexed by number.)
+                    return Err(ProtocolError::Invalid(format!("image number {image} (at most {})", MAX_IMAGES - 1)));
+                }
                 if *size == 0 || *size > (4 << 30) {
                     return Err(ProtocolError::Invalid(format!("image size {size}")));
                 }
@@ -598,6 +606,9 @@ mod tests {
         assert!(load(0x1000, 0x3000).validate(0x1000, 0x3000).is_err());
         assert!(load(0x1800, 0x1000).validate(0x1000, 0x3000).is_err());
         assert!(load(0x1000, 0).validate(0x1000, 0x3000).is_err());
+        // An image number a worker would size a vector to.
+        let far = Event::LoadBinary { image: u32::MAX, size: 1, base: 0x1000, extent: 0x1000, kernels: vec![] };
+        assert!(far.validate(0x1000, 0x3000).is_err());
         let exec = |streams: Vec<(u32, StdStream)>| Event::Execute {
             image: 0,
             kernel: 0,

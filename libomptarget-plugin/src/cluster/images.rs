@@ -19,6 +19,9 @@ impl Cluster {
         let _gate = self.enter()?;
         let mut images = self.offload.images.lock();
         let idx = images.len() as u32;
+        if idx >= event_system::protocol::MAX_IMAGES {
+            return Err(ClusterError::BadImage(format!("more than {} device images registered", event_system::protocol::MAX_IMAGES)));
+        }
         let elf = event_system::elf::ElfImage::parse(image).map_err(|e| ClusterError::BadImage(e.to_string()))?;
         let data = elf.writable_data().map_err(|e| ClusterError::BadImage(e.to_string()))?;
         let extent = elf.extent();
