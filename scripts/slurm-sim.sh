@@ -7,7 +7,8 @@
 #
 #   bash scripts/slurm-sim.sh up      install (apt) if needed, configure, start; waits until
 #                                     the node is idle
-#   bash scripts/slurm-sim.sh down    stop the daemons (the configuration stays)
+#   bash scripts/slurm-sim.sh down    stop the daemons it started, by their pid files (the
+#                                     configuration stays)
 #
 # It writes /etc/slurm/slurm.conf only if that file is missing or was written by this script:
 # a machine with a Slurm of its own is left alone.
@@ -17,10 +18,23 @@ set -euo pipefail
 conf=/etc/slurm/slurm.conf
 mark="# written by ompcluster scripts/slurm-sim.sh"
 
+ours() { [ -f "$conf" ] && grep -qF "$mark" "$conf"; }
+
+# Stop the daemons this script's configuration started, by the pids they recorded (the
+# configuration names the pid files); a Slurm configured otherwise is left alone.
 stop() {
-  pkill -x slurmd 2>/dev/null || true
-  pkill -x slurmctld 2>/dev/null || true
-  for _ in $(seq 50); do pgrep -x 'slurmd|slurmctld' >/dev/null || break; sleep 0.1; done
+  if ! ours; then
+    [ -f "$conf" ] && echo "slurm-sim: $conf was not written by this script: its daemons are left alone" >&2
+    return 0
+  fi
+  local d pid
+  for d in slurmd slurmctld; do
+    [ -f "/run/$d.pid" ] || continue
+    pid=$(cat "/run/$d.pid")
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$d" ] || continue
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
+  done
 }
 
 case "${1:-}" in
@@ -84,9 +98,15 @@ if ! pgrep -x munged >/dev/null; then
   runuser -u munge -- /usr/sbin/munged
 fi
 
-stop
-slurmctld
-slurmd
+if ours; then
+  stop
+  slurmctld
+  slurmd
+else
+  # Someone else's Slurm: started only if it is not running.
+  pgrep -x slurmctld >/dev/null || slurmctld
+  pgrep -x slurmd >/dev/null || slurmd
+fi
 for _ in $(seq 100); do
   state=$(sinfo -h -o %t 2>/dev/null | head -1 || true)
   case "$state" in idle|mix|alloc) echo "slurm-sim: node $(hostname -s) is $state"; exit 0 ;; esac
