@@ -641,3 +641,14 @@ fn compile_example(name: &str) -> PathBuf {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     out
 }
+
+/// The seed of a test's random moments: `OMPC_TEST_SEED` if set, else drawn from the clock.
+/// Printed with the variable that replays it, so that a failing moment can be run again.
+pub fn test_seed(test: &str) -> u64 {
+    let seed = std::env::var("OMPC_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        t.as_secs() ^ u64::from(t.subsec_nanos())
+    });
+    eprintln!("{test}: seed {seed} (OMPC_TEST_SEED={seed} replays it)");
+    seed
+}

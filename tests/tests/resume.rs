@@ -488,9 +488,9 @@ fn the_head_killed_at_random_moments_resumes_right() {
     // The program's run from its runtime's start to its end (about 3 s here): one moment in
     // each of [3%, 23%), [28%, 48%) and [53%, 73%) of it, placed at random.
     let run = fresh_report["wall_seconds"].as_f64().expect("wall_seconds in the report");
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64;
+    let seed = ompcluster_tests::test_seed("the_head_killed_at_random_moments_resumes_right");
     for i in 0..3u64 {
-        let at = 0.03 + 0.25 * i as f64 + 0.2 * ((nanos / 1000 + i * 337) % 1000) as f64 / 1000.0;
+        let at = 0.03 + 0.25 * i as f64 + 0.2 * ((seed + i * 337) % 1000) as f64 / 1000.0;
         let after = Duration::from_secs_f64(run * at);
         let dir = scratch_dir();
         let ck = dir.path().join("ckpt");
@@ -662,11 +662,11 @@ fn a_worker_killed_while_resuming_is_recovered() {
 fn a_job_stopped_by_sigterm_resumes_skipping_what_it_had_done() {
     let case = stencil();
     let (expected, _) = fresh(&case, case.args, &[], "failure-free, no checkpoints");
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64;
+    let seed = ompcluster_tests::test_seed("a_job_stopped_by_sigterm_resumes_skipping_what_it_had_done");
     for i in 0..3u64 {
         // At once, then between 0.2 and 1.6 s after the head's runtime started: the program
         // runs about 3 s.
-        let after = (i > 0).then(|| Duration::from_millis(200 + (nanos / 1000 + i * 700) % 1400));
+        let after = (i > 0).then(|| Duration::from_millis(200 + (seed + i * 700) % 1400));
         let dir = scratch_dir();
         let ck = dir.path().join("ckpt");
         let mut envs = ompcluster_tests::ckpt_env(&ck, "1000");
