@@ -211,6 +211,9 @@ impl Cluster {
         if len == 0 {
             return Ok(());
         }
+        // SAFETY: the caller guarantees `host..host+len` is readable until we return.
+        let patched = self.attach_pointers(tgt, unsafe { std::slice::from_raw_parts(host, len as usize) });
+        let host = patched.as_ref().map_or(host, |p| p.as_ptr());
         let (lo, hi) = (self.offload.heap.base(), self.offload.heap.end());
         // SAFETY: the caller guarantees `host..host+len` is readable until we return.
         let scan = || PointsTo::from(unsafe { event_system::protocol::scan_pointers(host, len as usize, lo, hi) });
@@ -254,6 +257,29 @@ impl Cluster {
         }
         self.log(format_args!("SUBMIT {tgt:#x} {len} bytes"));
         Ok(())
+    }
+
+    /// The pointer members libomptarget attached, kept attached (see
+    /// `data::Buffers::attach`): the bytes to submit instead of `bytes`, if they differ.
+    fn attach_pointers(&self, tgt: u64, bytes: &[u8]) -> Option<Vec<u8>> {
+        let word = bytes.len() == 8 && tgt % 8 == 0;
+        if !word && !self.offload.attached.load(Ordering::Acquire) {
+            return None;
+        }
+        let heap = self.offload.heap.base()..self.offload.heap.end();
+        let mut bufs = self.ledger.buffers.lock();
+        // The slot's value before this submit, from the head's staged copy of the current
+        // version.
+        let staged_old = bufs.containing_range(tgt, 8).filter(|b| word && b.holders.contains(&HEAD)).map(|_| {
+            // SAFETY: the head holds the buffer's current version, so its pages are backed;
+            // `tgt..tgt+8` lies inside it and is 8-aligned.
+            unsafe { std::ptr::read_volatile(tgt as *const u64) }
+        });
+        let patched = bufs.attach(tgt, bytes, heap, staged_old);
+        if word && bufs.containing(tgt).is_some_and(|b| !b.attached.is_empty()) {
+            self.offload.attached.store(true, Ordering::Release);
+        }
+        patched
     }
 
     /// Record an operation other than a kernel that made version `made` on `worker` from

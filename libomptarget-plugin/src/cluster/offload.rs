@@ -12,7 +12,7 @@ use event_system::{LocalDevice, SymmetricHeap};
 use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxHashMap as HashMap;
 use scheduler::Scheduler;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::sync::{Arc, OnceLock};
 
 /// Kernels, images, placement and the head's own device.
@@ -33,6 +33,8 @@ pub(super) struct Offload {
     /// libomp's messages (`OMP: Warning #96`) workers' regions printed on stderr, and the
     /// worker that printed each first (see `execute.rs`, `once_per_job`).
     pub(super) omp_said: Mutex<HashMap<Vec<u8>, i32>>,
+    /// A pointer member was attached (see `data::Buffers::attach`): submits look for them.
+    pub(super) attached: AtomicBool,
 }
 
 impl Offload {
@@ -46,6 +48,7 @@ impl Offload {
             local: OnceLock::new(),
             waker: crate::helpers::Waker::start(),
             omp_said: Mutex::new(HashMap::default()),
+            attached: AtomicBool::new(false),
         }
     }
 }

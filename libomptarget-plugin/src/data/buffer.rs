@@ -127,6 +127,10 @@ pub(crate) struct Buffer {
     /// The worker whose copy a buddy copy is reading right now (`cluster/buddy.rs`): no
     /// kernel starts on that copy, and no submit, device copy or delete changes it meanwhile.
     pub(crate) buddy_reading: Option<i32>,
+    /// Pointer members libomptarget attached to their pointees' device copies (offset ->
+    /// the host pointer the slot held, the device pointer written over it): see
+    /// [`crate::data::Buffers::attach`].
+    pub(crate) attached: BTreeMap<u64, (u64, u64)>,
 }
 
 impl Buffer {
@@ -163,6 +167,7 @@ impl Buffer {
             buddy: None,
             host_writes: 0,
             buddy_reading: None,
+            attached: BTreeMap::new(),
         }
     }
 

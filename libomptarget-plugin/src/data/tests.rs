@@ -167,3 +167,29 @@ fn a_copy_moved_while_a_kernel_on_its_source_changed_it_holds_no_version() {
     assert_eq!(bs.move_done(a, 4, 2, 2, before, false), Moved::Failed);
     assert_eq!(bs.get(a).unwrap().version_on(4), None);
 }
+
+#[test]
+fn a_pointer_member_stays_attached_when_its_struct_is_sent_again() {
+    let mut bs = Buffers::new(0x10_0000, 1 << 24);
+    let heap = 0x10_0000..0x10_0000 + (1 << 24);
+    let s = bs.create(16, 0).unwrap().addr;
+    let host_ptr: u64 = 0x5555_0000_1000;
+    let dev_ptr: u64 = 0x10_8000;
+    let strukt = |n: u32, p: u64| [n.to_ne_bytes().to_vec(), vec![0; 4], p.to_ne_bytes().to_vec()].concat();
+    // The struct, then libomptarget's shadow pointer over its member (held `host_ptr`).
+    assert_eq!(bs.attach(s, &strukt(10, host_ptr), heap.clone(), None), None);
+    assert_eq!(bs.attach(s + 8, &dev_ptr.to_ne_bytes(), heap.clone(), Some(host_ptr)), None);
+    // Sent again as it is on the host: the device pointer goes instead.
+    assert_eq!(bs.attach(s, &strukt(11, host_ptr), heap.clone(), None), Some(strukt(11, dev_ptr)));
+    // A part not covering the member: untouched.
+    assert_eq!(bs.attach(s, &11u32.to_ne_bytes(), heap.clone(), None), None);
+    // The program points the member elsewhere: the attachment ends, the bytes go as they are.
+    assert_eq!(bs.attach(s, &strukt(11, 0x5555_0000_2000), heap.clone(), None), None);
+    assert_eq!(bs.attach(s, &strukt(11, host_ptr), heap.clone(), None), None);
+    // An 8-byte write of a heap address over a slot that held another heap address (or whose
+    // old value is unknown) attaches nothing.
+    assert_eq!(bs.attach(s + 8, &dev_ptr.to_ne_bytes(), heap.clone(), Some(0x10_9000)), None);
+    assert_eq!(bs.attach(s, &strukt(11, host_ptr), heap.clone(), None), None);
+    assert_eq!(bs.attach(s + 8, &dev_ptr.to_ne_bytes(), heap.clone(), None), None);
+    assert_eq!(bs.attach(s, &strukt(11, host_ptr), heap, None), None);
+}
