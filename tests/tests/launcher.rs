@@ -377,13 +377,7 @@ fn a_job_leaves_nothing_behind() {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
     let registration = |pid: i32| Path::new("/dev/shm").join(format!("__KMP_REGISTERED_LIB_{pid}_{uid}"));
-    let launcher_dirs = || -> std::collections::BTreeSet<std::path::PathBuf> {
-        std::fs::read_dir(std::env::temp_dir())
-            .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("ompcluster-run-"))).collect())
-            .unwrap_or_default()
-    };
     for kill in [None, Some(2u32)] {
-        let dirs_before = launcher_dirs();
         let mut job = Job::spawn(4, &prog, &["4000", "50"], &[("OMPCLUSTER_HB_PERIOD", "100"), ("OMPCLUSTER_HB_TIMEOUT", "1000")]);
         let t0 = Instant::now();
         let ranks = loop {
@@ -397,6 +391,10 @@ fn a_job_leaves_nothing_behind() {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
+        // The launcher's private directory (it holds the status file the ranks are told of).
+        let status = ompcluster_tests::proc_env(ranks[0].1, "OMPCLUSTER_EXIT_STATUS_FILE").expect("the status file of the job");
+        let launcher_dir = Path::new(&status).parent().expect("in a directory").to_path_buf();
+        assert!(launcher_dir.is_dir(), "{launcher_dir:?}");
         if let Some(k) = kill {
             // Past start-up (its rank processes and libomp start before MPI does).
             std::thread::sleep(Duration::from_secs(2));
@@ -412,7 +410,6 @@ fn a_job_leaves_nothing_behind() {
         }
         let left: Vec<_> = ranks.iter().map(|&(_, pid)| registration(pid)).filter(|p| p.exists()).collect();
         assert!(left.is_empty(), "kill {kill:?}: left behind {left:?}\n{}", describe(&o));
-        let new_dirs: Vec<_> = launcher_dirs().difference(&dirs_before).cloned().collect();
-        assert!(new_dirs.is_empty(), "kill {kill:?}: left behind {new_dirs:?}");
+        assert!(!launcher_dir.exists(), "kill {kill:?}: left behind {launcher_dir:?}");
     }
 }
