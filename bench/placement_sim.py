@@ -6,6 +6,7 @@ graphs"): the runtime's placement (`scheduler::Scheduler`, policy locality) repl
 
   python3 bench/placement_sim.py [--record] [--workers 3,4,8,16,32,64]
                                  [--latency-us US] [--bandwidth-gbps G] [--quick]
+  python3 bench/placement_sim.py --head-table [--head-us 20] [--busy 0.8] [--workers ...]
 
 Needs target/release/ompcluster-placement-sim (cargo build --release; $CARGO_TARGET_DIR is
 honoured). A graph missing from bench/results/graphs/ (or every one, with --record) is recorded
@@ -20,8 +21,16 @@ submit, bandwidth = the median of its bandwidths from 256 KiB up.
 Prints a markdown report on stdout (the summary, one ratio per graph and worker count, and the
 recorded run's own placement replayed under the same costs; then the details); unless --quick,
 writes the numbers to bench/results/placement_sim.json.
+
+--head-table (issue 34, the head's cost): simulation only, it never records (no MPI job): every
+bench/results/graphs/*.jsonl[.gz] present is simulated (default 3 to 1024 workers) with the
+head free and with --head-us of head time per region (`scheduler::Head`); makespan / bound, bound
+= max(critical path, total kernel time / workers, tasks x head time per region). Then, for Task
+Bench's trivial shape (100 independent tasks per worker), the shortest uniform task that keeps
+the workers --busy busy under that head cost (`ompcluster-placement-sim --busy`: bisection
+over the simulation, next to the closed form). Prints markdown; writes nothing.
 """
-import argparse, gzip, json, os, shutil, statistics, subprocess, sys, tempfile
+import argparse, glob, gzip, json, os, shutil, statistics, subprocess, sys, tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plot  # noqa: E402  (bench/plot.py: the result files)
@@ -93,10 +102,11 @@ def costs_from_offload():
     return latency_us, statistics.median(large), where
 
 
-def simulate(path, workers, latency_us, bandwidth_gbps):
-    """One JSON object per worker count, from ompcluster-placement-sim."""
+def simulate(path, workers, latency_us, bandwidth_gbps, head_us=0.0):
+    """One JSON object per worker count, from ompcluster-placement-sim (the head costing
+    `head_us` per region)."""
     cmd = [SIM, "--json", f"--workers={','.join(map(str, workers))}", f"--recorded-workers={RANKS - 1}",
-           f"--latency-us={latency_us}", f"--bandwidth-gbps={bandwidth_gbps}"]
+           f"--latency-us={latency_us}", f"--bandwidth-gbps={bandwidth_gbps}", f"--head-us-per-region={head_us}"]
     if path.endswith(".gz"):
         with gzip.open(path, "rb") as f:
             r = subprocess.run(cmd + ["-"], input=f.read(), capture_output=True, timeout=600)
@@ -107,6 +117,56 @@ def simulate(path, workers, latency_us, bandwidth_gbps):
     return [json.loads(line) for line in r.stdout.decode().splitlines() if line.strip()]
 
 
+def head_table(workers, latency_us, bandwidth_gbps, where, head_us, busy, command):
+    """The --head-table report: simulation only, over the graphs already recorded."""
+    labels = {stem: label for label, stem, *_ in GRAPHS}
+    paths = sorted(glob.glob(os.path.join(GRAPHS_DIR, "*.jsonl")) + glob.glob(os.path.join(GRAPHS_DIR, "*.jsonl.gz")))
+    if not paths:
+        sys.exit(f"placement_sim: no graph in {GRAPHS_DIR}: run without --head-table to record them")
+    print(f"Command: `{command}`\n")
+    print(f"Costs: a move of b bytes takes {latency_us:.2f} us + b / {bandwidth_gbps:.2f} GB/s ({where}). "
+          f"The head (rank 0) handles one region at a time, in the order they became ready: free, or {head_us:g} us per "
+          "region (nothing per byte, no cap on regions in flight).\n")
+    print(f"Makespan / bound, head free / head {head_us:g} us per region; bound = max(critical path, total kernel time / "
+          f"workers, tasks x head time per region). `h`: the head's term (tasks x {head_us:g} us) is the bound.\n")
+    print("| graph | tasks | kernel time, ms | critical path, ms | " + " | ".join(f"{w} workers" for w in workers) + " |")
+    print("|---|---|---|---|" + "---|" * len(workers))
+    details = []
+    for path in paths:
+        stem = os.path.basename(path).split(".jsonl")[0]
+        free = [r for r in simulate(path, workers, latency_us, bandwidth_gbps) if r["placement"] == "scheduler"]
+        paid = [r for r in simulate(path, workers, latency_us, bandwidth_gbps, head_us) if r["placement"] == "scheduler"]
+        label = labels.get(stem, stem)
+        r0 = free[0]
+        head_bound = lambda r: r["tasks"] * r["head_s_per_region"] >= max(r["critical_path_s"], r["total_kernel_s"] / r["workers"])
+        print(f"| {label} | {r0['tasks']} | {r0['total_kernel_s'] * 1e3:.1f} | {r0['critical_path_s'] * 1e3:.1f} | "
+              + " | ".join(f"{f['ratio']:.2f} / {p['ratio']:.2f}{' h' if head_bound(p) else ''}" for f, p in zip(free, paid)) + " |")
+        details.append((label, free, paid))
+    print(f"\nMakespan in ms, head free / head {head_us:g} us per region:\n")
+    print("| graph | " + " | ".join(f"{w} workers" for w in workers) + " |")
+    print("|---|" + "---|" * len(workers))
+    for label, free, paid in details:
+        print(f"| {label} | " + " | ".join(f"{f['makespan_s'] * 1e3:.2f} / {p['makespan_s'] * 1e3:.2f}" for f, p in zip(free, paid)) + " |")
+    cmd = [SIM, "--json", f"--busy={busy}", "--steps=100", f"--workers={','.join(map(str, workers))}",
+           f"--latency-us={latency_us}", f"--bandwidth-gbps={bandwidth_gbps}", f"--head-us-per-region={head_us}"]
+    r = subprocess.run(cmd, capture_output=True, timeout=3600)
+    if r.returncode != 0:
+        sys.exit(f"placement_sim: {' '.join(cmd)} failed: {r.stderr.decode()}")
+    rows = [json.loads(line) for line in r.stdout.decode().splitlines() if line.strip()]
+    print(f"\nTask Bench trivial shape: 100 x P independent tasks of one uniform length on P workers, head {head_us:g} us "
+          f"per region. Shortest length keeping the workers at least {busy:g} busy (kernel time / (P x makespan)): "
+          "bisection over the simulation (to 0.1 %), next to the head model's closed form B P N c / (N - B P), "
+          "N tasks, c per region (exact while the length is at most (P - 1) c: the makespan is then N c + length).\n")
+    print("| workers | tasks | shortest task, simulated, us | closed form, us | busy at it | simulated / (P x head time per region) |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        t = row["task_s"]
+        print(f"| {row['workers']} | {row['tasks']} | {t * 1e6:.1f} | {row['closed_form_s'] * 1e6:.1f} | "
+              f"{row['busy_at_task_s']:.3f} | {t / (row['workers'] * row['head_s_per_region']):.3f} |" if t is not None and row['head_s_per_region'] > 0 else
+              f"| {row['workers']} | {row['tasks']} | {t * 1e6:.3f} | {row['closed_form_s'] * 1e6:.1f} | {row['busy_at_task_s']:.3f} | - |" if t is not None else
+              f"| {row['workers']} | {row['tasks']} | none up to 1000 s | {row['closed_form_s'] * 1e6:.1f} | - | - |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--record", action="store_true", help="record every graph again, not only missing ones")
@@ -114,7 +174,16 @@ def main():
     ap.add_argument("--latency-us", type=float, help="latency of a move (default: from bench/results/offload.json)")
     ap.add_argument("--bandwidth-gbps", type=float, help="bandwidth of a move (default: from bench/results/offload.json)")
     ap.add_argument("--quick", action="store_true", help="do not write bench/results/placement_sim.json")
+    ap.add_argument("--head-table", action="store_true",
+                    help="simulation only (never records): ratios with the head free and at --head-us per region, "
+                         "and the shortest trivial task keeping the workers --busy busy")
+    ap.add_argument("--head-us", type=float, default=20.0, help="with --head-table: the head's time per region, us")
+    ap.add_argument("--busy", type=float, default=0.8, help="with --head-table: the busy fraction for the trivial shape")
     a = ap.parse_args()
+    if a.head_table and a.record:
+        sys.exit("placement_sim: --head-table never records: drop --record")
+    if a.head_table and a.workers == ap.get_default("workers"):
+        a.workers = "3,8,16,32,64,128,256,512,1024"
     workers = [int(w) for w in a.workers.split(",")]
     if not os.path.exists(SIM):
         sys.exit(f"placement_sim: {SIM} is missing: cargo build --release first")
@@ -123,6 +192,14 @@ def main():
         latency_us = a.latency_us if a.latency_us is not None else latency_us
         bandwidth_gbps = a.bandwidth_gbps if a.bandwidth_gbps is not None else bandwidth_gbps
         where = "given on the command line"
+    if a.head_table:
+        command = f"python3 bench/placement_sim.py --head-table --head-us {a.head_us:g} --busy {a.busy:g}"
+        if a.workers != "3,8,16,32,64,128,256,512,1024":
+            command += f" --workers {a.workers}"
+        if where == "given on the command line":
+            command += f" --latency-us {latency_us} --bandwidth-gbps {bandwidth_gbps}"
+        head_table(workers, latency_us, bandwidth_gbps, where, a.head_us, a.busy, command)
+        return
 
     os.makedirs(GRAPHS_DIR, exist_ok=True)
     manifest_path = os.path.join(GRAPHS_DIR, "recorded.json")

@@ -16,7 +16,7 @@
 
 mod sim;
 
-pub use sim::{simulate, Costs, Placement, ReadLogError, RecordedGraph, SimOutcome};
+pub use sim::{min_busy_task_s, simulate, Costs, Head, Placement, ReadLogError, RecordedGraph, SimOutcome};
 
 use parking_lot::Mutex;
 use std::str::FromStr;

@@ -24,15 +24,24 @@
 //!   kernel time recorded. Each move's time is fed back with
 //!   [`Scheduler::transfer_finished`] when it ends, each kernel's with
 //!   [`Scheduler::task_finished`] (as the plugin does, not for host updates and device copies).
-//! * **Bound.** max(critical path of kernel times, total kernel time / P): moves excluded, so
-//!   the ratio of makespan to bound is at least 1. It is loose where the critical path is
+//! * **Head.** Rank 0 handles the regions one at a time ([`Head`]: a single server), in the
+//!   order they became ready (FIFO; those ready at the same instant in record order): it places
+//!   one when it is free (and, under a cap, when fewer than the cap are placed and not ended),
+//!   then spends [`Head::s_per_region`], plus [`Head::s_per_byte`] for each byte of the
+//!   region's inputs it sends itself (versions on the head the worker lacks). The region's moves
+//!   start, and it may run, once the head is done with it. The head receives nothing in this
+//!   model (outputs stay on the workers). [`Head::FREE`] (no cost, no cap) places each region
+//!   the instant it is ready, as the simulation did before the head was modelled.
+//! * **Bound.** max(critical path of kernel times, total kernel time / P, tasks x
+//!   [`Head::s_per_region`]): moves and the head's per-byte time excluded, so the ratio of
+//!   makespan to bound is at least 1. It is loose where the critical path is
 //!   close to total / P; [`RecordedGraph::list_makespan_s`] (greedy list scheduling, moves
 //!   free) tells what the tasks' order allows there, whatever the placement.
 
 use crate::{Candidate, Policy, Scheduler};
 use rustc_hash::FxHashMap as HashMap;
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::io::BufRead;
 use task_graph::{Access, BufferId, LogLine, OpKind};
 
@@ -61,6 +70,24 @@ pub struct Costs {
     pub bytes_per_s: f64,
 }
 
+/// What the head (rank 0) spends on each region, and how many it lets run at once (see the
+/// module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Head {
+    /// Seconds of the head's time to place, post and record one region.
+    pub s_per_region: f64,
+    /// Seconds of the head's time per byte it sends itself (a region's inputs that are on the
+    /// head and that its worker lacks).
+    pub s_per_byte: f64,
+    /// At most this many regions placed and not ended; `None`: no cap.
+    pub max_in_flight: Option<usize>,
+}
+
+impl Head {
+    /// A head that costs nothing and caps nothing.
+    pub const FREE: Head = Head { s_per_region: 0.0, s_per_byte: 0.0, max_in_flight: None };
+}
+
 impl Costs {
     fn move_s(&self, bytes: u64) -> f64 {
         self.latency_s + bytes as f64 / self.bytes_per_s
@@ -73,8 +100,9 @@ struct Node {
     kernel: bool,
     /// The rank it ran on in the recorded run.
     worker: i32,
-    /// Versions read, with the buffer's size.
-    reads: Vec<(Access, u64)>,
+    /// Versions read, with the buffer's size and whether no logged task made it (it is on the
+    /// head).
+    reads: Vec<(Access, u64, bool)>,
     writes: Vec<Access>,
     preds: u32,
     succs: Vec<usize>,
@@ -105,7 +133,7 @@ impl RecordedGraph {
                 let a = Access { buffer: r.buffer, version: r.version };
                 preds.extend(producer.get(&a));
                 readers.entry(a).or_default().push(i);
-                reads.push((a, r.bytes));
+                reads.push((a, r.bytes, !producer.contains_key(&a)));
                 let l = latest.entry(a.buffer).or_insert(a.version);
                 *l = (*l).max(a.version);
             }
@@ -170,6 +198,25 @@ impl RecordedGraph {
         self.total_kernel_s
     }
 
+    /// `tasks` independent kernels of `kernel_s` seconds each, on zero-byte buffers of their
+    /// own (the shape of Task Bench's `trivial` pattern: no dependence, no move).
+    pub fn independent(tasks: usize, kernel_s: f64) -> Self {
+        let log: Vec<LogLine> = (0..tasks as u64)
+            .map(|id| LogLine {
+                id,
+                kernel: "independent".into(),
+                op: OpKind::Kernel,
+                worker: 1,
+                reads: Vec::new(),
+                writes: vec![task_graph::LoggedAccess { buffer: id + 1, version: 1, bytes: 0 }],
+                kernel_s,
+                start_s: 0.0,
+                end_s: 0.0,
+            })
+            .collect();
+        Self::new(&log)
+    }
+
     /// The highest worker rank of the recorded run, if every task ran on a worker (none on the
     /// head): the fewest workers [`Placement::Recorded`] can simulate.
     pub fn recorded_workers(&self) -> Option<usize> {
@@ -214,8 +261,11 @@ pub struct SimOutcome {
     pub workers: usize,
     /// When the last task ended, seconds.
     pub makespan_s: f64,
-    /// max(critical path, total kernel time / workers), seconds.
+    /// max(critical path, total kernel time / workers, tasks x the head's time per region),
+    /// seconds.
     pub bound_s: f64,
+    /// Seconds the head spent on regions (placing, posting, recording, sending).
+    pub head_busy_s: f64,
     /// Moves made.
     pub moves: u64,
     /// Bytes moved.
@@ -225,6 +275,15 @@ pub struct SimOutcome {
 }
 
 impl SimOutcome {
+    /// Total kernel time over workers x makespan: how busy the workers were.
+    pub fn busy(&self, graph: &RecordedGraph) -> f64 {
+        if self.makespan_s > 0.0 {
+            graph.total_kernel_s / (self.workers as f64 * self.makespan_s)
+        } else {
+            1.0
+        }
+    }
+
     /// Makespan over bound.
     pub fn ratio(&self) -> f64 {
         if self.bound_s > 0.0 {
@@ -241,6 +300,8 @@ enum Event {
     Moved(u64, f64),
     /// A task ended.
     Done(usize),
+    /// The head is done with a region and can take the next.
+    HeadFree,
 }
 
 /// An event and when: ordered for a min-heap on (time, sequence); sequence numbers are unique.
@@ -268,8 +329,8 @@ impl PartialOrd for At {
 }
 
 /// The versions task `n` reads that worker `w`'s copies (`copy`) do not hold at `now`.
-fn lacks<'a>(n: &'a Node, copy: &'a HashMap<(BufferId, usize), (u64, f64)>, w: usize, now: f64) -> impl Iterator<Item = &'a (Access, u64)> + 'a {
-    n.reads.iter().filter(move |(a, _)| !copy.get(&(a.buffer, w)).is_some_and(|&(v, at)| v == a.version && at <= now))
+fn lacks<'a>(n: &'a Node, copy: &'a HashMap<(BufferId, usize), (u64, f64)>, w: usize, now: f64) -> impl Iterator<Item = &'a (Access, u64, bool)> + 'a {
+    n.reads.iter().filter(move |(a, ..)| !copy.get(&(a.buffer, w)).is_some_and(|&(v, at)| v == a.version && at <= now))
 }
 
 /// Where the simulated tasks run.
@@ -283,10 +344,10 @@ pub enum Placement {
     Recorded(usize),
 }
 
-/// Replay `graph` with `costs`, placed as `placement` says. Panics on no worker, or on
+/// Replay `graph` with `costs` and `head`, placed as `placement` says. Panics on no worker, or on
 /// [`Placement::Recorded`] with fewer workers than [`RecordedGraph::recorded_workers`] (or
 /// none, when the head ran tasks).
-pub fn simulate(graph: &RecordedGraph, placement: Placement, costs: Costs) -> SimOutcome {
+pub fn simulate(graph: &RecordedGraph, placement: Placement, costs: Costs, head: Head) -> SimOutcome {
     let workers = match placement {
         Placement::Scheduler(n) => n,
         Placement::Recorded(n) => {
@@ -295,10 +356,15 @@ pub fn simulate(graph: &RecordedGraph, placement: Placement, costs: Costs) -> Si
         }
     };
     assert!(workers >= 1, "no worker to simulate");
+    assert!(head.max_in_flight != Some(0), "a cap of no region in flight runs nothing");
     let sched = Scheduler::new(Policy::Locality);
     let nodes = &graph.nodes;
     let mut waiting: Vec<u32> = nodes.iter().map(|n| n.preds).collect();
     let mut ready: Vec<usize> = (0..nodes.len()).filter(|&i| waiting[i] == 0).collect();
+    // Ready and not yet taken by the head, in the order they became ready.
+    let mut queue: VecDeque<usize> = VecDeque::new();
+    // When the head is done with the region it took last; regions placed and not ended.
+    let (mut head_free, mut placed) = (0.0f64, 0usize);
     let mut events: BinaryHeap<At> = BinaryHeap::new();
     let mut seq = 0u64;
     // (buffer, rank) -> the version the worker's copy holds, and from when.
@@ -309,7 +375,8 @@ pub fn simulate(graph: &RecordedGraph, placement: Placement, costs: Costs) -> Si
     let mut out = SimOutcome {
         workers,
         makespan_s: 0.0,
-        bound_s: graph.critical_path_s.max(graph.total_kernel_s / workers as f64),
+        bound_s: graph.critical_path_s.max(graph.total_kernel_s / workers as f64).max(nodes.len() as f64 * head.s_per_region),
+        head_busy_s: 0.0,
         moves: 0,
         bytes_moved: 0,
         tasks_per_worker: vec![0; workers],
@@ -317,7 +384,9 @@ pub fn simulate(graph: &RecordedGraph, placement: Placement, costs: Costs) -> Si
     let mut now = 0.0;
     loop {
         ready.sort_unstable();
-        for i in ready.drain(..) {
+        queue.extend(ready.drain(..));
+        while head_free <= now && head.max_in_flight.is_none_or(|cap| placed < cap) {
+            let Some(i) = queue.pop_front() else { break };
             let n = &nodes[i];
             let w = match placement {
                 Placement::Recorded(_) => n.worker as usize,
@@ -325,7 +394,7 @@ pub fn simulate(graph: &RecordedGraph, placement: Placement, costs: Costs) -> Si
                     let candidates: Vec<Candidate> = (1..=workers)
                         .map(|w| Candidate {
                             rank: w as i32,
-                            missing_bytes: lacks(n, &copy, w, now).map(|(_, b)| b).sum(),
+                            missing_bytes: lacks(n, &copy, w, now).map(|(_, b, _)| b).sum(),
                             missing_buffers: lacks(n, &copy, w, now).count() as u32,
                             in_flight: in_flight[w],
                         })
@@ -333,9 +402,21 @@ pub fn simulate(graph: &RecordedGraph, placement: Placement, costs: Costs) -> Si
                     sched.choose(&candidates).expect("at least one worker") as usize
                 }
             };
+            // The head's time on it: per region, and per byte of the head's own data it sends.
+            let held = |a: &Access| copy.get(&(a.buffer, w)).is_some_and(|&(v, _)| v == a.version);
+            let head_bytes: u64 = n.reads.iter().filter(|(a, _, on_head)| *on_head && !held(a)).map(|(_, b, _)| b).sum();
+            let service = head.s_per_region + head.s_per_byte * head_bytes as f64;
+            let posted = now + service;
+            out.head_busy_s += service;
+            placed += 1;
+            if service > 0.0 {
+                head_free = posted;
+                events.push(At(posted, seq, Event::HeadFree));
+                seq += 1;
+            }
             // When its inputs are all there: those it lacks move one after another.
-            let (mut moved, mut inputs) = (now, now);
-            for &(a, bytes) in &n.reads {
+            let (mut moved, mut inputs) = (posted, posted);
+            for &(a, bytes, _) in &n.reads {
                 match copy.get(&(a.buffer, w)) {
                     Some(&(v, at)) if v == a.version => inputs = inputs.max(at),
                     _ => {
@@ -365,9 +446,11 @@ pub fn simulate(graph: &RecordedGraph, placement: Placement, costs: Costs) -> Si
             let Some(At(_, _, e)) = events.pop() else { break };
             match e {
                 Event::Moved(bytes, took) => sched.transfer_finished(bytes, took),
+                Event::HeadFree => {}
                 Event::Done(i) => {
                     let (n, w) = (&nodes[i], placed_on[i]);
                     in_flight[w] -= 1;
+                    placed -= 1;
                     for a in &n.writes {
                         copy.insert((a.buffer, w), (a.version, now));
                     }
@@ -385,8 +468,37 @@ pub fn simulate(graph: &RecordedGraph, placement: Placement, costs: Costs) -> Si
             }
         }
     }
-    debug_assert!(waiting.iter().all(|&w| w == 0), "every task ran");
+    debug_assert!(waiting.iter().all(|&w| w == 0) && queue.is_empty(), "every task ran");
     out
+}
+
+/// The smallest uniform kernel time that keeps `workers` workers at least `busy` busy
+/// ([`SimOutcome::busy`]) over `tasks` independent tasks ([`RecordedGraph::independent`]) under
+/// `costs` and `head`, found by simulation: doubling from 1 ns until busy enough, then
+/// bisection to 0.1 %. Assumes longer tasks are never less busy. `None` if 1000 s per task is
+/// not enough (a cap on regions in flight below `busy` x `workers`, say).
+pub fn min_busy_task_s(workers: usize, tasks: usize, costs: Costs, head: Head, busy: f64) -> Option<f64> {
+    let enough = |kernel_s: f64| {
+        let g = RecordedGraph::independent(tasks, kernel_s);
+        simulate(&g, Placement::Scheduler(workers), costs, head).busy(&g) >= busy
+    };
+    let mut hi = 1e-9;
+    while !enough(hi) {
+        hi *= 2.0;
+        if hi > 1e3 {
+            return None;
+        }
+    }
+    let mut lo = if hi > 1e-9 { hi / 2.0 } else { return Some(hi) };
+    while hi - lo > 1e-3 * hi {
+        let mid = 0.5 * (lo + hi);
+        if enough(mid) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Some(hi)
 }
 
 #[cfg(test)]
@@ -419,7 +531,7 @@ mod tests {
         assert!((g.critical_path_s() - 1e-2).abs() < 1e-12);
         for p in [1, 3, 64] {
             assert!((g.list_makespan_s(p) - 1e-2).abs() < 1e-12);
-            let o = simulate(&g, Placement::Scheduler(p), COSTS);
+            let o = simulate(&g, Placement::Scheduler(p), COSTS, Head::FREE);
             assert_eq!((o.moves, o.bytes_moved), (1, 4096), "{p} workers: {o:?}");
             assert!((o.makespan_s - (1e-2 + COSTS.move_s(4096))).abs() < 1e-12, "{o:?}");
             assert_eq!(o.tasks_per_worker.iter().filter(|&&n| n > 0).count(), 1);
@@ -433,7 +545,7 @@ mod tests {
         let log: Vec<LogLine> = (0..64).map(|b| line(b, 1e-3, &[], &[(b, 1)], 0)).collect();
         let g = RecordedGraph::new(&log);
         for p in [1, 3, 4, 8, 16, 32, 64] {
-            let o = simulate(&g, Placement::Scheduler(p), COSTS);
+            let o = simulate(&g, Placement::Scheduler(p), COSTS, Head::FREE);
             let rounds = 64usize.div_ceil(p) as f64;
             assert!((g.list_makespan_s(p) - rounds * 1e-3).abs() < 1e-12);
             assert!((o.makespan_s - rounds * 1e-3).abs() < 1e-12, "{p} workers: {o:?}");
@@ -458,17 +570,17 @@ mod tests {
         let g = RecordedGraph::new(&log);
         assert!((g.critical_path_s() - steps as f64 * 1e-3).abs() < 1e-12);
         for p in [3, 4, 8] {
-            let o = simulate(&g, Placement::Scheduler(p), COSTS);
+            let o = simulate(&g, Placement::Scheduler(p), COSTS, Head::FREE);
             assert!(o.tasks_per_worker.iter().all(|&n| n > 0), "{p} workers: {o:?}");
             assert!(o.ratio() < 1.5, "{p} workers: {o:?}");
         }
         // With a worker per block, each block stays where it went first: one move each.
-        let o = simulate(&g, Placement::Scheduler(8), COSTS);
+        let o = simulate(&g, Placement::Scheduler(8), COSTS, Head::FREE);
         assert_eq!(o.moves, blocks, "{o:?}");
         assert!(o.tasks_per_worker.iter().all(|&n| n == steps), "{o:?}");
         // The recorded run's placement (every task on worker 1 here), under the same costs.
         assert_eq!(g.recorded_workers(), Some(1));
-        let o = simulate(&g, Placement::Recorded(2), COSTS);
+        let o = simulate(&g, Placement::Recorded(2), COSTS, Head::FREE);
         assert_eq!(o.tasks_per_worker, vec![blocks * steps, 0]);
         assert!((o.makespan_s - (blocks * steps) as f64 * 1e-3 - COSTS.move_s(512 << 10)).abs() < 1e-9, "{o:?}");
     }
@@ -477,7 +589,7 @@ mod tests {
     fn an_input_on_its_way_is_not_moved_again() {
         // Two tasks reading one host buffer, placed at once on the only worker: one move.
         let log = vec![line(0, 1e-3, &[(1, 1)], &[(2, 1)], 1 << 20), line(1, 1e-3, &[(1, 1)], &[(3, 1)], 1 << 20)];
-        let o = simulate(&RecordedGraph::new(&log), Placement::Scheduler(1), COSTS);
+        let o = simulate(&RecordedGraph::new(&log), Placement::Scheduler(1), COSTS, Head::FREE);
         assert_eq!(o.moves, 1, "{o:?}");
         assert!((o.makespan_s - (COSTS.move_s(1 << 20) + 2e-3)).abs() < 1e-12, "{o:?}");
     }
@@ -494,8 +606,79 @@ mod tests {
         ];
         let g = RecordedGraph::new(&log);
         assert!((g.critical_path_s() - 4e-3).abs() < 1e-12);
-        let o = simulate(&g, Placement::Scheduler(4), COSTS);
+        let o = simulate(&g, Placement::Scheduler(4), COSTS, Head::FREE);
         assert!(o.makespan_s >= 4e-3 - 1e-12, "{o:?}");
+    }
+
+    #[test]
+    fn a_free_head_changes_nothing() {
+        // Five tiles updated in place over six steps, each task reading its neighbour's tile
+        // and a host input of its own: moves, chains, write-after-read. The pinned outcomes are
+        // what the simulation gave before the head was modelled (bit for bit, commit 882e83a),
+        // and the head's fields at zero must give them again.
+        let zero = Head { s_per_region: 0.0, s_per_byte: 0.0, max_in_flight: None };
+        assert_eq!(zero, Head::FREE);
+        assert_eq!(Head::default(), Head::FREE);
+        let mut log = Vec::new();
+        for s in 0..6u64 {
+            for b in 0..5u64 {
+                let other = (b + 1) % 5;
+                log.push(line(log.len() as u64, 1e-4 * (1 + b) as f64, &[(b, s), (other, s), (100 + b, 0)], &[(b, s + 1)], 64 << 10));
+            }
+        }
+        let g = RecordedGraph::new(&log);
+        let pinned: [(usize, f64, f64, u64, &[u64]); 4] = [
+            (1, 0.009120857599999999, 0.009, 20, &[30]),
+            (2, 0.006256822400000002, 0.006, 22, &[18, 12]),
+            (3, 0.006256822400000002, 0.006, 22, &[18, 12, 0]),
+            (8, 0.006256822400000002, 0.006, 22, &[18, 0, 0, 0, 12, 0, 0, 0]),
+        ];
+        for (p, makespan_s, bound_s, moves, tasks_per_worker) in pinned {
+            let o = simulate(&g, Placement::Scheduler(p), COSTS, zero);
+            assert_eq!((o.makespan_s, o.bound_s, o.moves, o.head_busy_s), (makespan_s, bound_s, moves, 0.0), "{p} workers");
+            assert_eq!(o.tasks_per_worker, tasks_per_worker, "{p} workers");
+            // A cap no run reaches changes nothing either.
+            assert_eq!(o, simulate(&g, Placement::Scheduler(p), COSTS, Head { max_in_flight: Some(log.len()), ..zero }), "{p} workers");
+        }
+    }
+
+    #[test]
+    fn a_busy_head_serializes_the_regions() {
+        // 1000 independent tasks of 1 ms on 1024 workers: free, they all run at once; at 10 us
+        // of head time each, the last is placed after 10 ms and ends 1 ms later.
+        let g = RecordedGraph::independent(1000, 1e-3);
+        let free = simulate(&g, Placement::Scheduler(1024), COSTS, Head::FREE);
+        assert!((free.makespan_s - 1e-3).abs() < 1e-12, "{free:?}");
+        let head = Head { s_per_region: 10e-6, ..Head::FREE };
+        let o = simulate(&g, Placement::Scheduler(1024), COSTS, head);
+        assert!((o.makespan_s - (1000.0 * 10e-6 + 1e-3)).abs() < 1e-9, "{o:?}");
+        assert!((o.head_busy_s - 1e-2).abs() < 1e-9, "{o:?}");
+        assert!((o.bound_s - 1e-2).abs() < 1e-12, "the head's share is the bound: {o:?}");
+        assert!(o.ratio() >= 1.0 && o.ratio() < 1.11, "{o:?}");
+        // A cap of 4 in flight: four at a time, each placed 10 us after the previous one, so
+        // the head never waits long and the tasks run about four at once: 250 rounds of 1 ms.
+        let o = simulate(&g, Placement::Scheduler(1024), COSTS, Head { max_in_flight: Some(4), ..head });
+        assert!(o.makespan_s > 0.25 && o.makespan_s < 0.26, "{o:?}");
+        // Bytes the head sends: a 1 MB host input per task at 1 ns per byte adds 1 ms of head
+        // time to each region.
+        let log: Vec<LogLine> = (0..10).map(|b| line(b, 1e-3, &[(100 + b, 0)], &[(b, 1)], 1_000_000)).collect();
+        let o = simulate(&RecordedGraph::new(&log), Placement::Scheduler(16), COSTS, Head { s_per_byte: 1e-9, ..head });
+        assert!((o.head_busy_s - 10.0 * (10e-6 + 1e-3)).abs() < 1e-9, "{o:?}");
+        assert!((o.makespan_s - (10.0 * (10e-6 + 1e-3) + COSTS.move_s(1_000_000) + 1e-3)).abs() < 1e-9, "{o:?}");
+    }
+
+    #[test]
+    fn the_shortest_busy_task_matches_the_head_model() {
+        // N independent tasks of L on P workers, a region every c: when L <= (P - 1) c no
+        // worker waits for another, the makespan is N c + L, and busy = N L / (P (N c + L)),
+        // so busy >= B from L = B P N c / (N - B P).
+        let (p, n, c, b) = (16usize, 1600usize, 20e-6, 0.8);
+        let head = Head { s_per_region: c, ..Head::FREE };
+        let l = min_busy_task_s(p, n, COSTS, head, b).unwrap();
+        let analytic = b * p as f64 * n as f64 * c / (n as f64 - b * p as f64);
+        assert!((l / analytic - 1.0).abs() < 5e-3, "{l} against {analytic}");
+        assert_eq!(min_busy_task_s(p, n, COSTS, Head::FREE, b), Some(1e-9));
+        assert_eq!(min_busy_task_s(p, n, COSTS, Head { max_in_flight: Some(8), ..head }, b), None);
     }
 
     #[test]
