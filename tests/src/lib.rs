@@ -433,12 +433,33 @@ impl Job {
     pub fn wait(mut self, timeout: Duration) -> Output {
         match self.wait_timeout(timeout) {
             Some(st) => {
-                // Leftover ranks of a failed job must not outlive it.
-                if job_members(&self.marker).into_iter().any(|p| !is_zombie(p)) {
-                    std::thread::sleep(Duration::from_millis(200));
+                // A process of the job that outlives its launcher (a moment later) is a bug of
+                // the runtime: killed here, and the test that left it fails.
+                let alive = || job_members(&self.marker).into_iter().filter(|&p| !is_zombie(p)).collect::<Vec<_>>();
+                let t0 = Instant::now();
+                while !alive().is_empty() && t0.elapsed() < Duration::from_secs(3) {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                let left: Vec<String> = alive()
+                    .into_iter()
+                    .map(|p| {
+                        let name = std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+                        let rank = proc_env(p, "OMPI_COMM_WORLD_RANK").map(|r| format!(" rank {r}")).unwrap_or_default();
+                        format!("pid {p} ({}{rank})", name.trim())
+                    })
+                    .collect();
+                if !left.is_empty() {
                     self.kill();
                 }
-                self.collect(st)
+                let o = self.collect(st);
+                assert!(
+                    left.is_empty(),
+                    "processes of the job outlived its launcher by 3 s: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+                    left.join(", "),
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                );
+                o
             }
             None => {
                 let stacks = self.stacks();

@@ -34,3 +34,22 @@ fn a_hang_times_out_and_is_killed() {
     }
     assert_eq!(live(job_members(&marker)), Vec::<i32>::new(), "processes left behind");
 }
+
+/// A process of the job that outlives its launcher fails the test that ran it (and is killed).
+#[test]
+fn a_process_left_behind_fails_the_test() {
+    let prog = compile("leaves_a_child.c");
+    let job = Job::spawn(2, &prog, &[], &[]);
+    let marker = job.marker().to_string();
+    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.wait(Duration::from_secs(60))));
+    let msg = match res {
+        Ok(o) => panic!("a job that left a process behind passed: {o:?}"),
+        Err(e) => e.downcast_ref::<String>().cloned().unwrap_or_default(),
+    };
+    assert!(msg.contains("outlived its launcher") && msg.contains("(sleep"), "{msg}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !live(job_members(&marker)).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(live(job_members(&marker)), Vec::<i32>::new(), "the harness did not clean up");
+}
