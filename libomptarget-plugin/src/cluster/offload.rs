@@ -5,7 +5,8 @@
 //! Threads: offloading threads; the handler reads `local` and `images` (recovery re-runs),
 //! the buddy thread reads `in_flight`. `kernels` is read-mostly (an RwLock, written at
 //! `load_binary`, under `images`); `images` comes before the ledger's `buffers` (loading an
-//! image, the head's own device); `omp_said` is innermost; `in_flight` is atomics.
+//! image, the head's own device); `omp_said` is innermost; `in_flight` and `attached` are
+//! atomics.
 
 use super::{ImageTables, Kernel};
 use event_system::{LocalDevice, SymmetricHeap};
