@@ -41,6 +41,8 @@ mod config;
 mod embedded;
 mod error;
 mod flush;
+#[cfg(test)]
+mod fuzz;
 mod fsutil;
 mod job;
 pub mod interval;

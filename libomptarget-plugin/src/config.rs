@@ -289,6 +289,18 @@ pub fn validate_env() -> Result<(), String> {
 mod tests {
     use super::*;
 
+    // Byte counts and variable names as users write them, and anything else: never a panic
+    // (issue 36).
+    proptest::proptest! {
+        #[test]
+        fn fuzz_byte_counts_and_names(s in "[0-9]{0,22}[a-zA-Z]{0,3}|[ -~]{0,24}", name in "OMPCLUSTER_[A-Z_]{0,24}") {
+            if let Some(n) = parse_bytes(&s) {
+                proptest::prop_assert!(!s.trim().is_empty(), "{s:?} read as {n}");
+            }
+            let _ = unknown_settings([name.as_str()]);
+        }
+    }
+
     #[test]
     fn buddy_and_spare_settings_are_validated() {
         // Each case sets one variable in this process only (tests of this module run the

@@ -248,6 +248,18 @@ impl Injector {
 mod tests {
     use super::*;
 
+    // `OMPCLUSTER_FT_INJECT` as users write it, and anything else: parsed or refused with a
+    // message naming the item, never a panic (issue 36).
+    proptest::proptest! {
+        #[test]
+        fn fuzz_any_spec_is_parsed_or_refused(spec in "([a-z]{0,6}(:[a-z_]{0,6}(=[0-9a-z]{0,5})?){0,3};?){0,3}|[ -~]{0,40}") {
+            match parse(&spec, Some(4)) {
+                Ok(faults) => proptest::prop_assert!(faults.iter().all(|f| f.rank == 0 || (1..4).contains(&f.rank))),
+                Err(e) => proptest::prop_assert!(!e.is_empty()),
+            }
+        }
+    }
+
     #[test]
     fn grammar() {
         let f = parse("kill:rank=2:after_tasks=40; stop:rank=3:after_ms=1500;kill:rank=1:during=checkpoint;kill:rank=2:during=recovery;stop:rank=1:during=exit", Some(4)).unwrap();

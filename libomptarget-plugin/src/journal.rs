@@ -508,6 +508,44 @@ impl Loaded {
 mod tests {
     use super::*;
 
+    // What a resume reads from the disk (issue 36): resume files and segments, any bytes or a
+    // real file damaged, are refused with a message or decode; nothing panics. A longer run:
+    // `PROPTEST_CASES=100000 cargo test --release -p libomptarget-plugin journal::tests::fuzz`.
+    proptest::proptest! {
+        #[test]
+        fn fuzz_resume_files_and_segments_are_refused_or_read(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512),
+            flips in proptest::collection::vec((proptest::prelude::any::<usize>(), proptest::prelude::any::<u8>()), 0..4),
+        ) {
+            let _ = ResumeFile::decode(&bytes);
+            let _ = bincode::deserialize::<Segment>(&bytes);
+            let file = ResumeFile {
+                format: RESUME_FORMAT.into(),
+                checkpoint: 3,
+                argv: vec!["prog".into()],
+                exe: "xxh3:0".into(),
+                at_micros: 5,
+                regions: 9,
+                segments: vec![SegmentRef { file: "segment-3-0".into(), bytes: 10, checksum: "xxh3:1".into(), entries: 1 }],
+                buffers: vec![Keyed { region: 1, addr: 0x1000, size: 8, key: 4 }],
+                checksum: String::new(),
+            };
+            let mut b = file.encode();
+            proptest::prop_assert!(ResumeFile::decode(&b).is_ok());
+            let changed = !flips.is_empty();
+            for (at, x) in flips {
+                let n = b.len();
+                b[at % n] ^= x | 1;
+            }
+            // A damaged file is never trusted (its checksum covers it).
+            if changed {
+                if let Ok(f) = ResumeFile::decode(&b) {
+                    proptest::prop_assert_eq!(f.checkpoint, 3);
+                }
+            }
+        }
+    }
+
     #[test]
     fn keys_name_contents_not_order() {
         let a = key::submit(key::zero(64), 0, &[1; 64]);
