@@ -280,16 +280,18 @@ impl Buffers {
     /// the bytes to send instead if it must be repaired.
     ///
     /// libomptarget 16 writes a pointer member's device address into the device copy of its
-    /// struct with an 8-byte submit after the struct's own (the "shadow pointer"). It does
-    /// not always do so again after sending the whole struct anew: a struct mapped through
-    /// a `declare mapper` and kept by `enter data` has no reference count of its own, so the
-    /// next region mapping it sends it again (`getTargetPointer`, `IsNew` for a count of 1)
-    /// while its shadow pointer is already known, and the device copy gets the host pointer
-    /// back (docs/mapped-structs.md). So: an 8-byte, 8-aligned submit of a heap address
-    /// over a slot that held `staged_old`, a host pointer (the head's staged copy), is an
-    /// attachment; a later submit that brings that host pointer back into the slot sends
-    /// the device pointer instead; one that brings anything else ends the attachment.
-    pub(crate) fn attach(&mut self, tgt: u64, bytes: &[u8], heap: std::ops::Range<u64>, staged_old: Option<u64>) -> Option<Vec<u8>> {
+    /// struct with an 8-byte submit (the "shadow pointer"), and does not always write it
+    /// again after sending the whole struct: a struct mapped through a `declare mapper` and
+    /// kept by `enter data` has no reference count of its own, so the next region mapping it
+    /// sends it again (`getTargetPointer`, `IsNew` for a count of 1) while its shadow pointer
+    /// is already known; and a mapper's `alloc` member is attached before the struct's own
+    /// bytes are sent (docs/mapped-structs.md). Either way the device copy would get the
+    /// host pointer back. So: an 8-byte, 8-aligned submit of a heap address over a slot that
+    /// held a host pointer (`staged_old`, the head's staged copy) or into a buffer never
+    /// written (`fresh`) is an attachment; a later submit that brings that host pointer (or,
+    /// into a fresh buffer's slot, any address outside the heap, then remembered) back into
+    /// the slot sends the device pointer instead; one that brings anything else ends it.
+    pub(crate) fn attach(&mut self, tgt: u64, bytes: &[u8], heap: std::ops::Range<u64>, staged_old: Option<u64>, fresh: bool) -> Option<Vec<u8>> {
         let len = bytes.len() as u64;
         let addr = self.containing_range(tgt, len)?.addr;
         let b = self.by_addr.get_mut(&addr)?;
@@ -299,7 +301,8 @@ impl Buffers {
             let value = word(0);
             match staged_old {
                 _ if !heap.contains(&value) => _ = b.attached.remove(&off),
-                Some(old) if !heap.contains(&old) => _ = b.attached.insert(off, (old, value)),
+                Some(old) if !heap.contains(&old) => _ = b.attached.insert(off, (Some(old), value)),
+                None if fresh => _ = b.attached.insert(off, (None, value)),
                 _ => {
                     if let Some(e) = b.attached.get_mut(&off) {
                         e.1 = value;
@@ -310,15 +313,18 @@ impl Buffers {
         }
         let mut copy: Option<Vec<u8>> = None;
         let mut ended = Vec::new();
-        for (&slot, &(host_value, device_value)) in b.attached.range(off..off + len) {
+        for (&slot, (host_value, device_value)) in b.attached.range_mut(off..off + len) {
             if slot + 8 > off + len {
                 continue;
             }
             let at = (slot - off) as usize;
             let incoming = word(at);
-            if incoming == host_value {
+            if host_value.is_none() && !heap.contains(&incoming) {
+                *host_value = Some(incoming);
+            }
+            if *host_value == Some(incoming) {
                 copy.get_or_insert_with(|| bytes.to_vec())[at..at + 8].copy_from_slice(&device_value.to_ne_bytes());
-            } else if incoming != device_value {
+            } else if incoming != *device_value {
                 ended.push(slot);
             }
         }

@@ -1,6 +1,7 @@
 // Structs whose pointer members a `declare mapper` maps, kept on the device by `enter data`,
 // used by regions, updated and brought back: every region dereferences every member on the
-// worker (a host pointer left in the device copy crashes it there). libomptarget 16 sends such
+// worker (a host pointer left in the device copy crashes it there). C++ classes:
+// mapped_class.cpp. libomptarget 16 sends such
 // a struct again when a region maps it and does not attach its pointers again
 // (docs/mapped-structs.md); the plugin keeps them attached.
 #include "check.h"
@@ -18,6 +19,15 @@ typedef struct {
   int *b;
 } t_t;
 #pragma omp declare mapper(t_t m) map(m) map(to : m.a[:m.n]) map(tofrom : m.b[:m.n])
+
+// Nested: a struct holding a mapped struct (through its mapper) and a member mapped `alloc`
+// (libomptarget attaches that one before it sends the struct's own bytes).
+typedef struct {
+  s_t in;
+  int k;
+  double *w;
+} o_t;
+#pragma omp declare mapper(o_t m) map(m) map(mapper(default), to : m.in) map(alloc : m.w[:m.k])
 
 int main(void) {
   enum { N = 1000, K = 4 };
@@ -71,7 +81,27 @@ int main(void) {
   for (int k = 0; k < K; k++) CHECK(sums[k] == (double)k * N * N + N * (N - 1) / 2.0, "sums[%d] = %g", k, sums[k]);
 #pragma omp target exit data map(release : arr[0:K])
 
-  // 4. Regions without `enter data` (mapped each time), as a baseline.
+  // 4. Nested mappers and an `alloc` member, written on the device and brought back.
+  o_t O = {{N, malloc(N * sizeof(double))}, N, malloc(N * sizeof(double))};
+  for (int i = 0; i < N; i++) {
+    O.in.v[i] = i;
+    O.w[i] = -1;
+  }
+#pragma omp target enter data map(to : O)
+  sum = 0;
+#pragma omp target map(to : O) map(tofrom : sum)
+  {
+    for (int i = 0; i < O.in.n; i++) O.w[i] = 2 * O.in.v[i];
+    for (int i = 0; i < O.k; i++) sum += O.w[i];
+  }
+  CHECK(sum == (double)N * (N - 1), "nested: sum %g", sum);
+#pragma omp target update from(O.w[0:N])
+  for (int i = 0; i < N; i++) CHECK(O.w[i] == 2.0 * i, "nested: O.w[%d] = %g", i, O.w[i]);
+#pragma omp target exit data map(release : O)
+  free(O.in.v);
+  free(O.w);
+
+  // 5. Regions without `enter data` (mapped each time), as a baseline.
   sum = 0;
 #pragma omp target map(to : A) map(tofrom : sum)
   for (int i = 0; i < A.n; i++) sum += A.v[i];

@@ -451,11 +451,13 @@ fn a_stack_used_up_by_a_loop_of_regions_is_foretold() {
 
 /// Structs whose pointer members a `declare mapper` maps (issue 36): kept by `enter data`,
 /// read and written through by regions, updated both ways, an array of them, two pointer
-/// members; every region dereferences the members on its worker. libomptarget 16 sends such
+/// members, nested mappers with an `alloc` member, a C++ class; every region dereferences
+/// the members on its worker. libomptarget 16 sends such
 /// a struct again without attaching its pointers again; before the plugin kept them
 /// attached, the first region crashed its worker (docs/mapped-structs.md). Round robin too:
 /// the struct then moves from worker to worker.
 #[test]
 fn structs_mapped_through_a_mapper_keep_their_pointers_on_the_worker() {
     ompcluster_tests::check_program_both("mapped_structs.c", &[]);
+    ompcluster_tests::check_program_both("mapped_class.cpp", &[]);
 }

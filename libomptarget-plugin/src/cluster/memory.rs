@@ -275,7 +275,9 @@ impl Cluster {
             // `tgt..tgt+8` lies inside it and is 8-aligned.
             unsafe { std::ptr::read_volatile(tgt as *const u64) }
         });
-        let patched = bufs.attach(tgt, bytes, heap, staged_old);
+        // Never written: nothing of it is the program's yet.
+        let fresh = bufs.containing(tgt).is_some_and(|b| b.version == 0);
+        let patched = bufs.attach(tgt, bytes, heap, staged_old, fresh);
         if word && bufs.containing(tgt).is_some_and(|b| !b.attached.is_empty()) {
             self.offload.attached.store(true, Ordering::Release);
         }

@@ -128,9 +128,9 @@ pub(crate) struct Buffer {
     /// kernel starts on that copy, and no submit, device copy or delete changes it meanwhile.
     pub(crate) buddy_reading: Option<i32>,
     /// Pointer members libomptarget attached to their pointees' device copies (offset ->
-    /// the host pointer the slot held, the device pointer written over it): see
-    /// [`crate::data::Buffers::attach`].
-    pub(crate) attached: BTreeMap<u64, (u64, u64)>,
+    /// the host pointer the slot held, if known yet, and the device pointer written over
+    /// it): see [`crate::data::Buffers::attach`].
+    pub(crate) attached: BTreeMap<u64, (Option<u64>, u64)>,
 }
 
 impl Buffer {

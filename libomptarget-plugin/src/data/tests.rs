@@ -177,19 +177,31 @@ fn a_pointer_member_stays_attached_when_its_struct_is_sent_again() {
     let dev_ptr: u64 = 0x10_8000;
     let strukt = |n: u32, p: u64| [n.to_ne_bytes().to_vec(), vec![0; 4], p.to_ne_bytes().to_vec()].concat();
     // The struct, then libomptarget's shadow pointer over its member (held `host_ptr`).
-    assert_eq!(bs.attach(s, &strukt(10, host_ptr), heap.clone(), None), None);
-    assert_eq!(bs.attach(s + 8, &dev_ptr.to_ne_bytes(), heap.clone(), Some(host_ptr)), None);
+    assert_eq!(bs.attach(s, &strukt(10, host_ptr), heap.clone(), None, false), None);
+    assert_eq!(bs.attach(s + 8, &dev_ptr.to_ne_bytes(), heap.clone(), Some(host_ptr), false), None);
     // Sent again as it is on the host: the device pointer goes instead.
-    assert_eq!(bs.attach(s, &strukt(11, host_ptr), heap.clone(), None), Some(strukt(11, dev_ptr)));
+    assert_eq!(bs.attach(s, &strukt(11, host_ptr), heap.clone(), None, false), Some(strukt(11, dev_ptr)));
     // A part not covering the member: untouched.
-    assert_eq!(bs.attach(s, &11u32.to_ne_bytes(), heap.clone(), None), None);
+    assert_eq!(bs.attach(s, &11u32.to_ne_bytes(), heap.clone(), None, false), None);
     // The program points the member elsewhere: the attachment ends, the bytes go as they are.
-    assert_eq!(bs.attach(s, &strukt(11, 0x5555_0000_2000), heap.clone(), None), None);
-    assert_eq!(bs.attach(s, &strukt(11, host_ptr), heap.clone(), None), None);
+    assert_eq!(bs.attach(s, &strukt(11, 0x5555_0000_2000), heap.clone(), None, false), None);
+    assert_eq!(bs.attach(s, &strukt(11, host_ptr), heap.clone(), None, false), None);
     // An 8-byte write of a heap address over a slot that held another heap address (or whose
     // old value is unknown) attaches nothing.
-    assert_eq!(bs.attach(s + 8, &dev_ptr.to_ne_bytes(), heap.clone(), Some(0x10_9000)), None);
-    assert_eq!(bs.attach(s, &strukt(11, host_ptr), heap.clone(), None), None);
-    assert_eq!(bs.attach(s + 8, &dev_ptr.to_ne_bytes(), heap.clone(), None), None);
-    assert_eq!(bs.attach(s, &strukt(11, host_ptr), heap, None), None);
+    assert_eq!(bs.attach(s + 8, &dev_ptr.to_ne_bytes(), heap.clone(), Some(0x10_9000), false), None);
+    assert_eq!(bs.attach(s, &strukt(11, host_ptr), heap.clone(), None, false), None);
+    assert_eq!(bs.attach(s + 8, &dev_ptr.to_ne_bytes(), heap.clone(), None, false), None);
+    assert_eq!(bs.attach(s, &strukt(11, host_ptr), heap.clone(), None, false), None);
+    // A member attached before its fresh struct's bytes are sent (a mapper's `alloc` member):
+    // the host pointer those bytes bring is learnt, and the device pointer goes instead, then
+    // and later.
+    let t = bs.create(32, 0).unwrap().addr;
+    let with_w = |p: u64| [vec![0u8; 24], p.to_ne_bytes().to_vec()].concat();
+    assert_eq!(bs.attach(t + 24, &dev_ptr.to_ne_bytes(), heap.clone(), None, true), None);
+    assert_eq!(bs.attach(t, &with_w(host_ptr), heap.clone(), None, false), Some(with_w(dev_ptr)));
+    assert_eq!(bs.attach(t, &with_w(host_ptr), heap.clone(), None, false), Some(with_w(dev_ptr)));
+    // Into a buffer already written, an unknown old value attaches nothing.
+    let u = bs.create(32, 0).unwrap().addr;
+    assert_eq!(bs.attach(u + 24, &dev_ptr.to_ne_bytes(), heap.clone(), None, false), None);
+    assert_eq!(bs.attach(u, &with_w(host_ptr), heap, None, false), None);
 }
