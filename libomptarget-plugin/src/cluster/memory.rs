@@ -262,11 +262,14 @@ impl Cluster {
     /// The pointer members libomptarget attached, kept attached (see
     /// `data::Buffers::attach`): the bytes to submit instead of `bytes`, if they differ.
     fn attach_pointers(&self, tgt: u64, bytes: &[u8]) -> Option<Vec<u8>> {
+        let heap = self.offload.heap.base()..self.offload.heap.end();
         let word = bytes.len() == 8 && tgt % 8 == 0;
-        if !word && !self.offload.attached.load(Ordering::Acquire) {
+        // Only a device address can attach; anything else matters once something is attached
+        // (a scalar mapped `tofrom` takes no lock here).
+        let attaches = word && heap.contains(&u64::from_ne_bytes(bytes.try_into().expect("8 bytes")));
+        if !attaches && !self.offload.attached.load(Ordering::Acquire) {
             return None;
         }
-        let heap = self.offload.heap.base()..self.offload.heap.end();
         let mut bufs = self.ledger.buffers.lock();
         // The slot's value before this submit, from the head's staged copy of the current
         // version.
