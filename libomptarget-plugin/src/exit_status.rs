@@ -54,14 +54,16 @@ pub(crate) fn write(status: i32) {
 /// Tell the launcher that the job did not start (the head's start-up watchdog, `startup.rs`):
 /// the program's status is `status`, and `ranks` are lost or may still be stuck (a line
 /// `unreachable R...`: the launcher does not wait for them), the cause a line `startup`.
-pub(crate) fn write_startup_failure(status: i32, ranks: &[i32]) {
-    if let Some(p) = std::env::var_os("OMPCLUSTER_EXIT_STATUS_FILE").filter(|p| !p.is_empty()) {
-        let ranks = ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(" ");
-        let _ = std::fs::write(p, format!("{status}
-unreachable {ranks}
-startup
-"));
-    }
+/// `report` (rank 0's lines) goes to `startup-report` beside it, for the launcher to print:
+/// mpirun, itself stuck, may never pass on what rank 0 prints. Returns whether both were
+/// written.
+pub(crate) fn write_startup_failure(status: i32, ranks: &[i32], report: &str) -> bool {
+    let Some(p) = std::env::var_os("OMPCLUSTER_EXIT_STATUS_FILE").filter(|p| !p.is_empty()) else { return false };
+    let p = std::path::PathBuf::from(p);
+    let Some(dir) = p.parent() else { return false };
+    let ranks = ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(" ");
+    // The report first: the launcher reads it once it sees the status.
+    std::fs::write(dir.join("startup-report"), report).is_ok() && std::fs::write(&p, format!("{status}\nunreachable {ranks}\nstartup\n")).is_ok()
 }
 
 /// Tell the launcher that the program ended by signal `sig` (the head only).

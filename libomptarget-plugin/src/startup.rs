@@ -133,22 +133,23 @@ fn give_up(bound: Duration) -> ! {
     let (rank, size) = rank_and_size();
     let stage = Stage::of(STAGE.load(Ordering::Acquire)).unwrap_or(Stage::Mpi);
     let lost: Vec<(i32, String)> = (0..size).filter(|&r| r != rank).filter_map(|r| fate(r).map(|f| (r, f))).collect();
-    // Rank 0 speaks for the job; the others only if rank 0 cannot.
-    if rank == 0 || lost.iter().any(|&(r, _)| r == 0) {
-        eprintln!(
-            "ompcluster: rank {rank}: the job did not start within {} s (OMPCLUSTER_START_TIMEOUT): this rank still waits in {}; a rank probably died or froze as the job started; leaving",
-            bound.as_secs(),
-            stage.what()
-        );
-        if rank == 0 {
-            for (_, f) in &lost {
-                eprintln!("ompcluster: {f}");
-            }
-        }
-    }
+    let mut report = format!(
+        "ompcluster: rank {rank}: the job did not start within {} s (OMPCLUSTER_START_TIMEOUT): this rank still waits in {}; a rank probably died or froze as the job started; leaving\n",
+        bound.as_secs(),
+        stage.what()
+    );
     if rank == 0 {
+        for (_, f) in &lost {
+            report.push_str(&format!("ompcluster: {f}\n"));
+        }
         let ranks: Vec<i32> = if lost.is_empty() { (1..size).collect() } else { lost.iter().map(|&(r, _)| r).collect() };
-        crate::exit_status::write_startup_failure(1, &ranks);
+        // The launcher prints it (mpirun, stuck too, may never pass on what this rank prints).
+        if !crate::exit_status::write_startup_failure(1, &ranks, &report) {
+            eprint!("{report}");
+        }
+    } else if lost.iter().any(|&(r, _)| r == 0) {
+        // Rank 0 cannot speak for the job.
+        eprint!("{report}");
     }
     crate::runtime::leave(1)
 }

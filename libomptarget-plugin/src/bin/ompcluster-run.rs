@@ -71,7 +71,7 @@ fn read_status(f: &Path) -> Option<Status> {
 struct Status {
     how: String,
     unreachable: Vec<String>,
-    /// The job did not start (rank 0 said why).
+    /// The job did not start (rank 0 said why, in `startup-report` beside the status file).
     startup: bool,
 }
 
@@ -101,6 +101,13 @@ fn wait_for_job(mut child: std::process::Child, status_file: Option<&Path>, grac
         if ended.is_none() {
             // "started" until the head writes how the program ended.
             if let Some(st) = status_file.and_then(read_status).filter(|st| !st.how.is_empty() && st.how != "started") {
+                if st.startup {
+                    // Rank 0's account (see the plugin's `startup.rs`), printed here: mpirun,
+                    // stuck too, may never pass on what rank 0 prints.
+                    if let Some(report) = status_file.and_then(|f| std::fs::read_to_string(f.with_file_name("startup-report")).ok()) {
+                        eprint!("{report}");
+                    }
+                }
                 ended = Some((Instant::now(), st));
             }
         }
@@ -111,7 +118,7 @@ fn wait_for_job(mut child: std::process::Child, status_file: Option<&Path>, grac
                     None => format!("exited with status {how}"),
                 };
                 if *startup {
-                    eprintln!("ompcluster-run: the job did not start (rank 0 said why above): stopping it");
+                    eprintln!("ompcluster-run: the job did not start (why: above): stopping it");
                 } else if unreachable.is_empty() {
                     eprintln!(
                         "ompcluster-run: the program {how}, but ranks of the job are still running {:.0} s later (a frozen worker?): stopping the job",
