@@ -66,7 +66,7 @@ PATTERNS = ("trivial", "stencil_1d", "fft")
 # Variables this script sets per configuration: never inherited from the caller.
 OWN_VARS = ("OMPCLUSTER_FT_DISABLE", "OMPCLUSTER_CP_ENABLE", "OMPCLUSTER_CP_INTERVAL", "OMPCLUSTER_CP_PERSISTENT",
             "OMPCLUSTER_CP_WSPEED", "OMPCLUSTER_CP_MTBF", "OMPCLUSTER_CP_DALY", "OMPCLUSTER_REPORT",
-            "LIBOMP_USE_HIDDEN_HELPER_TASK")
+            "LIBOMP_USE_HIDDEN_HELPER_TASK", "OMPCLUSTER_PLUGIN")
 # libomp 16 runs `target nowait` tasks on its hidden helper threads by default; with this set
 # to 0 the team's own threads run them (see "Hidden helper threads" in BENCHMARKS.md).
 NO_HELPERS = {"LIBOMP_USE_HIDDEN_HELPER_TASK": "0"}
@@ -84,6 +84,14 @@ def configs(ckpt_interval):
          {"OMPCLUSTER_CP_INTERVAL": str(ckpt_interval)}),
         ("stock-nohh", "stock x86_64 plugin, LIBOMP_USE_HIDDEN_HELPER_TASK=0", None, NO_HELPERS),
         ("ours-3w-nohh", "ours, 3 workers, FT on, LIBOMP_USE_HIDDEN_HELPER_TASK=0", 4, NO_HELPERS),
+    ]
+
+
+def before_configs(before):
+    """`--before SO`: ours-3w and ours-3w-nohh with another build of the plugin (OMPCLUSTER_PLUGIN)."""
+    return [
+        ("before-3w", f"ours-3w with the plugin {before}", 4, {"OMPCLUSTER_PLUGIN": before}),
+        ("before-3w-nohh", f"ours-3w-nohh with the plugin {before}", 4, {"OMPCLUSTER_PLUGIN": before, **NO_HELPERS}),
     ]
 
 
@@ -250,6 +258,8 @@ def main():
     ap.add_argument("--ckpt-interval", type=float, default=0.2, help="OMPCLUSTER_CP_INTERVAL of ours-3w-ckpt (s)")
     ap.add_argument("--configs", default=None, help="subset of configurations, comma-separated")
     ap.add_argument("--threshold", type=float, default=0.5, help="METG efficiency threshold (default 0.5)")
+    ap.add_argument("--before", default=None, help="another build of the plugin (a .so): adds the configurations "
+                    "before-3w and before-3w-nohh, ours-3w and ours-3w-nohh with it, for a side-by-side A/B")
     args = ap.parse_args()
     rounds = args.rounds or (1 if args.quick else 3)
     args.steps = args.steps or (20 if args.quick else 100)
@@ -260,6 +270,10 @@ def main():
     if "fft" in patterns and (args.width < 2 or args.width & (args.width - 1)):
         sys.exit("taskbench: fft needs --width a power of two >= 2")
     cfgs = configs(args.ckpt_interval)
+    if args.before:
+        if not os.path.isfile(args.before):
+            sys.exit(f"taskbench: --before {args.before}: no such file")
+        cfgs += before_configs(os.path.realpath(args.before))
     if args.configs:
         want = args.configs.split(",")
         unknown = set(want) - {c[0] for c in cfgs}
