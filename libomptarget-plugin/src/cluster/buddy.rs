@@ -55,7 +55,7 @@ impl Cluster {
 
     /// Start the buddy thread, if buddy copies are on.
     pub(super) fn start_buddy(&'static self) -> std::io::Result<()> {
-        if !self.retains() || !self.buddy_policy().enabled() {
+        if !self.ledger.retains() || !self.buddy_policy().enabled() {
             return Ok(());
         }
         std::thread::Builder::new().name("ompc-ft-buddy".into()).spawn(move || self.buddy_loop()).map(|_| ())
@@ -65,7 +65,7 @@ impl Cluster {
         let policy = self.buddy_policy();
         loop {
             std::thread::sleep(policy.interval);
-            if self.stopped.load(Ordering::Acquire) || self.local().is_some() {
+            if self.stopped.is_set() || self.offload.local().is_some() {
                 return;
             }
             self.buddy_pass(&policy);
@@ -74,7 +74,7 @@ impl Cluster {
             // under the gate's read side.
             let _busy = self.tolerance.buddy_busy.lock();
             let _gate = self.tolerance.ft.enter();
-            if self.check_running().is_ok() {
+            if self.stopped.check().is_ok() {
                 self.prune();
             }
         }
@@ -82,7 +82,7 @@ impl Cluster {
 
     /// Does the buddy thread prune the task record (see `Cluster::maybe_prune`)?
     pub(super) fn buddy_prunes(&self) -> bool {
-        self.retains() && self.buddy_policy().enabled() && self.local().is_none()
+        self.ledger.retains() && self.buddy_policy().enabled() && self.offload.local().is_none()
     }
 
     /// Copy to the head every version that only workers hold, furthest behind first, in
@@ -113,7 +113,7 @@ impl Cluster {
             v.into()
         };
         while !todo.is_empty() {
-            if self.stopped.load(Ordering::Acquire) {
+            if self.stopped.is_set() {
                 return;
             }
             let t0 = Instant::now();
@@ -133,7 +133,7 @@ impl Cluster {
         // Shutdown waits for a batch in progress (its MPI calls) before it stops the workers.
         let _busy = self.tolerance.buddy_busy.lock();
         let _gate = self.tolerance.ft.enter();
-        self.check_running()?;
+        self.stopped.check()?;
         // (candidate, version, region)
         let mut picked: Vec<(Candidate, u64, Region)> = Vec::new();
         let mut src = None;
@@ -209,19 +209,19 @@ impl Cluster {
             }
             self.stage_on_head(&mut bufs, c.key)?;
             self.keep_head_version_before(&mut bufs, c.key, Some(*version));
-            self.before_changing_staged(c.key);
+            self.durability.before_changing_staged(c.key);
             // SAFETY: the head backed this buffer's pages just above; nothing reads the head's
             // copy meanwhile: it holds no current version (so no request sends from it), a
             // checkpoint saving it is done (waited above), and recovery cannot run (the gate
             // is held).
-            unsafe { self.write_on_head(c.key, &bytes) };
+            unsafe { self.offload.write_on_head(c.key, &bytes) };
             bufs.install(c.id, HEAD, *version);
             if let Some(b) = bufs.get_mut(c.key) {
                 b.buddy = Some(*version);
             }
             copied += 1;
             copied_bytes += region.size;
-            self.log(format_args!("BUDDY buffer {} version {} copied from {src} to the head ({} bytes)", c.id, version, region.size));
+            self.meter.log(format_args!("BUDDY buffer {} version {} copied from {src} to the head ({} bytes)", c.id, version, region.size));
         }
         drop(bufs);
         let mut s = self.tolerance.buddy_stats.lock();

@@ -1,5 +1,6 @@
 //! Taking a consistent checkpoint: the pause, the plan of who saves what, and the collection
 //! of the savers' answers in the background (design note in `crate::checkpoint`).
+use super::faults::Faults;
 use super::{link, Cluster, ClusterError, Result};
 use crate::checkpoint::{Checkpointer, SaveItem};
 use crate::data::HEAD;
@@ -16,7 +17,7 @@ impl Cluster {
     /// copy at `region`, which must be backed there: the head neither reads it nor sends it.
     /// Several may be posted before their answers are awaited ([`Cluster::restored`]).
     pub(super) fn post_restore(&self, w: i32, region: Region, rec: &ckpt_veloc::RegionRecord) -> Result<i32> {
-        self.inject_due(|t| *t == crate::inject::Trigger::DuringRestore);
+        Faults::of(self).inject_due(|t| *t == crate::inject::Trigger::DuringRestore);
         let record = serde_json::to_vec(rec).map_err(|e| ClusterError::Worker { rank: w, msg: format!("cannot encode a checkpoint record: {e}") })?;
         self.link.post(w, Event::Restore { region, record })
     }
@@ -36,7 +37,7 @@ impl Cluster {
     /// be saved: a resume of this job starts from the checkpoint this one resumed from).
     pub(crate) fn final_checkpoint(&self) {
         let Some(cp) = &self.durability.ckpt else { return };
-        if self.fast_forward() {
+        if self.durability.fast_forward() {
             eprintln!("ompcluster: SIGTERM while fast-forwarding a resumed job: no final checkpoint");
             return;
         }
@@ -50,7 +51,7 @@ impl Cluster {
     /// background (design note in `checkpoint.rs`).
     pub(super) fn checkpoint(&self, cp: &Checkpointer, force: bool) {
         let t0 = Instant::now();
-        let traced = self.trace_now();
+        let traced = self.meter.trace_now();
         let gate = self.tolerance.ft.exclusive(State::Checkpointing);
         if !force && !cp.due(self.ledger.device_bytes.load(Ordering::Relaxed)) {
             return; // another thread took it while we waited
@@ -103,17 +104,17 @@ impl Cluster {
                 }
             }
         }
-        self.inject_due(|t| *t == crate::inject::Trigger::DuringCheckpoint);
+        Faults::of(self).inject_due(|t| *t == crate::inject::Trigger::DuringCheckpoint);
         let head_items = plan.get(&HEAD).cloned().unwrap_or_default();
         let items: Vec<SaveItem> = plan.values().flatten().copied().collect();
         let pause = t0.elapsed();
-        self.trace(traced, Cat::Checkpoint, HEAD, format!("checkpoint {ckpt}"), || {
+        self.meter.trace(traced, Cat::Checkpoint, HEAD, format!("checkpoint {ckpt}"), || {
             let bytes: u64 = items.iter().map(|&(_, _, size, _)| size).sum();
             vec![("buffers", json!(items.len())), ("bytes", json!(bytes))]
         });
         let (comm, live, trace) = (self.link.comm.clone(), self.link.live.clone(), self.meter.trace.clone());
-        let paused = self.trace_now();
-        self.log(format_args!("CHECKPOINT {ckpt}: {} regions, pause {:.3} ms", items.len(), pause.as_secs_f64() * 1e3));
+        let paused = self.meter.trace_now();
+        self.meter.log(format_args!("CHECKPOINT {ckpt}: {} regions, pause {:.3} ms", items.len(), pause.as_secs_f64() * 1e3));
         cp.end_pause(ckpt, &items, head_items, pause, self.durability.journal.clone(), move |own_flush, saved| {
             // Each worker answers twice on its tag: saved (Ok), then flushed (Flushed). Every
             // answer is collected, even after a failure, so that none is left behind.

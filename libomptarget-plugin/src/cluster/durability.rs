@@ -10,10 +10,10 @@
 use super::resume::Replay;
 use super::ResumeRecord;
 use crate::checkpoint::Checkpointer;
-use crate::journal::{Checkpointed, Journal};
+use crate::journal::{Checkpointed, Entry, Journal, TaskEntry};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Checkpoints, the log and resuming.
@@ -50,6 +50,26 @@ impl Durability {
             adoptable: Mutex::new(adoptable),
             replay: Mutex::new(replay),
             resume_record: Mutex::new(resume_record),
+        }
+    }
+
+    /// Is the job fast-forwarding?
+    pub(super) fn fast_forward(&self) -> bool {
+        self.replaying.load(Ordering::Acquire)
+    }
+
+    /// Wait until a checkpoint in progress has saved the head's staged copy of the buffer at
+    /// `addr` (if it is saving it): call before changing or freeing that copy.
+    pub(super) fn before_changing_staged(&self, addr: u64) {
+        if let Some(cp) = &self.ckpt {
+            cp.head_pending.wait(addr);
+        }
+    }
+
+    /// The log entry of a region that ran cleanly (see `launch.rs`).
+    pub(super) fn log_task(&self, t: TaskEntry) {
+        if let Some(j) = &self.journal {
+            j.push(Entry::Task(t));
         }
     }
 }

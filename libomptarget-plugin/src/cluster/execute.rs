@@ -51,9 +51,9 @@ impl Cluster {
     pub(super) fn execute(&self, w: i32, run: Execute<'_>) -> Result<Executed> {
         match Place::of(w) {
             Place::Head => {
-                let since = self.trace_now();
+                let since = self.meter.trace_now();
                 let mut ran = self.run_here(run.image, run.kernel, run.args, &run.regions, &run.assume_written, run.quiet)?;
-                ran.traced = since.zip(self.trace_now());
+                ran.traced = since.zip(self.meter.trace_now());
                 Ok(ran)
             }
             Place::Worker(w) => {
@@ -67,7 +67,7 @@ impl Cluster {
     pub(super) fn post_execute(&self, w: i32, run: Execute<'_>) -> Result<Posted> {
         let n = run.regions.len();
         assert!(run.assume_written.len() == n && run.send_back.len() == n, "one flag per region");
-        let since = self.trace_now();
+        let since = self.meter.trace_now();
         let sizes = run.regions.iter().map(|r| r.size).collect();
         let posted = Posted { rank: w, tag: 0, sizes, assume_written: run.assume_written.clone(), send_back: run.send_back.clone(), quiet: run.quiet, since };
         let event = Event::Execute {
@@ -132,7 +132,7 @@ impl Cluster {
             }
             back.push((i, bytes));
         }
-        Ok(Executed { changed, pointers, seconds, patches, allocated, freed, traced: p.since.zip(self.trace_now()), returned: back, output, errors })
+        Ok(Executed { changed, pointers, seconds, patches, allocated, freed, traced: p.since.zip(self.meter.trace_now()), returned: back, output, errors })
     }
 
     /// What worker `w`'s region printed on stderr, less libomp's messages that another

@@ -6,6 +6,7 @@
 //! Threads: the prober (`ompc-ft-prober`, started here) and the detector's callback thread
 //! note failures without MPI; the handler thread tells the workers (it may use MPI).
 
+use super::faults::Faults;
 use super::Cluster;
 use crate::data::HEAD;
 use event_system::Liveness;
@@ -15,7 +16,6 @@ use ft_handler::{Device, RecoverError};
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use timeline::Cat;
 
 /// How often the head looks whether the worker processes on its host still exist.
@@ -62,7 +62,7 @@ impl Cluster {
     pub(crate) fn start_handler(&'static self, on_fatal: fn(&str) -> !) -> std::io::Result<()> {
         self.tolerance.ft.start(Arc::new(HeadDevice { c: self, on_fatal }))?;
         self.start_buddy()?;
-        self.start_timed_faults();
+        Faults::of(self).start_timed();
         let host = self.link.head_host();
         let local: Vec<(i32, Victim)> =
             (1..self.link.comm.size()).filter(|&r| self.link.procs[r as usize].0 == host).map(|r| (r, self.link.procs[r as usize].1)).collect();
@@ -80,7 +80,7 @@ impl Cluster {
         loop {
             for &(r, v) in local {
                 if !self.link.live.is_dead(r) && event_system::process::is_gone(v) {
-                    if self.stopped.load(Ordering::Acquire) {
+                    if self.stopped.is_set() {
                         self.link.live.fence(r);
                     } else {
                         self.note_failure(r, "its process ended: seen by the head on their shared host");
@@ -96,7 +96,7 @@ impl Cluster {
     /// MPI here, and no lock held across anything but the record (the handler thread tells
     /// the workers, see [`Cluster::tell_workers`]).
     pub(crate) fn note_failure(&self, rank: i32, how: &str) {
-        if rank == HEAD || self.stopped.load(Ordering::Acquire) {
+        if rank == HEAD || self.stopped.is_set() {
             return;
         }
         self.note_dead(rank, how);
@@ -110,7 +110,7 @@ impl Cluster {
         if !f.iter().any(|x| x.rank == rank) {
             let at = self.meter.start.elapsed().as_secs_f64();
             eprintln!("ompcluster: worker rank {rank} failed ({how}) at {at:.3} s; recovering");
-            let latency = self.since_injected(rank);
+            let latency = Faults::of(self).since_injected(rank);
             if let Some(t) = &self.meter.trace {
                 t.instant(Cat::Failure, HEAD, format!("rank {rank} failed"), vec![("rank", json!(rank)), ("noticed_by", json!(how))]);
             }

@@ -19,7 +19,7 @@ impl Cluster {
     /// device code's, to the rank whose arena it is in).
     pub(super) fn release_head_copy(&self, b: &Buffer) -> Result<()> {
         if b.backed.contains(&HEAD) {
-            self.before_changing_staged(b.addr);
+            self.durability.before_changing_staged(b.addr);
             self.offload.heap.release(b.addr, b.span)?;
         }
         match b.arena_of {
@@ -36,14 +36,6 @@ impl Cluster {
         Ok(())
     }
 
-    /// Wait until a checkpoint in progress has saved the head's staged copy of the buffer at
-    /// `addr` (if it is saving it): call before changing or freeing that copy.
-    pub(super) fn before_changing_staged(&self, addr: u64) {
-        if let Some(cp) = &self.durability.ckpt {
-            cp.head_pending.wait(addr);
-        }
-    }
-
     /// The head's copy of the buffer at `addr` is about to be overwritten: if it holds a
     /// version that re-running recorded tasks may need ([`Cluster::lineage_needs`]) and that
     /// no checkpoint holds, keep that version apart first, within the retention budget. Over
@@ -57,7 +49,7 @@ impl Cluster {
     /// buffer's later version `replaced_by` (a buddy copy): a version that feeds nothing but
     /// the buffer's own versions up to that one is not needed, found without a walk.
     pub(super) fn keep_head_version_before(&self, bufs: &mut Buffers, addr: u64, replaced_by: Option<u64>) {
-        if !self.retains() || self.local().is_some() {
+        if !self.ledger.retains() || self.offload.local().is_some() {
             return;
         }
         let Some(b) = bufs.get(addr).filter(|b| b.backed.contains(&HEAD)) else { return };
@@ -73,7 +65,7 @@ impl Cluster {
         // (writers of the head's copy hold it, or the gate exclusively, around this call).
         let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, b.size as usize) }.to_vec();
         if bufs.keep(a, Arc::new(bytes)) {
-            self.log(format_args!("KEEP buffer {} version {} apart (it feeds the current version of another buffer)", a.buffer, a.version));
+            self.meter.log(format_args!("KEEP buffer {} version {} apart (it feeds the current version of another buffer)", a.buffer, a.version));
         }
     }
 

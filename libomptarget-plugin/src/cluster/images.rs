@@ -80,7 +80,7 @@ impl Cluster {
             kernels: kernels.clone(),
             data: data.map(|(start, _)| base + start),
         };
-        if let Some(dev) = self.local() {
+        if let Some(dev) = self.offload.local() {
             // The head runs the regions itself: it loads the image here too.
             if let Some((start, end)) = data {
                 // Loading gives it its initial data (version 1) here.
@@ -102,7 +102,7 @@ impl Cluster {
             b.key = crate::journal::key::image(image_key, b.addr, b.size);
             b.holders = loaded.iter().copied().collect();
             b.backed = b.holders.clone();
-            if self.retains() {
+            if self.ledger.retains() {
                 // The head keeps the initial data too: no task produced it, so recovery can
                 // only take it from a copy.
                 self.stage_on_head(&mut bufs, addr)?;
@@ -110,7 +110,7 @@ impl Cluster {
                 self.keep_initial_data(addr, end - start, &loaded)?;
             }
         }
-        self.log(format_args!(
+        self.meter.log(format_args!(
             "LOAD_BINARY image {idx}: {} bytes at {base:#x}+{extent:#x}, {} kernels, {globals} globals, data {data:x?}",
             image.len(),
             kernels.len()

@@ -16,6 +16,7 @@
 //! buffer in two copies, which are merged, or one of which is undone and run again
 //! (`merge.rs`).
 use super::execute::Execute;
+use super::faults::Faults;
 use super::merge::{Run, Snap, needs_merge};
 use super::{Cluster, ClusterError, Executed, Kernel, Result, SHORT_KERNEL_NS, resume};
 use crate::data::{Buffer, Buffers, Place, PointsTo, HEAD};
@@ -62,7 +63,7 @@ impl Cluster {
     /// pointer (0 for by-value arguments): see [`Buffers::by_translation`] for why both.
     /// `mapped_from[i]` says argument i was mapped `from` (its buffer is surely written).
     pub(crate) fn launch(&self, entry: usize, args: &[u64], begins: &[u64], hosts: &[u64], mapped_from: &[bool]) -> Result<()> {
-        if self.fast_forward() {
+        if self.durability.fast_forward() {
             // A resumed job: the log may hold this region (`resume.rs`).
             let kernel = self.offload.kernels.read().get(&entry).cloned().ok_or(ClusterError::UnknownKernel(entry))?;
             if let resume::Skip::Done = self.skip_launch(&kernel, args, begins, hosts)? {
@@ -228,7 +229,7 @@ impl Cluster {
             for (j, ((a, ..), m)) in reach.iter().zip(&marked).enumerate() {
                 let torn = bufs.kernel_done(*a, w, changed.is_none_or(|c| c[j]));
                 if !torn.is_empty() {
-                    self.log(format_args!("TORN {a:#x} on {torn:?}: copied from {w} while this kernel changed it, so no version"));
+                    self.meter.log(format_args!("TORN {a:#x} on {torn:?}: copied from {w} while this kernel changed it, so no version"));
                 }
                 let Some(b) = bufs.get_mut(*a) else { continue };
                 if *m {
@@ -377,7 +378,7 @@ impl Cluster {
                     if staged && bufs.get(addr).is_some_and(|b| b.version_on(HEAD).is_none()) {
                         // The head keeps no version of it (over the retention budget): give
                         // the staged copy's memory back (it stays mapped).
-                        self.before_changing_staged(addr);
+                        self.durability.before_changing_staged(addr);
                         let _ = self.offload.heap.discard(addr, span);
                     }
                     writes.push(Access { buffer: id, version: v });
@@ -398,7 +399,7 @@ impl Cluster {
                         written.push((addr, ptrs));
                     }
                 }
-                self.log_task(crate::journal::TaskEntry { key, kernel: kernel.name.to_string(), writes: written, output, errors, kernel_s });
+                self.durability.log_task(crate::journal::TaskEntry { key, kernel: kernel.name.to_string(), writes: written, output, errors, kernel_s });
             }
             let allocs = self.adopt_blocks(&mut bufs, w, allocated, &mut reads, &mut writes);
             let record = TaskRecord {
@@ -445,7 +446,7 @@ impl Cluster {
             if let (Some(b), Some(r)) = (self.ledger.buffers.lock().get(addr), unrecorded.as_mut()) {
                 r.writes.push(Access { buffer: b.id, version: b.version });
             }
-            self.log(format_args!("MERGE image data {addr:#x}: changes of {} on {w} applied to the current copies", kernel.name));
+            self.meter.log(format_args!("MERGE image data {addr:#x}: changes of {} on {w} applied to the current copies", kernel.name));
         }
         self.offload.sched.task_finished(kernel_s);
         kernel.last_ns.store((kernel_s * 1e9) as u64, Ordering::Relaxed);
@@ -465,10 +466,10 @@ impl Cluster {
         }
         self.finish_deletes(deleted)?;
         self.maybe_prune();
-        self.inject_due(|t| matches!(t, crate::inject::Trigger::AfterTasks(n) if *n <= done + 1));
-        if self.cfg.verbose {
+        Faults::of(self).inject_due(|t| matches!(t, crate::inject::Trigger::AfterTasks(n) if *n <= done + 1));
+        if self.meter.verbose() {
             let took = self.meter.start.elapsed().as_secs_f64() - t0;
-            self.log(format_args!("EXECUTE {} on {w}: {:.3} ms in kernel, {:.3} ms total", kernel.name, kernel_s * 1e3, took * 1e3));
+            self.meter.log(format_args!("EXECUTE {} on {w}: {:.3} ms in kernel, {:.3} ms total", kernel.name, kernel_s * 1e3, took * 1e3));
         }
         Ok(())
     }
@@ -586,7 +587,7 @@ impl Cluster {
             writes.push(Access { buffer: id, version: v });
             allocs.push((addr, span));
             self.ledger.device_bytes.fetch_add(size, Ordering::Relaxed);
-            self.log(format_args!("DEVICE ALLOC {addr:#x} {size} bytes on {w}"));
+            self.meter.log(format_args!("DEVICE ALLOC {addr:#x} {size} bytes on {w}"));
         }
         allocs
     }
@@ -600,7 +601,7 @@ impl Cluster {
             eprintln!("ompcluster: device code on worker {w} freed {addr:#x}, which is no live device allocation: ignored");
             return Ok(());
         }
-        self.log(format_args!("DEVICE FREE {addr:#x} on {w}"));
+        self.meter.log(format_args!("DEVICE FREE {addr:#x} on {w}"));
         match self.remove_buffer(addr, block) {
             // Freed meanwhile by another region: the program's bug, as above.
             Ok(()) | Err(ClusterError::UnknownAddress(_)) => Ok(()),

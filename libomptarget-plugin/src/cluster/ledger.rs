@@ -25,10 +25,12 @@ pub(super) struct Ledger {
     pub(super) host_allocs: Mutex<HashMap<u64, u64>>,
     /// Prune the task record when it holds this many tasks (`prune.rs`).
     pub(super) prune_at: AtomicU64,
+    /// See [`Ledger::retains`].
+    retains: bool,
 }
 
 impl Ledger {
-    pub(super) fn new(buffers: Buffers, graph: TaskGraph, prune_at: u64) -> Self {
+    pub(super) fn new(buffers: Buffers, graph: TaskGraph, prune_at: u64, retains: bool) -> Self {
         Ledger {
             buffers: Mutex::new(buffers),
             moved: Condvar::new(),
@@ -36,6 +38,15 @@ impl Ledger {
             device_bytes: AtomicU64::new(0),
             host_allocs: Mutex::new(HashMap::default()),
             prune_at: AtomicU64::new(prune_at),
+            retains,
         }
+    }
+
+    /// Does the head keep data for recovery (fault tolerance on and `OMPCLUSTER_FT_RETAIN`
+    /// not 0): copies of host data and of images' initial data, deleted buffers recorded
+    /// tasks read, partial updates? With 0 it keeps nothing: the baseline that measures what
+    /// keeping costs (a lost version then often has no source, and the job stops saying so).
+    pub(super) fn retains(&self) -> bool {
+        self.retains
     }
 }

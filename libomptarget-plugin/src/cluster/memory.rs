@@ -31,7 +31,7 @@ impl Cluster {
         let _gate = self.enter()?;
         let addr = self.ledger.buffers.lock().create(size, host)?.addr;
         self.ledger.device_bytes.fetch_add(size, Ordering::Relaxed);
-        self.log(format_args!("ALLOC {addr:#x} {size} bytes"));
+        self.meter.log(format_args!("ALLOC {addr:#x} {size} bytes"));
         Ok(addr)
     }
 
@@ -40,11 +40,11 @@ impl Cluster {
     /// data); a region that dereferences it directly faults on its worker, where the range is
     /// reserved but never backed, instead of reading whatever the worker has at that address.
     pub(crate) fn alloc_host(&self, size: u64) -> Result<u64> {
-        self.check_running()?;
+        self.stopped.check()?;
         let (addr, span) = self.ledger.buffers.lock().reserve_raw(size)?;
         self.offload.heap.back(addr, span)?;
         self.ledger.host_allocs.lock().insert(addr, span);
-        self.log(format_args!("ALLOC_HOST {addr:#x} {size} bytes"));
+        self.meter.log(format_args!("ALLOC_HOST {addr:#x} {size} bytes"));
         Ok(addr)
     }
 
@@ -55,7 +55,7 @@ impl Cluster {
             self.ledger.buffers.lock().free_range(addr);
             return Ok(());
         }
-        if self.stopped.load(Ordering::Acquire) {
+        if self.stopped.is_set() {
             return Ok(()); // the workers are gone; the range dies with the process
         }
         let _gate = self.enter()?;
@@ -85,7 +85,7 @@ impl Cluster {
             }
             if bufs.get(addr).is_some_and(|b| !b.using.is_empty()) {
                 bufs.doom(addr);
-                self.log(format_args!("DELETE {addr:#x} once the regions in flight that may reach it are done"));
+                self.meter.log(format_args!("DELETE {addr:#x} once the regions in flight that may reach it are done"));
                 return Ok(());
             }
             let b = bufs.remove(addr).ok_or(ClusterError::UnknownAddress(addr))?;
@@ -93,7 +93,7 @@ impl Cluster {
             // (and the address range), within the budget, until the record no longer needs
             // it. A task that read its version 0 (zeros: a `map(from:)` buffer) needs no copy,
             // only the range, to run again (say, to rebuild what device code allocated in it).
-            let retire = self.retains()
+            let retire = self.ledger.retains()
                 && bufs.may_retain(b.span)
                 && (b.version_on(HEAD).is_some() || self.ledger.graph.lock().is_read(Access { buffer: b.id, version: 0 }))
                 && self.reruns_may_read(&bufs, b.id, b.version, &mut { WALK_BUDGET });
@@ -120,8 +120,8 @@ impl Cluster {
         } else {
             self.release_head_copy(&b)?;
         }
-        self.log(format_args!("DELETE {addr:#x}{}", if retire { " (head copy kept for recovery)" } else { "" }));
-        if self.retains() {
+        self.meter.log(format_args!("DELETE {addr:#x}{}", if retire { " (head copy kept for recovery)" } else { "" }));
+        if self.ledger.retains() {
             self.release_unneeded_inputs(id, version)?;
         }
         Ok(())
@@ -170,7 +170,7 @@ impl Cluster {
         };
         for b in released {
             self.release_head_copy(&b)?;
-            self.log(format_args!("RELEASE retired {:#x}: no recorded task recovery may re-run reads it", b.addr));
+            self.meter.log(format_args!("RELEASE retired {:#x}: no recorded task recovery may re-run reads it", b.addr));
         }
         Ok(())
     }
@@ -193,7 +193,7 @@ impl Cluster {
     /// # Safety
     /// `host..host+len` must be readable.
     pub(crate) unsafe fn submit(&self, tgt: u64, host: *const u8, len: u64) -> Result<()> {
-        if self.fast_forward() {
+        if self.durability.fast_forward() {
             self.live_for(&[tgt])?;
         }
         self.resilient(|| {
@@ -243,7 +243,7 @@ impl Cluster {
             if let (Some(key), Some(b)) = (key, bufs.get_mut(addr)) {
                 b.key = key;
             }
-            made = (!on_head && self.retains()).then_some((before, v, worker));
+            made = (!on_head && self.ledger.retains()).then_some((before, v, worker));
         }
         drop(bufs);
         if let Some((before, v, worker)) = made {
@@ -255,7 +255,7 @@ impl Cluster {
             let op = task_graph::Op::HostUpdate { offset: tgt - addr, bytes };
             self.record_op("target update to (host bytes)", worker, vec![before], Access { buffer: before.buffer, version: v }, op);
         }
-        self.log(format_args!("SUBMIT {tgt:#x} {len} bytes"));
+        self.meter.log(format_args!("SUBMIT {tgt:#x} {len} bytes"));
         Ok(())
     }
 
@@ -343,7 +343,7 @@ impl Cluster {
                 // re-run, so the head's copy is where recovery finds it.
                 let holders = b.holders.clone();
                 let mut t = vec![self.least_busy(&holders).ok_or(ClusterError::Lost(addr))?];
-                if self.retains() {
+                if self.ledger.retains() {
                     t.push(HEAD);
                 }
                 t
@@ -361,13 +361,13 @@ impl Cluster {
             (addr, targets, whole)
         };
         if targets.contains(&HEAD) {
-            self.before_changing_staged(addr);
+            self.durability.before_changing_staged(addr);
         }
         let mut scan = Some(scan);
         // The head's copy is written while the bytes travel to the first worker, if any.
         // SAFETY: `tgt..tgt+len` lies in a buffer the head has backed (staged above); the
         // host range is readable (caller).
-        let mut head_copy = targets.contains(&HEAD).then_some(move || unsafe { self.write_on_head(tgt, std::slice::from_raw_parts(host, len as usize)) });
+        let mut head_copy = targets.contains(&HEAD).then_some(move || unsafe { self.offload.write_on_head(tgt, std::slice::from_raw_parts(host, len as usize)) });
         let mut found = None;
         // SAFETY: forwarded contract (readable, unchanged host bytes).
         let sent = unsafe { self.send_submit(&targets, tgt, host, len, &mut head_copy, &mut scan, &mut found) };
@@ -413,7 +413,7 @@ impl Cluster {
                     copy();
                 }
             } else {
-                let t = self.trace_now();
+                let t = self.meter.trace_now();
                 let during = || {
                     let f = scan.take().map(|s| s());
                     if let Some(copy) = head_copy.take() {
@@ -429,7 +429,7 @@ impl Cluster {
                 }
                 self.link.expect_ok(r, tag)?;
                 self.meter.stats.add_submitted(len);
-                self.trace(t, Cat::Submit, r, "submit", || vec![("bytes", json!(len)), ("addr", json!(tgt))]);
+                self.meter.trace(t, Cat::Submit, r, "submit", || vec![("bytes", json!(len)), ("addr", json!(tgt))]);
             }
         }
         Ok(())
@@ -441,7 +441,7 @@ impl Cluster {
     /// `host..host+len` must be writable and not accessed by others meanwhile.
     pub(crate) unsafe fn retrieve(&self, host: *mut u8, tgt: u64, len: u64) -> Result<()> {
         // SAFETY: forwarded contract.
-        if self.fast_forward() && unsafe { self.retrieve_from_log(host, tgt, len)? } {
+        if self.durability.fast_forward() && unsafe { self.retrieve_from_log(host, tgt, len)? } {
             return Ok(());
         }
         self.resilient(|| {
@@ -477,7 +477,7 @@ impl Cluster {
                     bufs.take_sent_back(addr);
                 }
                 self.meter.stats.add_retrieved(len);
-                self.log(format_args!("RETRIEVE {tgt:#x} {len} bytes, sent back with the EXECUTE reply"));
+                self.meter.log(format_args!("RETRIEVE {tgt:#x} {len} bytes, sent back with the EXECUTE reply"));
                 // SAFETY: the caller guarantees the host range is ours; it holds `len` bytes now.
                 unsafe { self.log_retrieve(key, host, len) };
                 return Ok(());
@@ -504,13 +504,13 @@ impl Cluster {
             // SAFETY: the head holds the current version in its staged copy at `tgt`.
             Some(Place::Head) => unsafe { std::ptr::copy_nonoverlapping(tgt as *const u8, host, len as usize) },
             Some(Place::Worker(w)) => {
-                let (t, region) = (self.trace_now(), Region { addr: tgt, size: len });
+                let (t, region) = (self.meter.trace_now(), Region { addr: tgt, size: len });
                 // SAFETY: the caller guarantees the host range is writable and exclusive.
                 unsafe { self.retrieve_into(region, w, host)? };
                 self.note_retrieved(region, w, t);
             }
         }
-        self.log(format_args!("RETRIEVE {tgt:#x} {len} bytes from {src:?}"));
+        self.meter.log(format_args!("RETRIEVE {tgt:#x} {len} bytes from {src:?}"));
         // SAFETY: the caller guarantees the host range is ours; it holds `len` bytes now.
         unsafe { self.log_retrieve(key, host, len) };
         Ok(())
@@ -530,7 +530,7 @@ impl Cluster {
 
     /// Device-to-device copy inside the cluster device (`omp_target_memcpy`).
     pub(crate) fn copy(&self, src: u64, dst: u64, len: u64) -> Result<()> {
-        if self.fast_forward() {
+        if self.durability.fast_forward() {
             self.live_for(&[src, dst])?;
         }
         self.resilient(|| self.copy_once(src, dst, len))
@@ -588,10 +588,10 @@ impl Cluster {
             made = Some((vec![src_access, before], Access { buffer: before.buffer, version: v }));
         }
         drop(bufs);
-        if let Some((reads, made)) = made.filter(|_| self.retains()) {
+        if let Some((reads, made)) = made.filter(|_| self.ledger.retains()) {
             self.record_op("omp_target_memcpy", at, reads, made, task_graph::Op::DeviceCopy { src, dst, size: len });
         }
-        self.log(format_args!("COPY {src:#x} -> {dst:#x} {len} bytes on {at}"));
+        self.meter.log(format_args!("COPY {src:#x} -> {dst:#x} {len} bytes on {at}"));
         Ok(())
     }
 }

@@ -228,7 +228,7 @@ impl Cluster {
                     return Err(stop(&mut held, e));
                 }
             }
-            self.log(format_args!(
+            self.meter.log(format_args!(
                 "MERGE {:#x}: {} run(s) changed by {} on {w} applied to the version changed meanwhile on {}",
                 m.region.addr,
                 apply.len(),
@@ -291,7 +291,7 @@ impl Cluster {
             }
         }
         self.forget_copies_changed(run);
-        self.log(format_args!("RUN AGAIN on {w}: {e}"));
+        self.meter.log(format_args!("RUN AGAIN on {w}: {e}"));
         ClusterError::RunAgain(Box::new(e))
     }
 

@@ -23,6 +23,7 @@
 use crate::checkpoint::Checkpointer;
 use crate::config::Config;
 use crate::data::{Buffer, Buffers, HEAD};
+use crate::inject::Injector;
 use event_system::comm::CommError;
 use event_system::process::Victim;
 use event_system::protocol::{Event, FoundPointers, Patch};
@@ -34,6 +35,29 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use task_graph::TaskGraph;
 use thiserror::Error;
+
+/// A holder of part `P` of the cluster: the cluster itself, or a view that borrows `P`.
+///
+/// The code that acts on the cluster is in views: one type per file, `Copy`, holding a
+/// reference to each part it uses (see `README.md`). A view is built by its `of` from any
+/// holder of all the parts it borrows, so that a view can build another only if it borrows
+/// every part that one does: the compiler checks that a view's fields list all it may change.
+pub(super) trait Holds<'a, P: ?Sized>: Copy {
+    /// The part.
+    fn part(self) -> &'a P;
+}
+
+/// `holds!(View<'a>: field: Part, ...)`: `View` holds each `Part` in the field of that name
+/// (`field.sub` for a part kept inside another).
+macro_rules! holds {
+    ($holder:ty: $($field:ident $(.$sub:ident)?: $part:ty),* $(,)?) => {
+        $(impl<'a> $crate::cluster::Holds<'a, $part> for $holder {
+            fn part(self) -> &'a $part {
+                &self.$field $(.$sub)?
+            }
+        })*
+    };
+}
 
 mod buddy;
 mod durability;
@@ -63,6 +87,7 @@ pub use failures::{FailureRecord, RecoveryRecord, SpareRecord};
 pub use resume::ResumeRecord;
 
 use durability::Durability;
+use faults::Faults;
 use ledger::Ledger;
 use link::Link;
 use meter::Meter;
@@ -245,7 +270,33 @@ pub struct Cluster {
     meter: Meter,
     cfg: Config,
     /// The device has shut down: requests are refused.
-    stopped: AtomicBool,
+    stopped: Stopped,
+}
+
+holds!(&'a Cluster: link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, tolerance.inject: Injector, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped);
+
+/// The device has shut down: requests are refused (set once, by [`Cluster::shutdown`]).
+pub(super) struct Stopped(AtomicBool);
+
+impl Stopped {
+    /// Has the device shut down?
+    pub(super) fn is_set(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// `Err(Stopped)` once the device has shut down.
+    pub(super) fn check(&self) -> Result<()> {
+        if self.is_set() {
+            Err(ClusterError::Stopped)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Shut down; returns whether it was already.
+    fn set(&self) -> bool {
+        self.0.swap(true, Ordering::AcqRel)
+    }
 }
 
 impl Cluster {
@@ -260,7 +311,7 @@ impl Cluster {
         ckpt: Option<Checkpointer>,
     ) -> Self {
         let n = comm.size() as usize;
-        let meter = Meter::new(n, cfg.trace.is_some());
+        let meter = Meter::new(n, cfg.trace.is_some(), cfg.verbose);
         let (base, size) = heap.buffer_space();
         let mut buffers = Buffers::new(base, size);
         buffers.set_retention_budget(if recovery { cfg.ft_retain } else { 0 });
@@ -272,12 +323,12 @@ impl Cluster {
         let inject = crate::inject::Injector::new(cfg.ft_inject.as_deref().and_then(|s| crate::inject::parse(s, Some(n as i32)).ok()).unwrap_or_default());
         Cluster {
             link: Link::new(comm, live, procs),
-            ledger: Ledger::new(buffers, graph, prune::FIRST_PRUNE),
+            ledger: Ledger::new(buffers, graph, prune::FIRST_PRUNE, recovery && cfg.ft_retain > 0),
             offload: Offload::new(heap, Scheduler::new(cfg.policy), n),
             tolerance: Tolerance::new(recovery, cfg.spares as usize, n, inject),
             durability: Durability::new(ckpt, journal, replay, resume_record),
             meter,
-            stopped: AtomicBool::new(false),
+            stopped: Stopped(AtomicBool::new(false)),
             cfg,
         }
     }
@@ -299,54 +350,23 @@ impl Cluster {
         self.link.workers().filter(move |&r| !on_head && !self.tolerance.idle_spare[r as usize].load(Ordering::Relaxed)).chain(on_head.then_some(HEAD))
     }
 
-    /// The head's own device, if it runs target regions itself.
-    fn local(&self) -> Option<&event_system::LocalDevice> {
-        self.offload.local.get().map(|(d, _)| d)
-    }
-
-    fn check_running(&self) -> Result<()> {
-        if self.stopped.load(Ordering::Acquire) {
-            Err(ClusterError::Stopped)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Does the head keep data for recovery (fault tolerance on and `OMPCLUSTER_FT_RETAIN`
-    /// not 0): copies of host data and of images' initial data, deleted buffers recorded
-    /// tasks read, partial updates? With 0 it keeps nothing: the baseline that measures what
-    /// keeping costs (a lost version then often has no source, and the job stops saying so).
-    fn retains(&self) -> bool {
-        self.tolerance.recovery && self.cfg.ft_retain > 0
-    }
-
-    /// Now on the trace's clock, if a trace is recorded: the start of a span for
-    /// [`Cluster::trace`] (None costs nothing more).
+    /// Now on the trace's clock, if a trace is recorded (see [`Meter::trace_now`]).
     pub(crate) fn trace_now(&self) -> Option<f64> {
-        self.meter.trace.as_ref().map(|t| t.now())
+        self.meter.trace_now()
     }
 
-    /// Record a span of `cat` on `rank`'s track from `since` (a [`Cluster::trace_now`]) until
-    /// now; `args` is only called when a trace is recorded.
+    /// Record a span on `rank`'s track from `since` until now (see [`Meter::trace`]).
     pub(crate) fn trace(&self, since: Option<f64>, cat: timeline::Cat, rank: i32, name: impl Into<timeline::record::Name>, args: impl FnOnce() -> timeline::Args) {
-        if let (Some(t), Some(since)) = (&self.meter.trace, since) {
-            t.span(cat, rank, name, since, args());
-        }
-    }
-
-    fn log(&self, what: std::fmt::Arguments<'_>) {
-        if self.cfg.verbose {
-            eprintln!("[ompcluster {:>9.3} ms] {what}", self.meter.start.elapsed().as_secs_f64() * 1e3);
-        }
+        self.meter.trace(since, cat, rank, name, args)
     }
 
     /// Enter an offloading request: take a checkpoint first if one is due, then hold the
     /// gate's read side for the request.
     fn enter(&self) -> Result<parking_lot::RwLockReadGuard<'_, ()>> {
-        self.check_running()?;
+        self.stopped.check()?;
         if let Some(cp) = &self.durability.ckpt {
             // While fast-forwarding, versions no rank holds cannot be saved: no checkpoint.
-            if !self.fast_forward() && cp.due(self.ledger.device_bytes.load(Ordering::Relaxed)) {
+            if !self.durability.fast_forward() && cp.due(self.ledger.device_bytes.load(Ordering::Relaxed)) {
                 self.checkpoint(cp, false);
             }
         }
@@ -373,7 +393,7 @@ impl Cluster {
                 done => return done,
             };
             let Some(dead) = self.failure_behind(&err) else { return Err(err) };
-            self.log(format_args!("request failed ({err}); waiting for recovery from the loss of {dead:?}"));
+            self.meter.log(format_args!("request failed ({err}); waiting for recovery from the loss of {dead:?}"));
             self.tolerance.ft.wait_recovered(&dead).map_err(ClusterError::Unrecoverable)?;
         }
     }
@@ -407,7 +427,7 @@ impl Cluster {
                     ClusterError::PeerDead(_) => "declared dead by the failure detector of the worker on the other side of a transfer",
                     _ => "declared dead by the failure detector, noticed by a request waiting for it",
                 };
-                if self.stopped.load(Ordering::Acquire) {
+                if self.stopped.is_set() {
                     self.link.live.fence(*r);
                 } else {
                     self.record_failure(*r, how);
@@ -443,7 +463,7 @@ impl Cluster {
         if let Some(cp) = &self.durability.ckpt {
             cp.wait(); // a flush in progress needs the workers
         }
-        if self.stopped.swap(true, Ordering::AcqRel) {
+        if self.stopped.set() {
             return Vec::new();
         }
         if let Some(waker) = &self.offload.waker {
@@ -454,7 +474,7 @@ impl Cluster {
         let workers: Vec<i32> = self.link.workers().collect();
         let messages = self.link.comm.messages();
         // Sent ahead of EXIT, on the same tag: the victim has it when EXIT comes.
-        self.inject_due(|t| *t == crate::inject::Trigger::DuringExit);
+        Faults::of(self).inject_due(|t| *t == crate::inject::Trigger::DuringExit);
         let mut tags = Vec::new();
         for &w in &workers {
             match self.link.post(w, Event::Exit) {

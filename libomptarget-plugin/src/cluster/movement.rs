@@ -87,7 +87,7 @@ impl Cluster {
         let region = Region { addr, size };
         let t0 = Instant::now();
         let state = if let (Place::Head, Place::Worker(w)) = (Place::of(src), Place::of(w)) {
-            let trace = self.trace_now();
+            let trace = self.meter.trace_now();
             // SAFETY: as for `copy_between` from the head: its staged copy is backed and does
             // not change while the bytes are sent (the send is complete when this returns).
             match unsafe { self.post_submit(region, addr as *const u8, w, || ()) } {
@@ -150,9 +150,9 @@ impl Cluster {
         self.ledger.moved.notify_all();
         drop(bufs);
         moved?;
-        self.log(format_args!("MOVE {addr:#x} {size} bytes {src} -> {w}"));
+        self.meter.log(format_args!("MOVE {addr:#x} {size} bytes {src} -> {w}"));
         if outcome == Moved::Touched {
-            self.log(format_args!("TORN {addr:#x} on {w}: copied from {src} while a kernel there changed it, so no version"));
+            self.meter.log(format_args!("TORN {addr:#x} on {w}: copied from {src} while a kernel there changed it, so no version"));
         }
         Ok(size)
     }
@@ -165,7 +165,7 @@ impl Cluster {
                 let bytes = self.fetch(region, src)?;
                 // SAFETY: the head backed its copy (the caller's contract); no request uses it
                 // while its current version is on the way.
-                unsafe { self.write_on_head(region.addr, &bytes) };
+                unsafe { self.offload.write_on_head(region.addr, &bytes) };
                 return Ok(());
             }
             // SAFETY: the head's staged copy of this buffer is backed; pages are only
@@ -175,7 +175,7 @@ impl Cluster {
             (Place::Head, Place::Worker(dst)) => return unsafe { self.submit_from(region, region.addr as *const u8, dst) },
             (Place::Worker(src), Place::Worker(dst)) => (src, dst),
         };
-        let t = self.trace_now();
+        let t = self.meter.trace_now();
         let tag = self.link.tags.next();
         let send = |rank: i32, event: Event| self.link.comm.send_event(rank, &Envelope { tag, event }, self.link.live.as_ref());
         let exchanged = send(src, Event::ExchangeSend { region, peer: dst })
@@ -190,7 +190,7 @@ impl Cluster {
         }
         exchanged?;
         self.meter.stats.add_exchanged(region.size);
-        self.trace(t, Cat::Exchange, dst, "exchange", || vec![("bytes", json!(region.size)), ("from", json!(src)), ("addr", json!(region.addr))]);
+        self.meter.trace(t, Cat::Exchange, dst, "exchange", || vec![("bytes", json!(region.size)), ("from", json!(src)), ("addr", json!(region.addr))]);
         Ok(())
     }
 
@@ -202,10 +202,10 @@ impl Cluster {
     pub(super) unsafe fn submit_from(&self, region: Region, bytes: *const u8, dst: i32) -> Result<()> {
         let Place::Worker(dst) = Place::of(dst) else {
             // SAFETY: forwarded contract (readable bytes; the head's copy is backed).
-            unsafe { self.write_on_head(region.addr, std::slice::from_raw_parts(bytes, region.size as usize)) };
+            unsafe { self.offload.write_on_head(region.addr, std::slice::from_raw_parts(bytes, region.size as usize)) };
             return Ok(());
         };
-        let t = self.trace_now();
+        let t = self.meter.trace_now();
         // SAFETY: forwarded contract.
         let (tag, ()) = unsafe { self.post_submit(region, bytes, dst, || ())? };
         self.finish_submit(region, dst, tag, t)
@@ -237,7 +237,7 @@ impl Cluster {
     fn finish_submit(&self, region: Region, dst: i32, tag: i32, since: Option<f64>) -> Result<()> {
         self.link.expect_ok(dst, tag)?;
         self.meter.stats.add_submitted(region.size);
-        self.trace(since, Cat::Submit, dst, "submit", || vec![("bytes", json!(region.size)), ("addr", json!(region.addr))]);
+        self.meter.trace(since, Cat::Submit, dst, "submit", || vec![("bytes", json!(region.size)), ("addr", json!(region.addr))]);
         Ok(())
     }
 
@@ -248,7 +248,7 @@ impl Cluster {
             // it meanwhile.
             return Ok(unsafe { std::slice::from_raw_parts(region.addr as *const u8, region.size as usize) }.to_vec());
         };
-        let t = self.trace_now();
+        let t = self.meter.trace_now();
         let mut bytes = vec![0u8; region.size as usize];
         // SAFETY: `bytes` has `region.size` writable bytes, leaked if the peer died (MPI may
         // still write them).
@@ -266,7 +266,7 @@ impl Cluster {
     /// the order they come). For background work: the waits for the answers sleep rather
     /// than spin.
     pub(super) fn fetch_many(&self, regions: &[Region], from: i32) -> Result<Vec<Vec<u8>>> {
-        let t = self.trace_now();
+        let t = self.meter.trace_now();
         let mut tags = Vec::with_capacity(regions.len());
         for r in regions {
             tags.push(self.link.post(from, Event::Retrieve(*r))?);
@@ -290,7 +290,7 @@ impl Cluster {
     /// Count a retrieve of `region` from `from` that started at `since` (a trace time).
     pub(super) fn note_retrieved(&self, region: Region, from: i32, since: Option<f64>) {
         self.meter.stats.add_retrieved(region.size);
-        self.trace(since, Cat::Retrieve, from, "retrieve", || vec![("bytes", json!(region.size)), ("addr", json!(region.addr))]);
+        self.meter.trace(since, Cat::Retrieve, from, "retrieve", || vec![("bytes", json!(region.size)), ("addr", json!(region.addr))]);
     }
 
     /// Copy worker `from`'s copy of `region` into `dst`: the bytes come inside the answer if

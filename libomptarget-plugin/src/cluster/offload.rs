@@ -52,4 +52,25 @@ impl Offload {
             attached: AtomicBool::new(false),
         }
     }
+
+    /// The head's own device, if it runs target regions itself.
+    pub(super) fn local(&self) -> Option<&LocalDevice> {
+        self.local.get().map(|(d, _)| d)
+    }
+
+    /// Write `bytes` into the head's copy at `addr`: through the head's device once it runs
+    /// regions (an image's data keeps the head's own library addresses and runtime state),
+    /// else plainly.
+    ///
+    /// # Safety
+    /// `addr..addr+bytes.len()` must lie in a buffer the head backed, which nothing reads or
+    /// writes meanwhile.
+    pub(super) unsafe fn write_on_head(&self, addr: u64, bytes: &[u8]) {
+        match self.local() {
+            // SAFETY: forwarded contract.
+            Some(dev) => unsafe { dev.write(addr, bytes) },
+            // SAFETY: forwarded contract; `bytes` is another allocation.
+            None => unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len()) },
+        }
+    }
 }

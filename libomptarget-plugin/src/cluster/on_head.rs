@@ -37,7 +37,7 @@ impl Cluster {
             let bufs = self.ledger.buffers.lock();
             let b = bufs.get(addr)?;
             (b.backed.contains(&HEAD) && b.version_on(HEAD).is_some()).then(|| {
-                self.before_changing_staged(addr);
+                self.durability.before_changing_staged(addr);
                 // SAFETY: the head backed this copy; nothing changes it meanwhile (recovery
                 // holds the gate, and the buffer lock is held).
                 unsafe { std::slice::from_raw_parts(addr as *const u8, b.size as usize) }.to_vec()
@@ -56,7 +56,7 @@ impl Cluster {
                 None => bufs.install(id, HEAD, 1),
             }
         }
-        self.log(format_args!("LOAD_BINARY image {idx} on the head"));
+        self.meter.log(format_args!("LOAD_BINARY image {idx} on the head"));
         Ok(())
     }
 
@@ -64,9 +64,9 @@ impl Cluster {
     /// runs an EXECUTE. With `quiet`, what it prints is dropped (a re-run during recovery:
     /// its first run printed it).
     pub(super) fn run_here(&self, image: u32, index: u32, args: &[u64], regions: &[Region], assume_written: &[bool], quiet: bool) -> Result<Executed> {
-        let dev = self.local().ok_or(ClusterError::NoWorker)?;
+        let dev = self.offload.local().ok_or(ClusterError::NoWorker)?;
         for r in regions {
-            self.before_changing_staged(r.addr);
+            self.durability.before_changing_staged(r.addr);
         }
         let _quiet = if quiet { Some(QuietStdout::new().map_err(|e| ClusterError::Worker { rank: HEAD, msg: format!("cannot silence stdout: {e}") })?) } else { None };
         // SAFETY: the caller made every region present on the head (staged at its device
@@ -87,21 +87,6 @@ impl Cluster {
         })
     }
 
-    /// Write `bytes` into the head's copy at `addr`: through the head's device once it runs
-    /// regions (an image's data keeps the head's own library addresses and runtime state),
-    /// else plainly.
-    ///
-    /// # Safety
-    /// `addr..addr+bytes.len()` must lie in a buffer the head backed, which nothing reads or
-    /// writes meanwhile.
-    pub(super) unsafe fn write_on_head(&self, addr: u64, bytes: &[u8]) {
-        match self.local() {
-            // SAFETY: forwarded contract.
-            Some(dev) => unsafe { dev.write(addr, bytes) },
-            // SAFETY: forwarded contract; `bytes` is another allocation.
-            None => unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len()) },
-        }
-    }
 }
 
 /// The process's standard output goes to /dev/null while this lives (C streams flushed on

@@ -115,7 +115,7 @@ impl Cluster {
             bufs.release_retired(&g.buffers_read())
         };
         self.ledger.prune_at.store(FIRST_PRUNE.max(2 * len as u64), Ordering::Relaxed);
-        self.log(format_args!("PRUNE {removed} tasks; {len} kept"));
+        self.meter.log(format_args!("PRUNE {removed} tasks; {len} kept"));
         for b in released {
             if let Err(e) = self.release_head_copy(&b) {
                 eprintln!("ompcluster: cannot release buffer {:#x}: {e}", b.addr);

@@ -12,6 +12,7 @@
 //! [`RecoverError::NewFailure`]; the handler calls it again with the larger set (what was
 //! rebuilt so far stays rebuilt).
 
+use super::faults::Faults;
 use super::rerun::Side;
 use super::{RecoveryRecord, SpareRecord};
 use super::{Cluster, ClusterError, SHORT_KERNEL_NS};
@@ -116,7 +117,7 @@ impl algo::Primitives for Rebuild<'_> {
         c.fence(dead, &live)?;
         let mut lost = c.ledger.buffers.lock().forget_ranks(dead);
         lost.retain(|a| self.only.is_none_or(|o| o.contains(&a.buffer)));
-        c.inject_due(|t| *t == crate::inject::Trigger::DuringRecovery);
+        Faults::of(c).inject_due(|t| *t == crate::inject::Trigger::DuringRecovery);
         for &r in dead {
             c.tolerance.inject.rearm(r, crate::inject::Trigger::DuringRecovery);
         }
@@ -200,7 +201,7 @@ impl algo::Primitives for Rebuild<'_> {
     }
 
     fn log(&self, what: std::fmt::Arguments<'_>) {
-        self.c.log(what);
+        self.c.meter.log(what);
     }
 
     fn warn(&self, what: std::fmt::Arguments<'_>) {
@@ -225,7 +226,7 @@ impl Cluster {
     /// buffers `only` names (all, if None).
     pub(super) fn recover_only(&self, dead: &BTreeSet<i32>, only: Option<&BTreeSet<u64>>) -> std::result::Result<(), RecoverError> {
         let t0 = Instant::now();
-        let traced = self.trace_now();
+        let traced = self.meter.trace_now();
         let at_seconds = self.meter.start.elapsed().as_secs_f64();
         for &r in dead {
             self.record_failure(r, "declared dead");
@@ -289,7 +290,7 @@ impl Cluster {
             out.from_live_copies,
             out.rebuilt,
         ); }
-        self.trace(traced, Cat::Recovery, HEAD, "recovery", || {
+        self.meter.trace(traced, Cat::Recovery, HEAD, "recovery", || {
             vec![
                 ("dead", json!(rec.dead)),
                 ("versions_lost", json!(rec.outcome.versions_lost)),

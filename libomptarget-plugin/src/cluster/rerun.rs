@@ -60,7 +60,7 @@ impl Cluster {
             out.done = 1;
             return Ok(out);
         }
-        self.log(format_args!("RERUN tasks #{}..#{} ({} in a chain) on {w}", first.id, batch[batch.len() - 1].id, batch.len()));
+        self.meter.log(format_args!("RERUN tasks #{}..#{} ({} in a chain) on {w}", first.id, batch[batch.len() - 1].id, batch.len()));
         let mut sent = Vec::with_capacity(batch.len());
         for (k, t) in batch.iter().enumerate() {
             let regions = if k == 0 {
@@ -109,7 +109,7 @@ impl Cluster {
                 t.reads.iter().filter_map(|a| bufs.by_id(a.buffer).map(|b| b.addr)).collect()
             };
             for addr in addrs {
-                self.before_changing_staged(addr);
+                self.durability.before_changing_staged(addr);
             }
         }
         for a in rescue {
@@ -119,7 +119,7 @@ impl Cluster {
             };
             let bytes = self.fetch(region, w).map_err(new_failure)?;
             side.lock().insert(*a, Arc::new(bytes));
-            self.log(format_args!("RESCUE buffer {} version {} from rank {w}", a.buffer, a.version));
+            self.meter.log(format_args!("RESCUE buffer {} version {} from rank {w}", a.buffer, a.version));
         }
         let mut regions = Vec::with_capacity(t.reads.len());
         for a in &t.reads {
@@ -145,7 +145,7 @@ impl Cluster {
                 (region, source, buddy)
             };
             regions.push(region);
-            if self.cfg.verbose {
+            if self.meter.verbose() {
                 let from = match &source {
                     Source::Present => "present".to_string(),
                     Source::Copy(r) if buddy => format!("rank {r}'s buddy copy"),
@@ -154,7 +154,7 @@ impl Cluster {
                     Source::Zeros => "zeros".to_string(),
                     Source::Checkpoint => "a checkpoint".to_string(),
                 };
-                self.log(format_args!("RERUN task #{} on {w}: buffer {} version {} from {from}", t.id, a.buffer, a.version));
+                self.meter.log(format_args!("RERUN task #{} on {w}: buffer {} version {} from {from}", t.id, a.buffer, a.version));
             }
             match source {
                 Source::Present => continue,
@@ -235,7 +235,7 @@ impl Cluster {
             &task_graph::Op::DeviceCopy { src, dst, size } if Place::of(w) == Place::Head => {
                 let bytes = self.fetch(Region { addr: src, size }, HEAD).map_err(fatal)?;
                 // SAFETY: both buffers are installed on the head above; recovery holds the gate.
-                unsafe { self.write_on_head(dst, &bytes) };
+                unsafe { self.offload.write_on_head(dst, &bytes) };
                 written.to_vec()
             }
             &task_graph::Op::DeviceCopy { src, dst, size } => {
@@ -287,11 +287,11 @@ impl Cluster {
         if bufs.get(addr).and_then(|b| b.version_on(HEAD)) != Some(a.version) {
             self.keep_head_version(&mut bufs, addr);
         }
-        self.before_changing_staged(addr);
+        self.durability.before_changing_staged(addr);
         let n = bytes.len().min(bufs.get(addr).map_or(0, |b| b.size as usize));
         // SAFETY: the head backed this buffer's pages just above; no request is in flight
         // (recovery holds the gate) and a checkpoint saving them finished (waited above).
-        unsafe { self.write_on_head(addr, &bytes[..n]) };
+        unsafe { self.offload.write_on_head(addr, &bytes[..n]) };
         bufs.install(a.buffer, HEAD, a.version);
         Ok(())
     }
@@ -301,7 +301,7 @@ impl Cluster {
         decide::same_allocations(t, Place::of(w) == Place::Head, None).map_err(|why| Stop::Recover(RecoverError::Fatal(why)))?;
         // Its allocations take the addresses of its first run's (see `worker/device_alloc.rs`).
         let replay: Vec<Region> = t.allocs.iter().map(|&(addr, size)| Region { addr, size }).collect();
-        self.log(format_args!("RERUN task #{} ({}) on {w}, {} device allocation(s) given again", t.id, t.kernel, replay.len()));
+        self.meter.log(format_args!("RERUN task #{} ({}) on {w}, {} device allocation(s) given again", t.id, t.kernel, replay.len()));
         let n = regions.len();
         let run = Execute { image: t.image, kernel: t.index, args: &t.args, regions, assume_written: written.to_vec(), send_back: vec![false; n], replay, short: false, quiet: true };
         let ran = self.execute(w, run);
@@ -317,7 +317,7 @@ impl Cluster {
         })?;
         let again: Vec<(u64, u64)> = ran.allocated.iter().map(|a| (a.region.addr, a.span)).collect();
         decide::same_allocations(t, false, Some(&again)).map_err(|why| Stop::Recover(RecoverError::Fatal(why)))?;
-        self.trace(ran.traced.map(|(sent, _)| sent), Cat::Rerun, w, t.kernel.clone(), || vec![("task", json!(t.id))]);
+        self.meter.trace(ran.traced.map(|(sent, _)| sent), Cat::Rerun, w, t.kernel.clone(), || vec![("task", json!(t.id))]);
         Ok(ran.changed)
     }
 }

@@ -27,7 +27,7 @@ use super::{Cluster, ClusterError, Kernel, Result};
 use crate::checkpoint::Checkpointer;
 use crate::config::Config;
 use crate::data::{Place, PointsTo, HEAD};
-use crate::journal::{self, Entry, Loaded, TaskEntry};
+use crate::journal::{self, Entry, Loaded};
 use event_system::protocol::Region;
 use ft_handler::State;
 use std::collections::{BTreeMap, BTreeSet};
@@ -106,11 +106,6 @@ pub(super) enum Skip {
 const LIVE_IN_A_ROW: u64 = 1000;
 
 impl Cluster {
-    /// Is the job fast-forwarding?
-    pub(super) fn fast_forward(&self) -> bool {
-        self.durability.replaying.load(Ordering::Acquire)
-    }
-
     /// A region of `kernel` while fast-forwarding: skipped if the log holds its key, else the
     /// versions no rank holds are rebuilt if it needs one, and the caller runs it live.
     pub(super) fn skip_launch(&self, kernel: &Kernel, args: &[u64], begins: &[u64], hosts: &[u64]) -> Result<Skip> {
@@ -172,7 +167,7 @@ impl Cluster {
                     event_system::write_all(1, &t.output);
                     event_system::write_all(2, &t.errors);
                 }
-                self.log(format_args!("RESUME skipped {} (logged)", kernel.name));
+                self.meter.log(format_args!("RESUME skipped {} (logged)", kernel.name));
                 let done = log.tasks.is_empty();
                 if let Some(j) = &self.durability.journal {
                     j.push(Entry::Task(t));
@@ -237,7 +232,7 @@ impl Cluster {
                 if let Some(r) = self.durability.resume_record.lock().as_mut() {
                     r.retrieves_from_log += 1;
                 }
-                self.log(format_args!("RESUME retrieve {tgt:#x} {len} bytes from the log"));
+                self.meter.log(format_args!("RESUME retrieve {tgt:#x} {len} bytes from the log"));
                 return Ok(true);
             }
             b.id
@@ -324,7 +319,7 @@ impl Cluster {
             r.versions_loaded += loaded;
             r.versions_rebuilt += rebuilt;
         }
-        self.log(format_args!("RESUME rebuilt: {loaded} loaded, {rebuilt} rebuilt"));
+        self.meter.log(format_args!("RESUME rebuilt: {loaded} loaded, {rebuilt} rebuilt"));
         Ok(())
     }
 
@@ -458,7 +453,7 @@ impl Cluster {
             if let Some(r) = self.durability.resume_record.lock().as_mut() {
                 r.versions_adopted += adopted;
             }
-            self.log(format_args!("RESUME adopted {adopted} checkpointed version(s), read by the workers"));
+            self.meter.log(format_args!("RESUME adopted {adopted} checkpointed version(s), read by the workers"));
         }
         if let Some(e) = failed {
             return Err(new_failure(e));
@@ -475,13 +470,6 @@ impl Cluster {
                 "ompcluster: resume: the program ended while fast-forwarding: {skipped} region(s) skipped, {} region(s) of the log not reached",
                 log.tasks.len()
             );
-        }
-    }
-
-    /// The log entry of a region that ran cleanly (see `launch.rs`).
-    pub(super) fn log_task(&self, t: TaskEntry) {
-        if let Some(j) = &self.durability.journal {
-            j.push(Entry::Task(t));
         }
     }
 }
