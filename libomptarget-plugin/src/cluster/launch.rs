@@ -15,10 +15,10 @@
 //! A prediction can be wrong (a write that depends on the data): then two regions changed one
 //! buffer in two copies, which are merged, or one of which is undone and run again
 //! (`merge.rs`).
-use super::execute::Execute;
+use super::execute::{Executed, Execute, Executor};
 use super::faults::Faults;
 use super::merge::{Run, Snap, needs_merge};
-use super::{Cluster, ClusterError, Executed, Kernel, Result, SHORT_KERNEL_NS, resume};
+use super::{Cluster, ClusterError, Kernel, Result, SHORT_KERNEL_NS, resume};
 use crate::data::{Buffer, Buffers, Place, PointsTo, HEAD};
 use event_system::protocol::{FoundPointers, MAX_SEND_BACK, Patch, Region};
 use rustc_hash::FxHashMap as HashMap;
@@ -533,7 +533,7 @@ impl Cluster {
         }
         let short = kernel.last_ns.load(Ordering::Relaxed) < SHORT_KERNEL_NS;
         let run = Execute { image: kernel.image, kernel: kernel.index, args, regions, assume_written, send_back, replay: Vec::new(), short, quiet: false };
-        let ran = self.execute(w, run);
+        let ran = Executor::of(self).execute(w, run);
         if ran.is_err() {
             self.ended(&mut self.ledger.buffers.lock(), w, reach, snaps);
             self.ledger.moved.notify_all();

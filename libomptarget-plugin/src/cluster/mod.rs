@@ -26,7 +26,7 @@ use crate::data::{Buffer, Buffers, HEAD};
 use crate::inject::Injector;
 use event_system::comm::CommError;
 use event_system::process::Victim;
-use event_system::protocol::{Event, FoundPointers, Patch};
+use event_system::protocol::Event;
 use event_system::{Comm, Fenced, Liveness, SymmetricHeap};
 use parking_lot::Mutex;
 use scheduler::Scheduler;
@@ -197,29 +197,6 @@ impl Kernel {
         let args = event_system::protocol::StdStream::stable_args(args);
         crate::journal::key::task(self.image_key, &self.name, &args, &mut keyed)
     }
-}
-
-/// A worker's report of a kernel run (see `Reply::Executed`; its output is printed already).
-struct Executed {
-    /// Per region: did it change?
-    changed: Vec<bool>,
-    /// Device pointers found in each changed region.
-    pointers: Vec<FoundPointers>,
-    /// Seconds in the kernel.
-    seconds: f64,
-    /// When the EXECUTE left and the reply came, on the trace's clock (if one is recorded).
-    traced: Option<(f64, f64)>,
-    /// Changes to image data regions: (region index, runs).
-    patches: Vec<(u32, Patch)>,
-    /// Blocks device code allocated.
-    allocated: Vec<event_system::protocol::Allocated>,
-    /// Blocks allocated before that it freed.
-    freed: Vec<u64>,
-    /// Regions whose new contents came back with the reply: (region index, bytes).
-    returned: Vec<(usize, Vec<u8>)>,
-    /// What it printed (kept only for the log, `journal.rs`).
-    output: Vec<u8>,
-    errors: Vec<u8>,
 }
 
 /// Kernels whose last run took less than this run on the worker's polling thread.

@@ -7,9 +7,9 @@
 //! Threads: recovery's re-run threads, one per worker at a time (the handler holds the gate);
 //! each takes the ledger's locks only between transfers.
 
-use super::execute::Execute;
+use super::execute::{Executed, Execute, Executor};
 use super::recovery::{fatal, new_failure, HeadCopies};
-use super::{Cluster, ClusterError, Executed, Result};
+use super::{Cluster, ClusterError, Result};
 use crate::data::{Place, HEAD};
 use event_system::protocol::{Event, Region};
 use ft_handler::decide;
@@ -75,11 +75,11 @@ impl Cluster {
             let written = written_of(t);
             let n = regions.len();
             let run = Execute { image: t.image, kernel: t.index, args: &t.args, regions, assume_written: written.clone(), send_back: vec![false; n], replay: Vec::new(), short: true, quiet: true };
-            sent.push((self.post_execute(w, run).map_err(new_failure)?, written));
+            sent.push((Executor::of(self).post_execute(w, run).map_err(new_failure)?, written));
         }
         out.done = batch.len();
         for (k, (t, (posted, written))) in batch.iter().zip(sent).enumerate() {
-            let ran = self.await_executed(posted);
+            let ran = Executor::of(self).await_executed(posted);
             let changed = self.rerun_ran(t, w, ran)?;
             if k < out.done {
                 if self.record_rerun(t, w, &changed, &written) {
@@ -304,7 +304,7 @@ impl Cluster {
         self.meter.log(format_args!("RERUN task #{} ({}) on {w}, {} device allocation(s) given again", t.id, t.kernel, replay.len()));
         let n = regions.len();
         let run = Execute { image: t.image, kernel: t.index, args: &t.args, regions, assume_written: written.to_vec(), send_back: vec![false; n], replay, short: false, quiet: true };
-        let ran = self.execute(w, run);
+        let ran = Executor::of(self).execute(w, run);
         self.rerun_ran(t, w, ran)
     }
 
