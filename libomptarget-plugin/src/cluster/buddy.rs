@@ -37,6 +37,7 @@
 //!   most `OMPCLUSTER_FT_BUDDY_MEMORY` bytes of buffers; the head's older copies count
 //!   against `OMPCLUSTER_FT_RETAIN` as before.
 
+use super::movement::Movement;
 use super::{Cluster, Result};
 use crate::data::HEAD;
 use event_system::Liveness;
@@ -189,7 +190,7 @@ impl Cluster {
         let Some(src) = src else { return Ok(0) };
         let t0 = Instant::now();
         let regions: Vec<Region> = picked.iter().map(|p| p.2).collect();
-        let fetched = self.fetch_many(&regions, src);
+        let fetched = Movement::of(self).fetch_many(&regions, src);
         let mut bufs = self.ledger.buffers.lock();
         for (c, ..) in &picked {
             if let Some(b) = bufs.get_mut(c.key).filter(|b| b.id == c.id) {

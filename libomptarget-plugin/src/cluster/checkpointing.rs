@@ -1,5 +1,6 @@
 //! Taking a consistent checkpoint: the pause, the plan of who saves what, and the collection
 //! of the savers' answers in the background (design note in `crate::checkpoint`).
+use super::movement::Movement;
 use super::faults::Faults;
 use super::{link, Cluster, ClusterError, Result};
 use crate::checkpoint::{Checkpointer, SaveItem};
@@ -72,7 +73,7 @@ impl Cluster {
                 if self.durability.journal.is_some() {
                     keys.push((b.id, b.addr, b.size, b.key));
                 }
-                match self.current_holder(b) {
+                match Movement::of(self).current_holder(b) {
                     Some(r) => plan.entry(r).or_default().push((b.id, b.addr, b.size, b.version)),
                     // A rank died since the check above: as above, not now.
                     None => return,

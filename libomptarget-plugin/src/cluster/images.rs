@@ -1,4 +1,5 @@
 //! Device images: every worker loads each image at the same address of the symmetric heap.
+use super::movement::Movement;
 use super::{Cluster, ClusterError, ImageSource, ImageTables, Kernel, Result};
 use crate::data::HEAD;
 use event_system::protocol::{Event, Region};
@@ -131,7 +132,7 @@ impl Cluster {
         for &w in loaded {
             // SAFETY: the head backed this range (`stage_on_head`) and nothing else uses it:
             // the image is not visible to the program before this call returns.
-            let got = unsafe { self.retrieve_into(Region { addr, size }, w, addr as *mut u8) };
+            let got = unsafe { Movement::of(self).retrieve_into(Region { addr, size }, w, addr as *mut u8) };
             match got {
                 Ok(()) => {
                     self.ledger.buffers.lock().add_holder(addr, HEAD);

@@ -15,6 +15,7 @@
 //! A prediction can be wrong (a write that depends on the data): then two regions changed one
 //! buffer in two copies, which are merged, or one of which is undone and run again
 //! (`merge.rs`).
+use super::movement::Movement;
 use super::execute::{Executed, Execute, Executor};
 use super::faults::Faults;
 use super::merge::{Run, Snap, needs_merge};
@@ -487,8 +488,8 @@ impl Cluster {
     ) -> Result<Executed> {
         // The inputs from the head go out together, their answers are awaited together.
         let mut pending = Vec::new();
-        let started = self.start_moves(reach.iter().map(|r| r.0), w, &mut pending);
-        let finished = self.finish_moves(&mut pending);
+        let started = Movement::of(self).start_moves(reach.iter().map(|r| r.0), w, &mut pending);
+        let finished = Movement::of(self).finish_moves(&mut pending);
         started?;
         finished?;
         let regions: Vec<Region> = reach.iter().map(|&(addr, size, ..)| Region { addr, size }).collect();

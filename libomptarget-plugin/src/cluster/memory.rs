@@ -1,4 +1,5 @@
 //! Memory requests: allocation, deletion, host submits and retrieves, device-to-device copies.
+use super::movement::Movement;
 use super::{Cluster, ClusterError, Result};
 use crate::data::{Buffer, Buffers, Place, PointsTo, HEAD};
 use event_system::Liveness;
@@ -342,7 +343,7 @@ impl Cluster {
                 // With recovery on, the head keeps a copy too: host data has no producer to
                 // re-run, so the head's copy is where recovery finds it.
                 let holders = b.holders.clone();
-                let mut t = vec![self.least_busy(&holders).ok_or(ClusterError::Lost(addr))?];
+                let mut t = vec![Movement::of(self).least_busy(&holders).ok_or(ClusterError::Lost(addr))?];
                 if self.ledger.retains() {
                     t.push(HEAD);
                 }
@@ -423,7 +424,7 @@ impl Cluster {
                 };
                 // SAFETY: host range readable (caller) and unchanged until we return; the
                 // scan only reads it.
-                let (tag, f) = unsafe { self.post_submit(Region { addr: tgt, size: len }, host, r, during)? };
+                let (tag, f) = unsafe { Movement::of(self).post_submit(Region { addr: tgt, size: len }, host, r, during)? };
                 if found.is_none() {
                     *found = f;
                 }
@@ -486,7 +487,7 @@ impl Cluster {
                 (None, None, key)
             } else {
                 let made_by = b.made_by.filter(|(v, ..)| *v == b.version).map(|(_, e, m)| (e, m));
-                (Some(self.current_holder(b).ok_or(ClusterError::Lost(b.addr))?), made_by, key)
+                (Some(Movement::of(self).current_holder(b).ok_or(ClusterError::Lost(b.addr))?), made_by, key)
             }
         };
         if let (Some(w), Some((entry, args))) = (src, made_by) {
@@ -506,8 +507,8 @@ impl Cluster {
             Some(Place::Worker(w)) => {
                 let (t, region) = (self.meter.trace_now(), Region { addr: tgt, size: len });
                 // SAFETY: the caller guarantees the host range is writable and exclusive.
-                unsafe { self.retrieve_into(region, w, host)? };
-                self.note_retrieved(region, w, t);
+                unsafe { Movement::of(self).retrieve_into(region, w, host)? };
+                Movement::of(self).note_retrieved(region, w, t);
             }
         }
         self.meter.log(format_args!("RETRIEVE {tgt:#x} {len} bytes from {src:?}"));
@@ -545,7 +546,7 @@ impl Cluster {
             let bufs = self.ledger.buffers.lock();
             let s = bufs.containing_range(src, len).ok_or(ClusterError::UnknownAddress(src))?;
             let d = bufs.containing_range(dst, len).ok_or(ClusterError::UnknownAddress(dst))?;
-            let at = if s.version == 0 { HEAD } else { self.current_holder(s).ok_or(ClusterError::Lost(s.addr))? };
+            let at = if s.version == 0 { HEAD } else { Movement::of(self).current_holder(s).ok_or(ClusterError::Lost(s.addr))? };
             (s.addr, d.addr, at, dst == d.addr && len >= d.size)
         };
         if at == HEAD {
@@ -556,13 +557,13 @@ impl Cluster {
             // SAFETY: `tmp` has `len` readable bytes.
             return unsafe { self.submit_inner(dst, tmp.as_ptr(), len) };
         }
-        self.ensure_present(src_buf, at)?;
+        Movement::of(self).ensure_present(src_buf, at)?;
         if !whole {
-            self.ensure_present(dst_buf, at)?;
+            Movement::of(self).ensure_present(dst_buf, at)?;
         } else {
             let mut bufs = self.ledger.buffers.lock();
             let b = bufs.get_mut(dst_buf).ok_or(ClusterError::UnknownAddress(dst))?;
-            self.back_on(b, at)?;
+            Movement::of(self).back_on(b, at)?;
         }
         {
             // A buddy copy reading the destination's copy there: let it finish first.

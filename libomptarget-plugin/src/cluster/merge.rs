@@ -24,6 +24,7 @@
 //!   ran (`Buffer::commits_from`), and no copy was taken from it (`Buffer::torn`).
 //! * A kernel starts over the version its copy holds when it starts (not when it was placed);
 //!   a copy left with no recorded version by a merge makes it placed again.
+use super::movement::Movement;
 use super::{Cluster, ClusterError, Kernel, Result};
 use crate::data::{Buffer, Buffers, HEAD};
 use event_system::Liveness;
@@ -176,12 +177,12 @@ impl Cluster {
         let fetched: Result<Vec<Copies>> = todo
             .iter()
             .map(|m| {
-                let mine = self.fetch(m.region, w)?;
+                let mine = Movement::of(self).fetch(m.region, w)?;
                 let base = match m.base {
                     None => vec![0u8; m.region.size as usize],
-                    Some(r) => self.fetch(m.region, r)?,
+                    Some(r) => Movement::of(self).fetch(m.region, r)?,
                 };
-                Ok((mine, base, self.fetch(m.region, m.current)?))
+                Ok((mine, base, Movement::of(self).fetch(m.region, m.current)?))
             })
             .collect();
         let fetched = match fetched {
@@ -316,7 +317,7 @@ impl Cluster {
             let zeros = vec![0u8; r.size as usize];
             // SAFETY: `zeros` is a readable local vector, kept until the send completes (on a
             // dead peer it is leaked below, as `submit_from` requires).
-            let sent = unsafe { self.submit_from(r, zeros.as_ptr(), w) };
+            let sent = unsafe { Movement::of(self).submit_from(r, zeros.as_ptr(), w) };
             if sent.is_err() {
                 std::mem::forget(zeros);
             }

@@ -1,6 +1,11 @@
 //! Moving buffers between ranks: where a buffer's current version is, and making it present
 //! where a kernel needs it.
-use super::{link, Cluster, ClusterError, Result};
+use super::ledger::Ledger;
+use super::link::{self, Link};
+use super::meter::Meter;
+use super::offload::Offload;
+use super::{ClusterError, Holds, Result};
+use crate::inject::Injector;
 use crate::data::{Buffer, CopyState, Moved, Place, HEAD};
 use event_system::Liveness;
 use event_system::protocol::{Envelope, Event, MAX_INLINE_DATA, Region, Reply};
@@ -10,7 +15,24 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 use timeline::Cat;
 
-impl Cluster {
+/// Moving data: borrows the link (the transfers), the ledger (where versions are, the
+/// `incoming` marks), the offload (the head's pages, the regions in flight per rank, the
+/// scheduler's transfer times), the meter (counters, trace, log) and the fault injector of
+/// `Tolerance` (a test's delays).
+#[derive(Clone, Copy)]
+pub(super) struct Movement<'a> {
+    link: &'a Link,
+    ledger: &'a Ledger,
+    offload: &'a Offload,
+    meter: &'a Meter,
+    inject: &'a Injector,
+}
+
+impl<'a> Movement<'a> {
+    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Meter> + Holds<'a, Injector>) -> Self {
+        Movement { link: c.part(), ledger: c.part(), offload: c.part(), meter: c.part(), inject: c.part() }
+    }
+
     /// Where to take a buffer's current version from: the head's staged copy if it holds
     /// one, else the least busy live worker holding it.
     pub(super) fn current_holder(&self, b: &Buffer) -> Option<i32> {
@@ -55,7 +77,7 @@ impl Cluster {
 
     /// Start making the current version of the buffer at `addr` present on worker `w`. From
     /// the head's copy, the SUBMIT and its bytes are sent and the answer is left to
-    /// [`Cluster::finish_moves`], so the inputs a region takes from the head cost one round
+    /// [`Movement::finish_moves`], so the inputs a region takes from the head cost one round
     /// trip together instead of one each (the worker handles SUBMITs in order, before any
     /// later event); from a worker's copy, it is moved now. `pending` holds the caller's
     /// unfinished moves, which mark their buffers as incoming on `w`: they are finished before
@@ -95,7 +117,7 @@ impl Cluster {
                 Err(e) => MoveState::Done(Err(e), t0.elapsed()),
             }
         } else {
-            if let Some(d) = self.tolerance.inject.move_delay().filter(|_| src != HEAD) {
+            if let Some(d) = self.inject.move_delay().filter(|_| src != HEAD) {
                 // Test only (`slow:moves=MS`): as if this thread were preempted here.
                 std::thread::sleep(d);
             }
@@ -105,7 +127,7 @@ impl Cluster {
         Ok(())
     }
 
-    /// [`Cluster::start_move`] for each of `addrs`, under one lock for all those `w` holds
+    /// [`Movement::start_move`] for each of `addrs`, under one lock for all those `w` holds
     /// already (a region whose inputs are where it runs: the common case), and the full path
     /// only for the others. Each lock taken costs much more than its work when many threads
     /// launch regions on few cores: a thread holding it is preempted, and the others queue.
@@ -214,10 +236,10 @@ impl Cluster {
     /// Send worker `dst` a SUBMIT of `region` with its bytes (inside the event if they are
     /// few, else raw behind it), running `during` meanwhile (work that only reads the same
     /// bytes costs no extra time); returns the tag its answer will come on (see
-    /// [`Cluster::finish_submit`]) and what `during` returned.
+    /// [`Movement::finish_submit`]) and what `during` returned.
     ///
     /// # Safety
-    /// As for [`Cluster::submit_from`] (the bytes are sent when this returns); `during` must
+    /// As for [`Movement::submit_from`] (the bytes are sent when this returns); `during` must
     /// not write them.
     pub(super) unsafe fn post_submit<R>(&self, region: Region, bytes: *const u8, dst: i32, during: impl FnOnce() -> R) -> Result<(i32, R)> {
         if region.size <= MAX_INLINE_DATA {
@@ -232,7 +254,7 @@ impl Cluster {
         Ok((tag, r))
     }
 
-    /// Wait for the answer to a SUBMIT [`Cluster::post_submit`] sent (`since`: the start of
+    /// Wait for the answer to a SUBMIT [`Movement::post_submit`] sent (`since`: the start of
     /// its trace span).
     fn finish_submit(&self, region: Region, dst: i32, tag: i32, since: Option<f64>) -> Result<()> {
         self.link.expect_ok(dst, tag)?;
@@ -310,7 +332,7 @@ impl Cluster {
     /// (`patient`: background work, whose wait for the answer sleeps rather than spins).
     ///
     /// # Safety
-    /// As for [`Cluster::retrieve_into`].
+    /// As for [`Movement::retrieve_into`].
     unsafe fn answer_into(&self, region: Region, from: i32, tag: i32, dst: *mut u8, patient: bool) -> Result<()> {
         let size = region.size as usize;
         let live = self.link.live.as_ref();
@@ -330,7 +352,7 @@ impl Cluster {
     }
 }
 
-/// A move [`Cluster::start_move`] started and [`Cluster::finish_moves`] has yet to finish.
+/// A move [`Movement::start_move`] started and [`Movement::finish_moves`] has yet to finish.
 pub(super) struct Move {
     addr: u64,
     w: i32,

@@ -7,6 +7,7 @@
 //! Threads: recovery's re-run threads, one per worker at a time (the handler holds the gate);
 //! each takes the ledger's locks only between transfers.
 
+use super::movement::Movement;
 use super::execute::{Executed, Execute, Executor};
 use super::recovery::{fatal, new_failure, HeadCopies};
 use super::{Cluster, ClusterError, Result};
@@ -117,7 +118,7 @@ impl Cluster {
                 Some(b) => Region { addr: b.addr, size: b.size },
                 None => continue,
             };
-            let bytes = self.fetch(region, w).map_err(new_failure)?;
+            let bytes = Movement::of(self).fetch(region, w).map_err(new_failure)?;
             side.lock().insert(*a, Arc::new(bytes));
             self.meter.log(format_args!("RESCUE buffer {} version {} from rank {w}", a.buffer, a.version));
         }
@@ -140,7 +141,7 @@ impl Cluster {
                 let region = Region { addr: b.addr, size: b.size };
                 let buddy = matches!(source, Source::Copy(HEAD)) && b.buddy == Some(a.version);
                 if !b.backed.contains(&w) {
-                    self.back_on(b, w).map_err(new_failure)?;
+                    Movement::of(self).back_on(b, w).map_err(new_failure)?;
                 }
                 (region, source, buddy)
             };
@@ -161,7 +162,7 @@ impl Cluster {
                 Source::Side(bytes) => {
                     // SAFETY: the bytes are kept alive by the Arc, which is leaked on a dead
                     // peer (MPI may still read them).
-                    let res = unsafe { self.submit_from(region, bytes.as_ptr(), w) };
+                    let res = unsafe { Movement::of(self).submit_from(region, bytes.as_ptr(), w) };
                     if res.is_err() {
                         std::mem::forget(bytes);
                     }
@@ -169,7 +170,7 @@ impl Cluster {
                     out.from_live_copies += 1;
                 }
                 Source::Copy(r) => {
-                    self.copy_between(region, r, w).map_err(new_failure)?;
+                    Movement::of(self).copy_between(region, r, w).map_err(new_failure)?;
                     if buddy {
                         out.from_buddy_copies += 1;
                     } else {
@@ -179,7 +180,7 @@ impl Cluster {
                 Source::Zeros => {
                     let zeros = vec![0u8; region.size as usize];
                     // SAFETY: a private vector of the region's size, leaked on a dead peer.
-                    let res = unsafe { self.submit_from(region, zeros.as_ptr(), w) };
+                    let res = unsafe { Movement::of(self).submit_from(region, zeros.as_ptr(), w) };
                     if res.is_err() {
                         std::mem::forget(zeros);
                     }
@@ -203,7 +204,7 @@ impl Cluster {
                         return Err(Stop::BadCheckpoint(*a, format!("{} bytes, expected {}", bytes.len(), region.size)));
                     }
                     // SAFETY: a private vector of the region's size, leaked on a dead peer.
-                    let res = unsafe { self.submit_from(region, bytes.as_ptr(), w) };
+                    let res = unsafe { Movement::of(self).submit_from(region, bytes.as_ptr(), w) };
                     if res.is_err() {
                         std::mem::forget(bytes);
                     }
@@ -225,7 +226,7 @@ impl Cluster {
                 let at = regions.first().map_or(0, |r| r.addr) + offset;
                 // SAFETY: the recorded bytes stay alive (the record holds them; a clone of
                 // the Arc is leaked on a dead peer).
-                let res = unsafe { self.submit_from(Region { addr: at, size: bytes.len() as u64 }, bytes.as_ptr(), w) };
+                let res = unsafe { Movement::of(self).submit_from(Region { addr: at, size: bytes.len() as u64 }, bytes.as_ptr(), w) };
                 if res.is_err() {
                     std::mem::forget(bytes.clone());
                 }
@@ -233,7 +234,7 @@ impl Cluster {
                 written.to_vec()
             }
             &task_graph::Op::DeviceCopy { src, dst, size } if Place::of(w) == Place::Head => {
-                let bytes = self.fetch(Region { addr: src, size }, HEAD).map_err(fatal)?;
+                let bytes = Movement::of(self).fetch(Region { addr: src, size }, HEAD).map_err(fatal)?;
                 // SAFETY: both buffers are installed on the head above; recovery holds the gate.
                 unsafe { self.offload.write_on_head(dst, &bytes) };
                 written.to_vec()

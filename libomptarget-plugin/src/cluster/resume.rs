@@ -22,6 +22,7 @@
 //!
 //! Lock order: the gate, then `replay`, then `buffers`.
 
+use super::movement::Movement;
 use super::recovery::new_failure;
 use super::{Cluster, ClusterError, Kernel, Result};
 use crate::checkpoint::Checkpointer;
@@ -393,7 +394,7 @@ impl Cluster {
                 Got::Done(head_reads(&c.rec).map_err(|e| e.to_string()).and_then(|bytes| self.put_on_head(a, c.addr, &bytes).map_err(|e| e.to_string())))
             } else {
                 let backed = match self.ledger.buffers.lock().by_id_mut(c.id) {
-                    Some(b) => self.back_on(b, w),
+                    Some(b) => Movement::of(self).back_on(b, w),
                     None => continue,
                 };
                 match backed.and_then(|()| self.post_restore(w, Region { addr: c.addr, size: c.size }, &c.rec)) {
