@@ -86,7 +86,7 @@ pub(crate) struct Buffers {
     next_id: u64,
     /// Versions the head keeps apart from its copies of the buffers: its copy of one was
     /// overwritten (or a recovery rescued it from a worker) while it still fed the current
-    /// version of another buffer (`Cluster::lineage_needs`); the only place lineage can still
+    /// version of another buffer (`HeadCopies::lineage_needs`); the only place lineage can still
     /// find them.
     kept: HashMap<task_graph::Access, Arc<Vec<u8>>>,
     /// Bytes the head keeps only for recovery: its copies of older versions, retired

@@ -37,6 +37,7 @@
 //!   most `OMPCLUSTER_FT_BUDDY_MEMORY` bytes of buffers; the head's older copies count
 //!   against `OMPCLUSTER_FT_RETAIN` as before.
 
+use super::head_copies::HeadCopies;
 use super::movement::Movement;
 use super::{Cluster, Result};
 use crate::data::HEAD;
@@ -208,8 +209,8 @@ impl Cluster {
             if !still {
                 continue;
             }
-            self.stage_on_head(&mut bufs, c.key)?;
-            self.keep_head_version_before(&mut bufs, c.key, Some(*version));
+            HeadCopies::of(self).stage_on_head(&mut bufs, c.key)?;
+            HeadCopies::of(self).keep_head_version_before(&mut bufs, c.key, Some(*version));
             self.durability.before_changing_staged(c.key);
             // SAFETY: the head backed this buffer's pages just above; nothing reads the head's
             // copy meanwhile: it holds no current version (so no request sends from it), a

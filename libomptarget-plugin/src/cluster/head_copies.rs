@@ -6,7 +6,12 @@
 //! Threads: offloading threads, the handler (recovery installs inputs on the head), the buddy
 //! thread; each under the ledger's `buffers` lock where it says so.
 
-use super::{Cluster, ClusterError, Result};
+use super::durability::Durability;
+use super::ledger::Ledger;
+use super::link::Link;
+use super::meter::Meter;
+use super::offload::Offload;
+use super::{ClusterError, Holds, Result};
 use crate::data::{Buffer, Buffers, HEAD};
 use event_system::Liveness;
 use event_system::comm::CommError;
@@ -14,7 +19,24 @@ use event_system::protocol::{Event, Region};
 use std::sync::Arc;
 use task_graph::Access;
 
-impl Cluster {
+/// The head's own copies: borrows the ledger (versions, what is kept apart, the record that
+/// says what lineage needs), the offload (the head's pages, its own device), the durability
+/// (what checkpoints hold; a checkpoint saving a copy), the link (a block's range given back
+/// to its arena's worker) and the meter (the log).
+#[derive(Clone, Copy)]
+pub(super) struct HeadCopies<'a> {
+    link: &'a Link,
+    ledger: &'a Ledger,
+    offload: &'a Offload,
+    durability: &'a Durability,
+    meter: &'a Meter,
+}
+
+impl<'a> HeadCopies<'a> {
+    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Durability> + Holds<'a, Meter>) -> Self {
+        HeadCopies { link: c.part(), ledger: c.part(), offload: c.part(), durability: c.part(), meter: c.part() }
+    }
+
     /// Give back the head's pages of a removed buffer, then its address range (a block of
     /// device code's, to the rank whose arena it is in).
     pub(super) fn release_head_copy(&self, b: &Buffer) -> Result<()> {
@@ -37,7 +59,7 @@ impl Cluster {
     }
 
     /// The head's copy of the buffer at `addr` is about to be overwritten: if it holds a
-    /// version that re-running recorded tasks may need ([`Cluster::lineage_needs`]) and that
+    /// version that re-running recorded tasks may need ([`HeadCopies::lineage_needs`]) and that
     /// no checkpoint holds, keep that version apart first, within the retention budget. Over
     /// the budget it is not kept, and a later loss that needs it is reported unrecoverable.
     /// Not once the head runs the regions itself (nothing can be lost any more).
@@ -45,7 +67,7 @@ impl Cluster {
         self.keep_head_version_before(bufs, addr, None);
     }
 
-    /// [`Cluster::keep_head_version`], knowing that what replaces the head's version is the
+    /// [`HeadCopies::keep_head_version`], knowing that what replaces the head's version is the
     /// buffer's later version `replaced_by` (a buddy copy): a version that feeds nothing but
     /// the buffer's own versions up to that one is not needed, found without a walk.
     pub(super) fn keep_head_version_before(&self, bufs: &mut Buffers, addr: u64, replaced_by: Option<u64>) {

@@ -1,4 +1,5 @@
 //! Device images: every worker loads each image at the same address of the symmetric heap.
+use super::head_copies::HeadCopies;
 use super::movement::Movement;
 use super::{Cluster, ClusterError, ImageSource, ImageTables, Kernel, Result};
 use crate::data::HEAD;
@@ -106,7 +107,7 @@ impl Cluster {
             if self.ledger.retains() {
                 // The head keeps the initial data too: no task produced it, so recovery can
                 // only take it from a copy.
-                self.stage_on_head(&mut bufs, addr)?;
+                HeadCopies::of(self).stage_on_head(&mut bufs, addr)?;
                 drop(bufs);
                 self.keep_initial_data(addr, end - start, &loaded)?;
             }

@@ -1,4 +1,5 @@
 //! Memory requests: allocation, deletion, host submits and retrieves, device-to-device copies.
+use super::head_copies::HeadCopies;
 use super::movement::Movement;
 use super::{Cluster, ClusterError, Result};
 use crate::data::{Buffer, Buffers, Place, PointsTo, HEAD};
@@ -119,7 +120,7 @@ impl Cluster {
         if retire {
             self.ledger.buffers.lock().retire(b);
         } else {
-            self.release_head_copy(&b)?;
+            HeadCopies::of(self).release_head_copy(&b)?;
         }
         self.meter.log(format_args!("DELETE {addr:#x}{}", if retire { " (head copy kept for recovery)" } else { "" }));
         if self.ledger.retains() {
@@ -131,7 +132,7 @@ impl Cluster {
     /// Can re-running recorded tasks still read buffer `id` (no longer live), whose last
     /// version is `version`? Only if a task that read one of its versions feeds, through
     /// recorded tasks, the current version of a live buffer that no checkpoint holds
-    /// ([`Cluster::lineage_needs`]): a recovery re-runs nothing else, and a task recorded later
+    /// ([`HeadCopies::lineage_needs`]): a recovery re-runs nothing else, and a task recorded later
     /// reads only current versions, whose lineage is walked here already. A buffer of more
     /// versions, or a walk longer, than [`MAX_VERSIONS_WALKED`] and `budget` allow is assumed
     /// needed (until the next prune).
@@ -139,7 +140,7 @@ impl Cluster {
         version > MAX_VERSIONS_WALKED
             || (0..=version).any(|v| {
                 let a = Access { buffer: id, version: v };
-                self.ledger.graph.lock().is_read(a) && self.lineage_needs(bufs, a, budget)
+                self.ledger.graph.lock().is_read(a) && HeadCopies::of(self).lineage_needs(bufs, a, budget)
             })
     }
 
@@ -170,7 +171,7 @@ impl Cluster {
             unneeded.into_iter().filter_map(|r| bufs.unretire(r)).collect()
         };
         for b in released {
-            self.release_head_copy(&b)?;
+            HeadCopies::of(self).release_head_copy(&b)?;
             self.meter.log(format_args!("RELEASE retired {:#x}: no recorded task recovery may re-run reads it", b.addr));
         }
         Ok(())
@@ -353,8 +354,8 @@ impl Cluster {
                 b.holders.iter().copied().collect()
             };
             if targets.contains(&HEAD) {
-                self.stage_on_head(&mut bufs, addr)?;
-                self.keep_head_version(&mut bufs, addr);
+                HeadCopies::of(self).stage_on_head(&mut bufs, addr)?;
+                HeadCopies::of(self).keep_head_version(&mut bufs, addr);
             }
             if targets.iter().any(|&r| r != HEAD) {
                 bufs.get_mut(addr).expect("found above").host_writes += 1;

@@ -4,6 +4,7 @@
 //! failure is recovery's own definition (`ft_handler::decide::safe`), asked of a snapshot of
 //! the head's copies.
 
+use super::head_copies::HeadCopies;
 use super::Cluster;
 use crate::checkpoint::Checkpointer;
 use crate::data::HEAD;
@@ -117,7 +118,7 @@ impl Cluster {
         self.ledger.prune_at.store(FIRST_PRUNE.max(2 * len as u64), Ordering::Relaxed);
         self.meter.log(format_args!("PRUNE {removed} tasks; {len} kept"));
         for b in released {
-            if let Err(e) = self.release_head_copy(&b) {
+            if let Err(e) = HeadCopies::of(self).release_head_copy(&b) {
                 eprintln!("ompcluster: cannot release buffer {:#x}: {e}", b.addr);
             }
         }

@@ -12,6 +12,7 @@
 //! [`RecoverError::NewFailure`]; the handler calls it again with the larger set (what was
 //! rebuilt so far stays rebuilt).
 
+use super::head_copies::HeadCopies;
 use super::faults::Faults;
 use super::rerun::Side;
 use super::{RecoveryRecord, SpareRecord};
@@ -49,7 +50,7 @@ struct Rebuild<'a> {
 
 /// Where versions are, for the plan: the buffer, side and record locks are held.
 struct HeadView<'a> {
-    copies: HeadCopies<'a>,
+    copies: CopiesView<'a>,
 }
 
 impl View for HeadView<'_> {
@@ -79,7 +80,7 @@ impl View for HeadView<'_> {
 
 /// Where copies are, for recovery's decisions (`ft_handler::decide`): the buffer and side
 /// locks are held.
-pub(super) struct HeadCopies<'a> {
+pub(super) struct CopiesView<'a> {
     pub(super) bufs: &'a Buffers,
     /// Copies rescued by this recovery.
     pub(super) side: &'a HashMap<Access, Arc<Vec<u8>>>,
@@ -88,7 +89,7 @@ pub(super) struct HeadCopies<'a> {
     pub(super) bad: &'a BTreeSet<Access>,
 }
 
-impl Copies for HeadCopies<'_> {
+impl Copies for CopiesView<'_> {
     fn buffer(&self, id: u64) -> Option<(u64, u64)> {
         self.bufs.by_id(id).map(|b| (b.size, b.version))
     }
@@ -155,13 +156,13 @@ impl algo::Primitives for Rebuild<'_> {
         let bufs = self.c.ledger.buffers.lock();
         let side = self.side.lock();
         let graph = self.c.ledger.graph.lock();
-        f(&graph, &HeadView { copies: HeadCopies { bufs: &bufs, side: &side, ckpt: self.c.durability.ckpt.as_ref(), bad } })
+        f(&graph, &HeadView { copies: CopiesView { bufs: &bufs, side: &side, ckpt: self.c.durability.ckpt.as_ref(), bad } })
     }
 
     fn with_copies<R>(&self, bad: &BTreeSet<Access>, f: impl FnOnce(&dyn Copies) -> R) -> R {
         let bufs = self.c.ledger.buffers.lock();
         let side = self.side.lock();
-        f(&HeadCopies { bufs: &bufs, side: &side, ckpt: self.c.durability.ckpt.as_ref(), bad })
+        f(&CopiesView { bufs: &bufs, side: &side, ckpt: self.c.durability.ckpt.as_ref(), bad })
     }
 
     fn short_kernel_s(&self) -> f64 {
@@ -253,7 +254,7 @@ impl Cluster {
                 match bufs.by_id(a.buffer) {
                     Some(b) if b.version == a.version && b.holders.is_empty() && bufs.get(b.addr).is_some() => b.addr,
                     _ => {
-                        if self.lineage_needs(&bufs, a, &mut { u64::MAX }) {
+                        if HeadCopies::of(self).lineage_needs(&bufs, a, &mut { u64::MAX }) {
                             bufs.keep(a, bytes);
                         }
                         continue;

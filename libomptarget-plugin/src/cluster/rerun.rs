@@ -7,9 +7,10 @@
 //! Threads: recovery's re-run threads, one per worker at a time (the handler holds the gate);
 //! each takes the ledger's locks only between transfers.
 
+use super::head_copies::HeadCopies;
 use super::movement::Movement;
 use super::execute::{Executed, Execute, Executor};
-use super::recovery::{fatal, new_failure, HeadCopies};
+use super::recovery::{fatal, new_failure, CopiesView};
 use super::{Cluster, ClusterError, Result};
 use crate::data::{Place, HEAD};
 use event_system::protocol::{Event, Region};
@@ -128,7 +129,7 @@ impl Cluster {
                 let mut bufs = self.ledger.buffers.lock();
                 let source = {
                     let side = side.lock();
-                    let copies = HeadCopies { bufs: &bufs, side: &side, ckpt: self.durability.ckpt.as_ref(), bad: &BTreeSet::new() };
+                    let copies = CopiesView { bufs: &bufs, side: &side, ckpt: self.durability.ckpt.as_ref(), bad: &BTreeSet::new() };
                     match decide::source(&copies, *a, w).ok_or_else(|| fatal(ClusterError::Lost(a.buffer)))? {
                         decide::Source::Present => Source::Present,
                         decide::Source::Copy(r) => Source::Copy(r),
@@ -284,9 +285,9 @@ impl Cluster {
     /// Make the head's copy of the live buffer at `addr` hold version `a` (`bytes`).
     pub(super) fn put_on_head(&self, a: Access, addr: u64, bytes: &[u8]) -> Result<()> {
         let mut bufs = self.ledger.buffers.lock();
-        self.stage_on_head(&mut bufs, addr)?;
+        HeadCopies::of(self).stage_on_head(&mut bufs, addr)?;
         if bufs.get(addr).and_then(|b| b.version_on(HEAD)) != Some(a.version) {
-            self.keep_head_version(&mut bufs, addr);
+            HeadCopies::of(self).keep_head_version(&mut bufs, addr);
         }
         self.durability.before_changing_staged(addr);
         let n = bytes.len().min(bufs.get(addr).map_or(0, |b| b.size as usize));
