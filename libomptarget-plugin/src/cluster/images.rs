@@ -1,4 +1,5 @@
 //! Device images: every worker loads each image at the same address of the symmetric heap.
+use super::on_head::OnHead;
 use super::head_copies::HeadCopies;
 use super::movement::Movement;
 use super::{Cluster, ClusterError, ImageSource, ImageTables, Kernel, Result};
@@ -91,7 +92,7 @@ impl Cluster {
                 b.version = 1;
                 b.key = crate::journal::key::image(image_key, b.addr, b.size);
             }
-            self.load_here(dev, idx, &source)?;
+            OnHead::of(self).load_here(dev, idx, &source)?;
         } else if loaded.is_empty() {
             return Err(ClusterError::NoWorker);
         } else if let Some((start, end)) = data {

@@ -4,11 +4,30 @@
 //! keeps at their device addresses; the EXECUTE client runs them there, `execute.rs`). From
 //! then on the head is the only place regions run: every buffer's current version is on the
 //! head, and data moves no more.
-use super::{Cluster, ClusterError, ImageSource, Result};
+use super::durability::Durability;
+use super::ledger::Ledger;
+use super::meter::Meter;
+use super::offload::Offload;
+use super::{ClusterError, Holds, ImageSource, Result};
 use crate::data::HEAD;
 use event_system::LocalDevice;
 
-impl Cluster {
+/// Turning the head into the device: borrows the offload (the images, the head's own
+/// device), the ledger (an image's data buffer), the durability (a checkpoint saving the
+/// head's copy) and the meter (the clock, the log).
+#[derive(Clone, Copy)]
+pub(super) struct OnHead<'a> {
+    ledger: &'a Ledger,
+    offload: &'a Offload,
+    durability: &'a Durability,
+    meter: &'a Meter,
+}
+
+impl<'a> OnHead<'a> {
+    pub(super) fn of(c: impl Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Durability> + Holds<'a, Meter>) -> Self {
+        OnHead { ledger: c.part(), offload: c.part(), durability: c.part(), meter: c.part() }
+    }
+
     /// Start running target regions on the head (once; later calls do nothing). Loads every
     /// image here; the head's copy of an image's data (if it keeps one) is saved first and
     /// written back after, so what the program's regions changed in it is kept.

@@ -12,6 +12,7 @@
 //! [`RecoverError::NewFailure`]; the handler calls it again with the larger set (what was
 //! rebuilt so far stays rebuilt).
 
+use super::on_head::OnHead;
 use super::head_copies::HeadCopies;
 use super::faults::Faults;
 use super::rerun::Side;
@@ -142,7 +143,7 @@ impl algo::Primitives for Rebuild<'_> {
     fn targets(&self) -> std::result::Result<Vec<i32>, RecoverError> {
         let c = self.c;
         if c.link.workers().next().is_none() {
-            c.continue_on_head().map_err(|e| RecoverError::Fatal(format!("every worker died and the head cannot run the target regions itself: {e}")))?;
+            OnHead::of(c).continue_on_head().map_err(|e| RecoverError::Fatal(format!("every worker died and the head cannot run the target regions itself: {e}")))?;
         }
         Ok(c.targets().collect())
     }
