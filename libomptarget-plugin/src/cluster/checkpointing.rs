@@ -1,7 +1,7 @@
 //! Taking a consistent checkpoint: the pause, the plan of who saves what, and the collection
 //! of the savers' answers in the background (design note in `crate::checkpoint`).
-use super::movement::Movement;
 use super::faults::Faults;
+use super::movement::Movement;
 use super::{link, Cluster, ClusterError, Result};
 use crate::checkpoint::{Checkpointer, SaveItem};
 use crate::data::HEAD;

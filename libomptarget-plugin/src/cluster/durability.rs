@@ -7,14 +7,14 @@
 //! the gate, then `replay`, then `adoptable`, then the ledger's `buffers`; `resume_record` is
 //! innermost.
 
-use super::resume::Replay;
 use super::ResumeRecord;
+use super::resume::Replay;
 use crate::checkpoint::Checkpointer;
 use crate::journal::{Checkpointed, Entry, Journal, TaskEntry};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Checkpoints, the log and resuming.
 pub(super) struct Durability {

@@ -85,6 +85,8 @@ pub(super) struct Executor<'a> {
     meter: &'a Meter,
 }
 
+holds!(Executor<'a>: link: Link, offload: Offload, durability: Durability, meter: Meter);
+
 impl<'a> Executor<'a> {
     pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Offload> + Holds<'a, Durability> + Holds<'a, Meter>) -> Self {
         Executor { link: c.part(), offload: c.part(), durability: c.part(), meter: c.part() }

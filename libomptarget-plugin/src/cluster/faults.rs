@@ -2,9 +2,9 @@
 //!
 //! Threads: any thread that reaches a trigger (offloading threads, the handler, checkpoints,
 //! shutdown), and `ompc-ft-inject` for the faults triggered by time, started here.
+use super::Holds;
 use super::link::Link;
 use super::meter::Meter;
-use super::Holds;
 use crate::inject::{Injector, Trigger};
 use event_system::Liveness;
 use event_system::protocol::Event;
@@ -17,6 +17,8 @@ pub(super) struct Faults<'a> {
     meter: &'a Meter,
     inject: &'a Injector,
 }
+
+holds!(Faults<'a>: link: Link, meter: Meter, inject: Injector);
 
 impl<'a> Faults<'a> {
     pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Meter> + Holds<'a, Injector>) -> Self {

@@ -32,6 +32,8 @@ pub(super) struct HeadCopies<'a> {
     meter: &'a Meter,
 }
 
+holds!(HeadCopies<'a>: link: Link, ledger: Ledger, offload: Offload, durability: Durability, meter: Meter);
+
 impl<'a> HeadCopies<'a> {
     pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Durability> + Holds<'a, Meter>) -> Self {
         HeadCopies { link: c.part(), ledger: c.part(), offload: c.part(), durability: c.part(), meter: c.part() }

@@ -1,7 +1,8 @@
 //! Device images: every worker loads each image at the same address of the symmetric heap.
-use super::on_head::OnHead;
+use super::failures::Failures;
 use super::head_copies::HeadCopies;
 use super::movement::Movement;
+use super::on_head::OnHead;
 use super::{Cluster, ClusterError, ImageSource, ImageTables, Kernel, Result};
 use crate::data::HEAD;
 use event_system::protocol::{Event, Region};
@@ -149,7 +150,7 @@ impl Cluster {
     /// `Ok` if `e` says a rank died while recovery is on (the rank is fenced and the handler
     /// told; the caller goes on without it), else `Err(e)`.
     pub(super) fn unless_dead(&self, e: ClusterError) -> Result<()> {
-        match self.tolerance.recovery.then(|| self.dead_peer(&e)).flatten() {
+        match self.tolerance.recovery.then(|| Failures::of(self).dead_peer(&e)).flatten() {
             Some(_) => Ok(()),
             None => Err(e),
         }

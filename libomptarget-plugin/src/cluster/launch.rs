@@ -15,10 +15,10 @@
 //! A prediction can be wrong (a write that depends on the data): then two regions changed one
 //! buffer in two copies, which are merged, or one of which is undone and run again
 //! (`merge.rs`).
-use super::movement::Movement;
 use super::execute::{Executed, Execute, Executor};
 use super::faults::Faults;
 use super::merge::{Run, Snap, needs_merge};
+use super::movement::Movement;
 use super::{Cluster, ClusterError, Kernel, Result, SHORT_KERNEL_NS, resume};
 use crate::data::{Buffer, Buffers, Place, PointsTo, HEAD};
 use event_system::protocol::{FoundPointers, MAX_SEND_BACK, Patch, Region};

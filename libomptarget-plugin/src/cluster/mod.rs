@@ -30,9 +30,8 @@ use event_system::protocol::Event;
 use event_system::{Comm, Fenced, Liveness, SymmetricHeap};
 use parking_lot::Mutex;
 use scheduler::Scheduler;
-use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use task_graph::TaskGraph;
 use thiserror::Error;
 
@@ -87,6 +86,7 @@ pub use failures::{FailureRecord, RecoveryRecord, SpareRecord};
 pub use resume::ResumeRecord;
 
 use durability::Durability;
+use failures::{Failures, HeadDevice};
 use faults::Faults;
 use ledger::Ledger;
 use link::Link;
@@ -315,6 +315,21 @@ impl Cluster {
         self.link.any_failure()
     }
 
+    /// Start the handler thread, the buddy thread, the thread of faults injected by time and
+    /// the prober that watches the workers on the head's host. Called once, when the cluster
+    /// is in its final place. `on_fatal` ends the job when recovery is impossible.
+    pub(crate) fn start_handler(&'static self, on_fatal: fn(&str) -> !) -> std::io::Result<()> {
+        self.tolerance.ft.start(Arc::new(HeadDevice::new(self, on_fatal)))?;
+        self.start_buddy()?;
+        Faults::of(self).start_timed();
+        Failures::of(self).start_prober()
+    }
+
+    /// A rank failed (see [`Failures::note_failure`]): the failure detector's callback.
+    pub(crate) fn note_failure(&self, rank: i32, how: &str) {
+        Failures::of(self).note_failure(rank, how)
+    }
+
     /// How many workers the job started with (spares included).
     pub(crate) fn worker_count(&self) -> usize {
         self.link.comm.size().saturating_sub(1) as usize
@@ -369,50 +384,9 @@ impl Cluster {
                 Err(e) if self.tolerance.recovery => e,
                 done => return done,
             };
-            let Some(dead) = self.failure_behind(&err) else { return Err(err) };
+            let Some(dead) = Failures::of(self).failure_behind(&err) else { return Err(err) };
             self.meter.log(format_args!("request failed ({err}); waiting for recovery from the loss of {dead:?}"));
             self.tolerance.ft.wait_recovered(&dead).map_err(ClusterError::Unrecoverable)?;
-        }
-    }
-
-    /// The dead ranks an error is explained by, if it is one recovery deals with: a wait that
-    /// gave up on a dead rank (fenced here if a worker was the one to notice), or a buffer or
-    /// worker missing while some dead rank is not yet recovered from.
-    fn failure_behind(&self, e: &ClusterError) -> Option<BTreeSet<i32>> {
-        let mut dead = self.link.live.dead_ranks();
-        if let Some(r) = self.dead_peer(e) {
-            dead.insert(r);
-        } else {
-            // A buffer or worker missing is explained by a failure not yet recovered from.
-            let missing = matches!(e, ClusterError::NoWorker | ClusterError::Lost(_));
-            if !missing || dead.is_subset(&self.tolerance.ft.recovered()) {
-                return None;
-            }
-        }
-        dead.remove(&HEAD);
-        Some(dead)
-    }
-
-    /// If `e` says a rank died (a wait gave up on it, or a worker reported its exchange
-    /// partner dead), fence that rank, tell the handler, and return it.
-    fn dead_peer(&self, e: &ClusterError) -> Option<i32> {
-        match e {
-            ClusterError::Comm(CommError::PeerDead(r)) | ClusterError::PeerDead(r) => {
-                // Recorded (and fenced) here with how it was noticed, before the handler can
-                // record it in general terms.
-                let how = match e {
-                    ClusterError::PeerDead(_) => "declared dead by the failure detector of the worker on the other side of a transfer",
-                    _ => "declared dead by the failure detector, noticed by a request waiting for it",
-                };
-                if self.stopped.is_set() {
-                    self.link.live.fence(*r);
-                } else {
-                    self.record_failure(*r, how);
-                }
-                self.tolerance.ft.notify(*r);
-                Some(*r)
-            }
-            _ => None,
         }
     }
 
@@ -488,7 +462,7 @@ impl Cluster {
         let wall = self.meter.start.elapsed().as_secs_f64();
         if let Some(path) = &self.cfg.report {
             let mut report = self.meter.stats.report(workers.len(), wall);
-            let (failures, recoveries) = self.ft_report();
+            let (failures, recoveries) = Failures::of(self).ft_report();
             (report.head_messages_sent, report.head_messages_received) = messages;
             report.counts.tasks_reexecuted = recoveries.iter().map(|r| r.outcome.tasks_reexecuted).sum();
             report.failures = failures;

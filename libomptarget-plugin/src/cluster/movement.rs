@@ -5,8 +5,8 @@ use super::link::{self, Link};
 use super::meter::Meter;
 use super::offload::Offload;
 use super::{ClusterError, Holds, Result};
-use crate::inject::Injector;
 use crate::data::{Buffer, CopyState, Moved, Place, HEAD};
+use crate::inject::Injector;
 use event_system::Liveness;
 use event_system::protocol::{Envelope, Event, MAX_INLINE_DATA, Region, Reply};
 use serde_json::json;
@@ -27,6 +27,8 @@ pub(super) struct Movement<'a> {
     meter: &'a Meter,
     inject: &'a Injector,
 }
+
+holds!(Movement<'a>: link: Link, ledger: Ledger, offload: Offload, meter: Meter, inject: Injector);
 
 impl<'a> Movement<'a> {
     pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Meter> + Holds<'a, Injector>) -> Self {

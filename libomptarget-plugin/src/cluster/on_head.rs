@@ -23,6 +23,8 @@ pub(super) struct OnHead<'a> {
     meter: &'a Meter,
 }
 
+holds!(OnHead<'a>: ledger: Ledger, offload: Offload, durability: Durability, meter: Meter);
+
 impl<'a> OnHead<'a> {
     pub(super) fn of(c: impl Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Durability> + Holds<'a, Meter>) -> Self {
         OnHead { ledger: c.part(), offload: c.part(), durability: c.part(), meter: c.part() }

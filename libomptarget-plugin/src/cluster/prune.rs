@@ -4,8 +4,8 @@
 //! failure is recovery's own definition (`ft_handler::decide::safe`), asked of a snapshot of
 //! the head's copies.
 
-use super::head_copies::HeadCopies;
 use super::Cluster;
+use super::head_copies::HeadCopies;
 use crate::checkpoint::Checkpointer;
 use crate::data::HEAD;
 use ft_handler::decide::{self, Copies};

@@ -12,21 +12,22 @@
 //! [`RecoverError::NewFailure`]; the handler calls it again with the larger set (what was
 //! rebuilt so far stays rebuilt).
 
-use super::on_head::OnHead;
-use super::head_copies::HeadCopies;
+use super::failures::Failures;
 use super::faults::Faults;
+use super::head_copies::HeadCopies;
+use super::on_head::OnHead;
 use super::rerun::Side;
-use super::{RecoveryRecord, SpareRecord};
 use super::{Cluster, ClusterError, SHORT_KERNEL_NS};
+use super::{RecoveryRecord, SpareRecord};
 use crate::checkpoint::Checkpointer;
 use crate::config::Reexec;
 use crate::data::{Buffers, HEAD};
 use event_system::comm::CommError;
 use event_system::process::Victim;
 use event_system::protocol::{Event, Region};
+use ft_handler::RecoverError;
 use ft_handler::decide::{self, Copies};
 use ft_handler::recovery::{self as algo, BatchDone, Restored, Stop, View};
-use ft_handler::RecoverError;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
 use serde_json::json;
@@ -217,7 +218,7 @@ impl Cluster {
         // A resumed job: what the checkpoint it resumed from holds is loaded, not re-run.
         if self.durability.resumed {
             for &r in dead {
-                self.record_failure(r, "declared dead");
+                Failures::of(self).record_failure(r, "declared dead");
             }
             self.adopt_checkpointed(None)?;
         }
@@ -231,7 +232,7 @@ impl Cluster {
         let traced = self.meter.trace_now();
         let at_seconds = self.meter.start.elapsed().as_secs_f64();
         for &r in dead {
-            self.record_failure(r, "declared dead");
+            Failures::of(self).record_failure(r, "declared dead");
         }
         let attempts = self.tolerance.attempts.fetch_add(1, Ordering::Relaxed) + 1;
         let policy = algo::Policy { parallel: self.cfg.ft_reexec == Reexec::Parallel, ..Default::default() };
@@ -242,7 +243,7 @@ impl Cluster {
             Ok(out) => out,
             Err(e) => {
                 if let RecoverError::NewFailure(r) = e {
-                    self.record_failure(r, "declared dead during recovery");
+                    Failures::of(self).record_failure(r, "declared dead during recovery");
                 }
                 return Err(e);
             }

@@ -7,16 +7,16 @@
 //! Threads: recovery's re-run threads, one per worker at a time (the handler holds the gate);
 //! each takes the ledger's locks only between transfers.
 
+use super::execute::{Executed, Execute, Executor};
 use super::head_copies::HeadCopies;
 use super::movement::Movement;
-use super::execute::{Executed, Execute, Executor};
 use super::recovery::{fatal, new_failure, CopiesView};
 use super::{Cluster, ClusterError, Result};
 use crate::data::{Place, HEAD};
 use event_system::protocol::{Event, Region};
+use ft_handler::RecoverError;
 use ft_handler::decide;
 use ft_handler::recovery::{BatchDone, Stop};
-use ft_handler::RecoverError;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
 use serde_json::json;

@@ -12,8 +12,8 @@ use super::{FailureRecord, RecoveryRecord, SpareRecord};
 use ft_handler::Handler;
 use parking_lot::Mutex;
 use run_report::BuddyStats;
-use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32};
 
 /// Failures, recoveries, spares and buddy copies.
 pub(super) struct Tolerance {
