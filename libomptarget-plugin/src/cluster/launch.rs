@@ -15,6 +15,7 @@
 //! A prediction can be wrong (a write that depends on the data): then two regions changed one
 //! buffer in two copies, which are merged, or one of which is undone and run again
 //! (`merge.rs`).
+use super::memory::Memory;
 use super::execute::{Executed, Execute, Executor};
 use super::faults::Faults;
 use super::merge::{Run, Snap, needs_merge};
@@ -250,7 +251,7 @@ impl Cluster {
             let unchanged = vec![false; reach.len()];
             let deleted = release_writes(&mut self.ledger.buffers.lock(), snaps.is_empty().then_some(&unchanged[..]));
             self.ledger.moved.notify_all();
-            self.finish_deletes(deleted)?;
+            Memory::of(self).finish_deletes(deleted)?;
         }
         let Executed { changed, pointers, seconds: kernel_s, patches, allocated, freed, traced, returned, output, errors } = result?;
         // It ran over the versions it was placed over, allocated and freed nothing, and ran
@@ -305,7 +306,7 @@ impl Cluster {
                     Err(e) => {
                         let deleted = release_writes(&mut self.ledger.buffers.lock(), Some(&changed));
                         self.ledger.moved.notify_all();
-                        self.finish_deletes(deleted)?;
+                        Memory::of(self).finish_deletes(deleted)?;
                         return Err(e);
                     }
                 }
@@ -442,7 +443,7 @@ impl Cluster {
         for (addr, runs) in merges {
             for (off, bytes) in runs {
                 // SAFETY: `bytes` is a readable local vector; the gate is held (`_gate`).
-                unsafe { self.submit_inner(addr + off, bytes.as_ptr(), bytes.len() as u64)? };
+                unsafe { Memory::of(self).submit_inner(addr + off, bytes.as_ptr(), bytes.len() as u64)? };
             }
             if let (Some(b), Some(r)) = (self.ledger.buffers.lock().get(addr), unrecorded.as_mut()) {
                 r.writes.push(Access { buffer: b.id, version: b.version });
@@ -465,7 +466,7 @@ impl Cluster {
         for addr in freed {
             self.free_block(w, addr)?;
         }
-        self.finish_deletes(deleted)?;
+        Memory::of(self).finish_deletes(deleted)?;
         self.maybe_prune();
         Faults::of(self).inject_due(|t| matches!(t, crate::inject::Trigger::AfterTasks(n) if *n <= done + 1));
         if self.meter.verbose() {
@@ -603,7 +604,7 @@ impl Cluster {
             return Ok(());
         }
         self.meter.log(format_args!("DEVICE FREE {addr:#x} on {w}"));
-        match self.remove_buffer(addr, block) {
+        match Memory::of(self).remove_buffer(addr, block) {
             // Freed meanwhile by another region: the program's bug, as above.
             Ok(()) | Err(ClusterError::UnknownAddress(_)) => Ok(()),
             Err(e) => Err(e),

@@ -1,8 +1,15 @@
-//! Memory requests: allocation, deletion, host submits and retrieves, device-to-device copies.
+//! Memory requests: allocation, deletion, host submits and retrieves, device-to-device copies
+//! ([`Memory`]; the requests' gate and retries are in `mod.rs`).
+use super::durability::Durability;
 use super::head_copies::HeadCopies;
+use super::ledger::Ledger;
+use super::link::Link;
+use super::meter::Meter;
 use super::movement::Movement;
-use super::{Cluster, ClusterError, Result};
+use super::offload::Offload;
+use super::{ClusterError, Holds, Result};
 use crate::data::{Buffer, Buffers, Place, PointsTo, HEAD};
+use crate::inject::Injector;
 use event_system::Liveness;
 use event_system::comm::CommError;
 use event_system::protocol::{Event, Region};
@@ -27,10 +34,30 @@ const MAX_VERSIONS_WALKED: u64 = 4;
 /// The most written versions one such decision looks at in the task record (see above).
 const WALK_BUDGET: u64 = 16;
 
-impl Cluster {
-    /// Allocate a device buffer.
-    pub(crate) fn alloc(&self, size: u64, host: u64) -> Result<u64> {
-        let _gate = self.enter()?;
+/// The work of memory requests (the caller holds the gate: `mod.rs` makes the requests):
+/// borrows the ledger (buffers, versions, the record of host updates and copies), the
+/// offload (the heap, the kernels that send data back), the link (DELETEs, SUBMITs, COPYs),
+/// the durability (keys and the log, what checkpoints hold), the meter, and through
+/// [`Movement`] the fault injector.
+#[derive(Clone, Copy)]
+pub(super) struct Memory<'a> {
+    link: &'a Link,
+    ledger: &'a Ledger,
+    offload: &'a Offload,
+    durability: &'a Durability,
+    meter: &'a Meter,
+    inject: &'a Injector,
+}
+
+holds!(Memory<'a>: link: Link, ledger: Ledger, offload: Offload, durability: Durability, meter: Meter, inject: Injector);
+
+impl<'a> Memory<'a> {
+    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Durability> + Holds<'a, Meter> + Holds<'a, Injector>) -> Self {
+        Memory { link: c.part(), ledger: c.part(), offload: c.part(), durability: c.part(), meter: c.part(), inject: c.part() }
+    }
+
+    /// Allocate a device buffer (the caller holds the gate).
+    pub(super) fn alloc(&self, size: u64, host: u64) -> Result<u64> {
         let addr = self.ledger.buffers.lock().create(size, host)?.addr;
         self.ledger.device_bytes.fetch_add(size, Ordering::Relaxed);
         self.meter.log(format_args!("ALLOC {addr:#x} {size} bytes"));
@@ -41,8 +68,7 @@ impl Cluster {
     /// only the head backs. The program uses it as host memory (maps copy it like any host
     /// data); a region that dereferences it directly faults on its worker, where the range is
     /// reserved but never backed, instead of reading whatever the worker has at that address.
-    pub(crate) fn alloc_host(&self, size: u64) -> Result<u64> {
-        self.stopped.check()?;
+    pub(super) fn alloc_host(&self, size: u64) -> Result<u64> {
         let (addr, span) = self.ledger.buffers.lock().reserve_raw(size)?;
         self.offload.heap.back(addr, span)?;
         self.ledger.host_allocs.lock().insert(addr, span);
@@ -50,22 +76,18 @@ impl Cluster {
         Ok(addr)
     }
 
-    /// Free a device buffer, or host memory from [`Cluster::alloc_host`].
-    pub(crate) fn delete(&self, addr: u64) -> Result<()> {
+    /// Free host memory from [`Memory::alloc_host`], if `addr` is such memory (then true).
+    pub(super) fn free_host(&self, addr: u64) -> Result<bool> {
         if let Some(span) = self.ledger.host_allocs.lock().remove(&addr) {
             self.offload.heap.release(addr, span)?;
             self.ledger.buffers.lock().free_range(addr);
-            return Ok(());
+            return Ok(true);
         }
-        if self.stopped.is_set() {
-            return Ok(()); // the workers are gone; the range dies with the process
-        }
-        let _gate = self.enter()?;
-        self.remove_buffer(addr, |_| true)
+        Ok(false)
     }
 
     /// Delete the device buffer at `addr` (the caller holds the gate). If a region in flight
-    /// may reach it, once that region is done with it ([`Cluster::finish_deletes`]): a
+    /// may reach it, once that region is done with it ([`Memory::finish_deletes`]): a
     /// worker must never be asked for a buffer it released, nor hash freed pages. Only if
     /// `only` accepts the buffer there, checked under the lock that removes it (two regions
     /// ending at once must not delete one buffer twice, nor a new buffer at the same address).
@@ -120,7 +142,7 @@ impl Cluster {
         if retire {
             self.ledger.buffers.lock().retire(b);
         } else {
-            HeadCopies::of(self).release_head_copy(&b)?;
+            HeadCopies::of(*self).release_head_copy(&b)?;
         }
         self.meter.log(format_args!("DELETE {addr:#x}{}", if retire { " (head copy kept for recovery)" } else { "" }));
         if self.ledger.retains() {
@@ -140,7 +162,7 @@ impl Cluster {
         version > MAX_VERSIONS_WALKED
             || (0..=version).any(|v| {
                 let a = Access { buffer: id, version: v };
-                self.ledger.graph.lock().is_read(a) && HeadCopies::of(self).lineage_needs(bufs, a, budget)
+                self.ledger.graph.lock().is_read(a) && HeadCopies::of(*self).lineage_needs(bufs, a, budget)
             })
     }
 
@@ -171,7 +193,7 @@ impl Cluster {
             unneeded.into_iter().filter_map(|r| bufs.unretire(r)).collect()
         };
         for b in released {
-            HeadCopies::of(self).release_head_copy(&b)?;
+            HeadCopies::of(*self).release_head_copy(&b)?;
             self.meter.log(format_args!("RELEASE retired {:#x}: no recorded task recovery may re-run reads it", b.addr));
         }
         Ok(())
@@ -188,21 +210,6 @@ impl Cluster {
             }
         }
         Ok(())
-    }
-
-    /// Copy `len` host bytes at `host` to device address `tgt`.
-    ///
-    /// # Safety
-    /// `host..host+len` must be readable.
-    pub(crate) unsafe fn submit(&self, tgt: u64, host: *const u8, len: u64) -> Result<()> {
-        if self.durability.fast_forward() {
-            self.live_for(&[tgt])?;
-        }
-        self.resilient(|| {
-            let _gate = self.enter()?;
-            // SAFETY: forwarded contract (each attempt reads the same host bytes again).
-            unsafe { self.submit_inner(tgt, host, len) }
-        })
     }
 
     /// [`Cluster::submit`] without the gate (the caller holds it).
@@ -344,7 +351,7 @@ impl Cluster {
                 // With recovery on, the head keeps a copy too: host data has no producer to
                 // re-run, so the head's copy is where recovery finds it.
                 let holders = b.holders.clone();
-                let mut t = vec![Movement::of(self).least_busy(&holders).ok_or(ClusterError::Lost(addr))?];
+                let mut t = vec![Movement::of(*self).least_busy(&holders).ok_or(ClusterError::Lost(addr))?];
                 if self.ledger.retains() {
                     t.push(HEAD);
                 }
@@ -354,8 +361,8 @@ impl Cluster {
                 b.holders.iter().copied().collect()
             };
             if targets.contains(&HEAD) {
-                HeadCopies::of(self).stage_on_head(&mut bufs, addr)?;
-                HeadCopies::of(self).keep_head_version(&mut bufs, addr);
+                HeadCopies::of(*self).stage_on_head(&mut bufs, addr)?;
+                HeadCopies::of(*self).keep_head_version(&mut bufs, addr);
             }
             if targets.iter().any(|&r| r != HEAD) {
                 bufs.get_mut(addr).expect("found above").host_writes += 1;
@@ -392,7 +399,7 @@ impl Cluster {
         Ok((addr, targets, whole, found))
     }
 
-    /// The sends of [`Cluster::submit_bytes`]: to each target in turn, writing the head's
+    /// The sends of [`Memory::submit_bytes`]: to each target in turn, writing the head's
     /// copy (`head_copy`, taken when done) while the bytes travel to the first worker, and
     /// scanning them (`scan`) meanwhile.
     ///
@@ -425,7 +432,7 @@ impl Cluster {
                 };
                 // SAFETY: host range readable (caller) and unchanged until we return; the
                 // scan only reads it.
-                let (tag, f) = unsafe { Movement::of(self).post_submit(Region { addr: tgt, size: len }, host, r, during)? };
+                let (tag, f) = unsafe { Movement::of(*self).post_submit(Region { addr: tgt, size: len }, host, r, during)? };
                 if found.is_none() {
                     *found = f;
                 }
@@ -435,22 +442,6 @@ impl Cluster {
             }
         }
         Ok(())
-    }
-
-    /// Copy `len` bytes at device address `tgt` to host memory at `host`.
-    ///
-    /// # Safety
-    /// `host..host+len` must be writable and not accessed by others meanwhile.
-    pub(crate) unsafe fn retrieve(&self, host: *mut u8, tgt: u64, len: u64) -> Result<()> {
-        // SAFETY: forwarded contract.
-        if self.durability.fast_forward() && unsafe { self.retrieve_from_log(host, tgt, len)? } {
-            return Ok(());
-        }
-        self.resilient(|| {
-            let _gate = self.enter()?;
-            // SAFETY: forwarded contract (a repeated attempt overwrites the same host bytes).
-            unsafe { self.retrieve_inner(host, tgt, len) }
-        })
     }
 
     /// [`Cluster::retrieve`] without the gate (the caller holds it).
@@ -488,7 +479,7 @@ impl Cluster {
                 (None, None, key)
             } else {
                 let made_by = b.made_by.filter(|(v, ..)| *v == b.version).map(|(_, e, m)| (e, m));
-                (Some(Movement::of(self).current_holder(b).ok_or(ClusterError::Lost(b.addr))?), made_by, key)
+                (Some(Movement::of(*self).current_holder(b).ok_or(ClusterError::Lost(b.addr))?), made_by, key)
             }
         };
         if let (Some(w), Some((entry, args))) = (src, made_by) {
@@ -508,8 +499,8 @@ impl Cluster {
             Some(Place::Worker(w)) => {
                 let (t, region) = (self.meter.trace_now(), Region { addr: tgt, size: len });
                 // SAFETY: the caller guarantees the host range is writable and exclusive.
-                unsafe { Movement::of(self).retrieve_into(region, w, host)? };
-                Movement::of(self).note_retrieved(region, w, t);
+                unsafe { Movement::of(*self).retrieve_into(region, w, host)? };
+                Movement::of(*self).note_retrieved(region, w, t);
             }
         }
         self.meter.log(format_args!("RETRIEVE {tgt:#x} {len} bytes from {src:?}"));
@@ -530,16 +521,9 @@ impl Cluster {
         }
     }
 
-    /// Device-to-device copy inside the cluster device (`omp_target_memcpy`).
-    pub(crate) fn copy(&self, src: u64, dst: u64, len: u64) -> Result<()> {
-        if self.durability.fast_forward() {
-            self.live_for(&[src, dst])?;
-        }
-        self.resilient(|| self.copy_once(src, dst, len))
-    }
-
-    fn copy_once(&self, src: u64, dst: u64, len: u64) -> Result<()> {
-        let _gate = self.enter()?;
+    /// Device-to-device copy inside the cluster device (`omp_target_memcpy`), once (the
+    /// caller holds the gate).
+    pub(super) fn copy_once(&self, src: u64, dst: u64, len: u64) -> Result<()> {
         if len == 0 {
             return Ok(());
         }
@@ -547,7 +531,7 @@ impl Cluster {
             let bufs = self.ledger.buffers.lock();
             let s = bufs.containing_range(src, len).ok_or(ClusterError::UnknownAddress(src))?;
             let d = bufs.containing_range(dst, len).ok_or(ClusterError::UnknownAddress(dst))?;
-            let at = if s.version == 0 { HEAD } else { Movement::of(self).current_holder(s).ok_or(ClusterError::Lost(s.addr))? };
+            let at = if s.version == 0 { HEAD } else { Movement::of(*self).current_holder(s).ok_or(ClusterError::Lost(s.addr))? };
             (s.addr, d.addr, at, dst == d.addr && len >= d.size)
         };
         if at == HEAD {
@@ -558,13 +542,13 @@ impl Cluster {
             // SAFETY: `tmp` has `len` readable bytes.
             return unsafe { self.submit_inner(dst, tmp.as_ptr(), len) };
         }
-        Movement::of(self).ensure_present(src_buf, at)?;
+        Movement::of(*self).ensure_present(src_buf, at)?;
         if !whole {
-            Movement::of(self).ensure_present(dst_buf, at)?;
+            Movement::of(*self).ensure_present(dst_buf, at)?;
         } else {
             let mut bufs = self.ledger.buffers.lock();
             let b = bufs.get_mut(dst_buf).ok_or(ClusterError::UnknownAddress(dst))?;
-            Movement::of(self).back_on(b, at)?;
+            Movement::of(*self).back_on(b, at)?;
         }
         {
             // A buddy copy reading the destination's copy there: let it finish first.

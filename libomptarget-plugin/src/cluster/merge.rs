@@ -24,6 +24,7 @@
 //!   ran (`Buffer::commits_from`), and no copy was taken from it (`Buffer::torn`).
 //! * A kernel starts over the version its copy holds when it starts (not when it was placed);
 //!   a copy left with no recorded version by a merge makes it placed again.
+use super::memory::Memory;
 use super::movement::Movement;
 use super::{Cluster, ClusterError, Kernel, Result};
 use crate::data::{Buffer, Buffers, HEAD};
@@ -225,7 +226,7 @@ impl Cluster {
         for (m, apply) in plans {
             for (off, bytes) in &apply {
                 // SAFETY: `bytes` is a readable local vector; the caller holds the gate.
-                if let Err(e) = unsafe { self.submit_inner(m.region.addr + off, bytes.as_ptr(), bytes.len() as u64) } {
+                if let Err(e) = unsafe { Memory::of(self).submit_inner(m.region.addr + off, bytes.as_ptr(), bytes.len() as u64) } {
                     return Err(stop(&mut held, e));
                 }
             }

@@ -90,6 +90,7 @@ use failures::{Failures, HeadDevice};
 use faults::Faults;
 use ledger::Ledger;
 use link::Link;
+use memory::Memory;
 use meter::Meter;
 use offload::Offload;
 use tolerance::Tolerance;
@@ -328,6 +329,72 @@ impl Cluster {
     /// A rank failed (see [`Failures::note_failure`]): the failure detector's callback.
     pub(crate) fn note_failure(&self, rank: i32, how: &str) {
         Failures::of(self).note_failure(rank, how)
+    }
+
+    /// Allocate a device buffer.
+    pub(crate) fn alloc(&self, size: u64, host: u64) -> Result<u64> {
+        let _gate = self.enter()?;
+        Memory::of(self).alloc(size, host)
+    }
+
+    /// Allocate host memory for `llvm_omp_target_alloc_host` (see [`Memory::alloc_host`]).
+    pub(crate) fn alloc_host(&self, size: u64) -> Result<u64> {
+        self.stopped.check()?;
+        Memory::of(self).alloc_host(size)
+    }
+
+    /// Free a device buffer, or host memory from [`Cluster::alloc_host`].
+    pub(crate) fn delete(&self, addr: u64) -> Result<()> {
+        if Memory::of(self).free_host(addr)? {
+            return Ok(());
+        }
+        if self.stopped.is_set() {
+            return Ok(()); // the workers are gone; the range dies with the process
+        }
+        let _gate = self.enter()?;
+        Memory::of(self).remove_buffer(addr, |_| true)
+    }
+
+    /// Copy `len` host bytes at `host` to device address `tgt`.
+    ///
+    /// # Safety
+    /// `host..host+len` must be readable.
+    pub(crate) unsafe fn submit(&self, tgt: u64, host: *const u8, len: u64) -> Result<()> {
+        if self.durability.fast_forward() {
+            self.live_for(&[tgt])?;
+        }
+        self.resilient(|| {
+            let _gate = self.enter()?;
+            // SAFETY: forwarded contract (each attempt reads the same host bytes again).
+            unsafe { Memory::of(self).submit_inner(tgt, host, len) }
+        })
+    }
+
+    /// Copy `len` bytes at device address `tgt` to host memory at `host`.
+    ///
+    /// # Safety
+    /// `host..host+len` must be writable and not accessed by others meanwhile.
+    pub(crate) unsafe fn retrieve(&self, host: *mut u8, tgt: u64, len: u64) -> Result<()> {
+        // SAFETY: forwarded contract.
+        if self.durability.fast_forward() && unsafe { self.retrieve_from_log(host, tgt, len)? } {
+            return Ok(());
+        }
+        self.resilient(|| {
+            let _gate = self.enter()?;
+            // SAFETY: forwarded contract (a repeated attempt overwrites the same host bytes).
+            unsafe { Memory::of(self).retrieve_inner(host, tgt, len) }
+        })
+    }
+
+    /// Device-to-device copy inside the cluster device (`omp_target_memcpy`).
+    pub(crate) fn copy(&self, src: u64, dst: u64, len: u64) -> Result<()> {
+        if self.durability.fast_forward() {
+            self.live_for(&[src, dst])?;
+        }
+        self.resilient(|| {
+            let _gate = self.enter()?;
+            Memory::of(self).copy_once(src, dst, len)
+        })
     }
 
     /// How many workers the job started with (spares included).
