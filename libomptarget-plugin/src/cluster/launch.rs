@@ -15,6 +15,7 @@
 //! A prediction can be wrong (a write that depends on the data): then two regions changed one
 //! buffer in two copies, which are merged, or one of which is undone and run again
 //! (`merge.rs`).
+use super::merge::Merger;
 use super::memory::Memory;
 use super::execute::{Executed, Execute, Executor};
 use super::faults::Faults;
@@ -301,7 +302,7 @@ impl Cluster {
                     break bufs;
                 }
                 drop(bufs);
-                match self.merge_concurrent_changes(&Run { w, reach: &reach, changed: &changed, snaps: &snaps }, &kernel, &patches, &merged) {
+                match Merger::of(self).merge_concurrent_changes(&Run { w, reach: &reach, changed: &changed, snaps: &snaps }, &kernel, &patches, &merged) {
                     Ok(m) => merged.extend(m),
                     Err(e) => {
                         let deleted = release_writes(&mut self.ledger.buffers.lock(), Some(&changed));

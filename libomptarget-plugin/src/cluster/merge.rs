@@ -2,11 +2,11 @@
 //! workers' copies, or undoing one of them (see `launch.rs` for why they happen).
 //!
 //! A region whose kernel was not expected to write a buffer runs where placement put it; if
-//! it changed the buffer while a region elsewhere changed it too, [`Cluster::merge_concurrent_changes`]
+//! it changed the buffer while a region elsewhere changed it too, [`Merger::merge_concurrent_changes`]
 //! merges three-way: against a copy of the version it started from, its changed bytes are
 //! written into the current version where that version still has the old bytes. If both
 //! changed a byte (even to the same value: two increments of one counter), its run is undone
-//! ([`Cluster::rerun_or`]: its copies are forgotten) and the region runs again over the other's
+//! ([`Merger::rerun_or`]: its copies are forgotten) and the region runs again over the other's
 //! change, as one after the other on one device.
 //!
 //! Concurrency (design note). Kernels on one worker share its copy, so a copy's unrecorded
@@ -24,10 +24,16 @@
 //!   ran (`Buffer::commits_from`), and no copy was taken from it (`Buffer::torn`).
 //! * A kernel starts over the version its copy holds when it starts (not when it was placed);
 //!   a copy left with no recorded version by a merge makes it placed again.
+use super::durability::Durability;
+use super::ledger::Ledger;
+use super::link::Link;
 use super::memory::Memory;
+use super::meter::Meter;
 use super::movement::Movement;
-use super::{Cluster, ClusterError, Kernel, Result};
+use super::offload::Offload;
+use super::{ClusterError, Holds, Kernel, Result};
 use crate::data::{Buffer, Buffers, HEAD};
+use crate::inject::Injector;
 use event_system::Liveness;
 use event_system::protocol::{Patch, Region};
 use rustc_hash::FxHashMap as HashMap;
@@ -57,7 +63,25 @@ pub(super) struct Snap {
     pub(super) merges_end: u64,
 }
 
-impl Cluster {
+/// Merging or undoing concurrent changes: borrows what [`Memory`] does (a merge is applied
+/// as a partial submit) and [`Movement`] (the copies compared are fetched).
+#[derive(Clone, Copy)]
+pub(super) struct Merger<'a> {
+    link: &'a Link,
+    ledger: &'a Ledger,
+    offload: &'a Offload,
+    durability: &'a Durability,
+    meter: &'a Meter,
+    inject: &'a Injector,
+}
+
+holds!(Merger<'a>: link: Link, ledger: Ledger, offload: Offload, durability: Durability, meter: Meter, inject: Injector);
+
+impl<'a> Merger<'a> {
+    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Durability> + Holds<'a, Meter> + Holds<'a, Injector>) -> Self {
+        Merger { link: c.part(), ledger: c.part(), offload: c.part(), durability: c.part(), meter: c.part(), inject: c.part() }
+    }
+
     /// Apply the changes a kernel run made to buffers that a region on another worker changed
     /// meanwhile in its own copy: a three-way merge against the version the run started from.
     /// Its changed bytes, where the current version still has that version's bytes, are
@@ -178,12 +202,12 @@ impl Cluster {
         let fetched: Result<Vec<Copies>> = todo
             .iter()
             .map(|m| {
-                let mine = Movement::of(self).fetch(m.region, w)?;
+                let mine = Movement::of(*self).fetch(m.region, w)?;
                 let base = match m.base {
                     None => vec![0u8; m.region.size as usize],
-                    Some(r) => Movement::of(self).fetch(m.region, r)?,
+                    Some(r) => Movement::of(*self).fetch(m.region, r)?,
                 };
-                Ok((mine, base, Movement::of(self).fetch(m.region, m.current)?))
+                Ok((mine, base, Movement::of(*self).fetch(m.region, m.current)?))
             })
             .collect();
         let fetched = match fetched {
@@ -226,7 +250,7 @@ impl Cluster {
         for (m, apply) in plans {
             for (off, bytes) in &apply {
                 // SAFETY: `bytes` is a readable local vector; the caller holds the gate.
-                if let Err(e) = unsafe { Memory::of(self).submit_inner(m.region.addr + off, bytes.as_ptr(), bytes.len() as u64) } {
+                if let Err(e) = unsafe { Memory::of(*self).submit_inner(m.region.addr + off, bytes.as_ptr(), bytes.len() as u64) } {
                     return Err(stop(&mut held, e));
                 }
             }
@@ -318,7 +342,7 @@ impl Cluster {
             let zeros = vec![0u8; r.size as usize];
             // SAFETY: `zeros` is a readable local vector, kept until the send completes (on a
             // dead peer it is leaked below, as `submit_from` requires).
-            let sent = unsafe { Movement::of(self).submit_from(r, zeros.as_ptr(), w) };
+            let sent = unsafe { Movement::of(*self).submit_from(r, zeros.as_ptr(), w) };
             if sent.is_err() {
                 std::mem::forget(zeros);
             }
