@@ -26,10 +26,10 @@
 //! * Writing the head's copy happens under the buffer lock, after any checkpoint still
 //!   saving that copy is done, and after keeping the version it replaces apart if lineage
 //!   still needs it (as any write of the head's copy does).
-//! * After each pass it prunes the task record if due (`Cluster::prune`: the walk holds only
+//! * After each pass it prunes the task record if due (`Pruner::prune`: the walk holds only
 //!   the record's lock), which the copies just made let forget what came before them; a
 //!   region prunes only if the record has grown to twice the threshold meanwhile.
-//! * Shutdown waits for a batch in progress (`Cluster::buddy_busy`), so that no MPI call of
+//! * Shutdown waits for a batch in progress (`Tolerance::buddy_busy`), so that no MPI call of
 //!   this thread outlives the workers or MPI itself.
 //! * Bandwidth: after a batch that took `t` it waits `t * (100 - share) / share`
 //!   (`OMPCLUSTER_FT_BUDDY_SHARE`, percent), so it spends at most that share of its time
@@ -39,7 +39,9 @@
 
 use super::head_copies::HeadCopies;
 use super::movement::Movement;
+use super::prune::Pruner;
 use super::{Cluster, Result};
+use crate::config::Config;
 use crate::data::HEAD;
 use event_system::Liveness;
 use event_system::protocol::Region;
@@ -49,22 +51,22 @@ use std::time::{Duration, Instant};
 
 pub use run_report::BuddyStats;
 
-impl Cluster {
-    /// The buddy schedule (`ft_handler::buddy`) from the settings.
-    fn buddy_policy(&self) -> BuddyPolicy {
-        BuddyPolicy::new(Duration::from_millis(self.cfg.buddy_interval_ms), self.cfg.buddy_share_percent, self.cfg.buddy_memory)
-    }
+/// The buddy schedule (`ft_handler::buddy`) from the settings.
+pub(super) fn policy(cfg: &Config) -> BuddyPolicy {
+    BuddyPolicy::new(Duration::from_millis(cfg.buddy_interval_ms), cfg.buddy_share_percent, cfg.buddy_memory)
+}
 
+impl Cluster {
     /// Start the buddy thread, if buddy copies are on.
     pub(super) fn start_buddy(&'static self) -> std::io::Result<()> {
-        if !self.ledger.retains() || !self.buddy_policy().enabled() {
+        if !self.ledger.retains() || !policy(&self.cfg).enabled() {
             return Ok(());
         }
         std::thread::Builder::new().name("ompc-ft-buddy".into()).spawn(move || self.buddy_loop()).map(|_| ())
     }
 
     fn buddy_loop(&self) {
-        let policy = self.buddy_policy();
+        let policy = policy(&self.cfg);
         loop {
             std::thread::sleep(policy.interval);
             if self.stopped.is_set() || self.offload.local().is_some() {
@@ -72,19 +74,14 @@ impl Cluster {
             }
             self.buddy_pass(&policy);
             // The copies just made let the record forget what came before them: pruned here,
-            // off the offloading threads' path (see `Cluster::maybe_prune`), like a region,
+            // off the offloading threads' path (see `Pruner::maybe_prune`), like a region,
             // under the gate's read side.
             let _busy = self.tolerance.buddy_busy.lock();
             let _gate = self.tolerance.ft.enter();
             if self.stopped.check().is_ok() {
-                self.prune();
+                Pruner::of(self).prune();
             }
         }
-    }
-
-    /// Does the buddy thread prune the task record (see `Cluster::maybe_prune`)?
-    pub(super) fn buddy_prunes(&self) -> bool {
-        self.ledger.retains() && self.buddy_policy().enabled() && self.offload.local().is_none()
     }
 
     /// Copy to the head every version that only workers hold, furthest behind first, in

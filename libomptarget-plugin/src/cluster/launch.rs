@@ -15,6 +15,7 @@
 //! A prediction can be wrong (a write that depends on the data): then two regions changed one
 //! buffer in two copies, which are merged, or one of which is undone and run again
 //! (`merge.rs`).
+use super::prune::Pruner;
 use super::merge::Merger;
 use super::memory::Memory;
 use super::execute::{Executed, Execute, Executor};
@@ -468,7 +469,7 @@ impl Cluster {
             self.free_block(w, addr)?;
         }
         Memory::of(self).finish_deletes(deleted)?;
-        self.maybe_prune();
+        Pruner::of(self).maybe_prune();
         Faults::of(self).inject_due(|t| matches!(t, crate::inject::Trigger::AfterTasks(n) if *n <= done + 1));
         if self.meter.verbose() {
             let took = self.meter.start.elapsed().as_secs_f64() - t0;

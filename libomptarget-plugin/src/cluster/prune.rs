@@ -4,9 +4,15 @@
 //! failure is recovery's own definition (`ft_handler::decide::safe`), asked of a snapshot of
 //! the head's copies.
 
-use super::Cluster;
+use super::durability::Durability;
 use super::head_copies::HeadCopies;
+use super::ledger::Ledger;
+use super::link::Link;
+use super::meter::Meter;
+use super::offload::Offload;
+use super::{buddy, Holds};
 use crate::checkpoint::Checkpointer;
+use crate::config::Config;
 use crate::data::HEAD;
 use ft_handler::decide::{self, Copies};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -54,7 +60,31 @@ impl Copies for Snapshot<'_> {
     }
 }
 
-impl Cluster {
+/// Pruning the record: borrows the ledger (the record, the buffers' snapshot, the
+/// threshold), the durability (what checkpoints hold), the settings (whether the buddy thread
+/// prunes), and what [`HeadCopies`] borrows (a released buffer's head copy).
+#[derive(Clone, Copy)]
+pub(super) struct Pruner<'a> {
+    link: &'a Link,
+    ledger: &'a Ledger,
+    offload: &'a Offload,
+    durability: &'a Durability,
+    meter: &'a Meter,
+    cfg: &'a Config,
+}
+
+holds!(Pruner<'a>: link: Link, ledger: Ledger, offload: Offload, durability: Durability, meter: Meter, cfg: Config);
+
+impl<'a> Pruner<'a> {
+    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Durability> + Holds<'a, Meter> + Holds<'a, Config>) -> Self {
+        Pruner { link: c.part(), ledger: c.part(), offload: c.part(), durability: c.part(), meter: c.part(), cfg: c.part() }
+    }
+
+    /// Does the buddy thread prune the task record (see [`Pruner::maybe_prune`])?
+    fn buddy_prunes(&self) -> bool {
+        self.ledger.retains() && buddy::policy(self.cfg).enabled() && self.offload.local().is_none()
+    }
+
     /// Keep the task record bounded (called after each region). With buddy copies on, the
     /// buddy thread prunes after each pass, off the offloading threads' path; a region prunes
     /// only if the record has grown to twice the threshold meanwhile (the buddy thread is far
@@ -118,7 +148,7 @@ impl Cluster {
         self.ledger.prune_at.store(FIRST_PRUNE.max(2 * len as u64), Ordering::Relaxed);
         self.meter.log(format_args!("PRUNE {removed} tasks; {len} kept"));
         for b in released {
-            if let Err(e) = HeadCopies::of(self).release_head_copy(&b) {
+            if let Err(e) = HeadCopies::of(*self).release_head_copy(&b) {
                 eprintln!("ompcluster: cannot release buffer {:#x}: {e}", b.addr);
             }
         }
