@@ -1,10 +1,17 @@
 //! Taking a consistent checkpoint: the pause, the plan of who saves what, and the collection
 //! of the savers' answers in the background (design note in `crate::checkpoint`).
+use super::durability::Durability;
 use super::faults::Faults;
+use super::ledger::Ledger;
+use super::link::{self, Link};
+use super::meter::Meter;
 use super::movement::Movement;
-use super::{link, Cluster, ClusterError, Result};
+use super::offload::Offload;
+use super::tolerance::Tolerance;
+use super::{ClusterError, Holds, Result};
 use crate::checkpoint::{Checkpointer, SaveItem};
 use crate::data::HEAD;
+use crate::inject::Injector;
 use event_system::protocol::{Event, Region, Reply};
 use ft_handler::State;
 use serde_json::json;
@@ -13,17 +20,36 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 use timeline::Cat;
 
-impl Cluster {
+/// Checkpoints: a consistent cut of the whole state, so it borrows every part: the gate
+/// (`Tolerance`), the versions to save (`Ledger`), who saves them (`Link`, and `Offload` for
+/// the least busy holder), the store and the log (`Durability`), and the `Meter`.
+#[derive(Clone, Copy)]
+pub(super) struct Checkpoints<'a> {
+    link: &'a Link,
+    ledger: &'a Ledger,
+    offload: &'a Offload,
+    tolerance: &'a Tolerance,
+    durability: &'a Durability,
+    meter: &'a Meter,
+}
+
+holds!(Checkpoints<'a>: link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, tolerance.inject: Injector, durability: Durability, meter: Meter);
+
+impl<'a> Checkpoints<'a> {
+    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Tolerance> + Holds<'a, Durability> + Holds<'a, Meter>) -> Self {
+        Checkpoints { link: c.part(), ledger: c.part(), offload: c.part(), tolerance: c.part(), durability: c.part(), meter: c.part() }
+    }
+
     /// Have worker `w` read a checkpointed version (`rec` says where it is) straight into its
     /// copy at `region`, which must be backed there: the head neither reads it nor sends it.
-    /// Several may be posted before their answers are awaited ([`Cluster::restored`]).
+    /// Several may be posted before their answers are awaited ([`Checkpoints::restored`]).
     pub(super) fn post_restore(&self, w: i32, region: Region, rec: &ckpt_veloc::RegionRecord) -> Result<i32> {
-        Faults::of(self).inject_due(|t| *t == crate::inject::Trigger::DuringRestore);
+        Faults::of(*self).inject_due(|t| *t == crate::inject::Trigger::DuringRestore);
         let record = serde_json::to_vec(rec).map_err(|e| ClusterError::Worker { rank: w, msg: format!("cannot encode a checkpoint record: {e}") })?;
         self.link.post(w, Event::Restore { region, record })
     }
 
-    /// The answer to [`Cluster::post_restore`]: `Ok(Err(why))` if the copy is unusable
+    /// The answer to [`Checkpoints::post_restore`]: `Ok(Err(why))` if the copy is unusable
     /// (damaged, missing: the worker checked it against its checksum).
     pub(super) fn restored(&self, w: i32, tag: i32) -> Result<std::result::Result<(), String>> {
         match self.link.comm.recv_msg::<Reply>(w, tag, self.link.live.as_ref())? {
@@ -36,7 +62,7 @@ impl Cluster {
     /// SIGTERM (`crate::sigterm`): take a checkpoint now, whatever the interval, and wait
     /// until it is published. Nothing while fast-forwarding (versions no rank holds cannot
     /// be saved: a resume of this job starts from the checkpoint this one resumed from).
-    pub(crate) fn final_checkpoint(&self) {
+    pub(super) fn final_checkpoint(&self) {
         let Some(cp) = &self.durability.ckpt else { return };
         if self.durability.fast_forward() {
             eprintln!("ompcluster: SIGTERM while fast-forwarding a resumed job: no final checkpoint");
@@ -73,7 +99,7 @@ impl Cluster {
                 if self.durability.journal.is_some() {
                     keys.push((b.id, b.addr, b.size, b.key));
                 }
-                match Movement::of(self).current_holder(b) {
+                match Movement::of(*self).current_holder(b) {
                     Some(r) => plan.entry(r).or_default().push((b.id, b.addr, b.size, b.version)),
                     // A rank died since the check above: as above, not now.
                     None => return,
@@ -105,7 +131,7 @@ impl Cluster {
                 }
             }
         }
-        Faults::of(self).inject_due(|t| *t == crate::inject::Trigger::DuringCheckpoint);
+        Faults::of(*self).inject_due(|t| *t == crate::inject::Trigger::DuringCheckpoint);
         let head_items = plan.get(&HEAD).cloned().unwrap_or_default();
         let items: Vec<SaveItem> = plan.values().flatten().copied().collect();
         let pause = t0.elapsed();

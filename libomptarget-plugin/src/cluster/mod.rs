@@ -20,6 +20,7 @@
 //! Regions running at the same time that write one buffer share one worker's copy, or have
 //! their changes merged or run again (`launch.rs`).
 
+use checkpointing::Checkpoints;
 use crate::checkpoint::Checkpointer;
 use crate::config::Config;
 use crate::data::{Buffer, Buffers, HEAD};
@@ -397,6 +398,11 @@ impl Cluster {
         })
     }
 
+    /// SIGTERM: a checkpoint now (see [`Checkpoints::final_checkpoint`]).
+    pub(crate) fn final_checkpoint(&self) {
+        Checkpoints::of(self).final_checkpoint()
+    }
+
     /// How many workers the job started with (spares included).
     pub(crate) fn worker_count(&self) -> usize {
         self.link.comm.size().saturating_sub(1) as usize
@@ -426,7 +432,7 @@ impl Cluster {
         if let Some(cp) = &self.durability.ckpt {
             // While fast-forwarding, versions no rank holds cannot be saved: no checkpoint.
             if !self.durability.fast_forward() && cp.due(self.ledger.device_bytes.load(Ordering::Relaxed)) {
-                self.checkpoint(cp, false);
+                Checkpoints::of(self).checkpoint(cp, false);
             }
         }
         Ok(self.tolerance.ft.enter())

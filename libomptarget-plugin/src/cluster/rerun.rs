@@ -7,6 +7,7 @@
 //! Threads: recovery's re-run threads, one per worker at a time (the handler holds the gate);
 //! each takes the ledger's locks only between transfers.
 
+use super::checkpointing::Checkpoints;
 use super::execute::{Executed, Execute, Executor};
 use super::head_copies::HeadCopies;
 use super::movement::Movement;
@@ -190,8 +191,8 @@ impl Cluster {
                 Source::Checkpoint if Place::of(w) != Place::Head => {
                     // The worker reads it itself (in parallel with other workers' re-runs).
                     let rec = self.durability.ckpt.as_ref().and_then(|c| c.record(a.buffer, a.version)).ok_or(Stop::Replan(*a))?;
-                    let tag = self.post_restore(w, region, &rec).map_err(new_failure)?;
-                    if let Err(why) = self.restored(w, tag).map_err(new_failure)? {
+                    let tag = Checkpoints::of(self).post_restore(w, region, &rec).map_err(new_failure)?;
+                    if let Err(why) = Checkpoints::of(self).restored(w, tag).map_err(new_failure)? {
                         // Its copy on `w` may hold part of the file: not a version any more.
                         self.ledger.buffers.lock().drop_copy(region.addr, w);
                         return Err(Stop::BadCheckpoint(*a, format!("rank {w}: {why}")));

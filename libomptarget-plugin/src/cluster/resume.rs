@@ -22,6 +22,7 @@
 //!
 //! Lock order: the gate, then `replay`, then `buffers`.
 
+use super::checkpointing::Checkpoints;
 use super::movement::Movement;
 use super::recovery::new_failure;
 use super::{Cluster, ClusterError, Kernel, Result};
@@ -397,7 +398,7 @@ impl Cluster {
                     Some(b) => Movement::of(self).back_on(b, w),
                     None => continue,
                 };
-                match backed.and_then(|()| self.post_restore(w, Region { addr: c.addr, size: c.size }, &c.rec)) {
+                match backed.and_then(|()| Checkpoints::of(self).post_restore(w, Region { addr: c.addr, size: c.size }, &c.rec)) {
                     Ok(tag) => Got::Posted(tag),
                     Err(e) => {
                         failed = failed.or(Some(e));
@@ -409,7 +410,7 @@ impl Cluster {
         }
         for (c, w, got) in posted {
             let got = match got {
-                Got::Posted(tag) => match self.restored(w, tag) {
+                Got::Posted(tag) => match Checkpoints::of(self).restored(w, tag) {
                     Ok(res) => Got::Done(res),
                     Err(e) => {
                         failed = failed.or(Some(e));
