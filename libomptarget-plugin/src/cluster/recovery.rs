@@ -12,6 +12,7 @@
 //! [`RecoverError::NewFailure`]; the handler calls it again with the larger set (what was
 //! rebuilt so far stays rebuilt).
 
+use super::rerun::Rerunner;
 use super::failures::Failures;
 use super::faults::Faults;
 use super::head_copies::HeadCopies;
@@ -172,7 +173,7 @@ impl algo::Primitives for Rebuild<'_> {
     }
 
     fn run_batch(&self, tasks: &[&TaskRecord], w: i32, rescue: &[Access]) -> std::result::Result<BatchDone, Stop> {
-        self.c.rerun_batch(tasks, w, rescue, &self.side)
+        Rerunner::of(self.c).rerun_batch(tasks, w, rescue, &self.side)
     }
 
     fn restore(&self, a: Access) -> std::result::Result<Option<Restored>, Stop> {
@@ -186,9 +187,9 @@ impl algo::Primitives for Rebuild<'_> {
         };
         let (bytes, from) = match kept {
             Some(bytes) => (bytes, Restored::Copy),
-            None => (Arc::new(c.load_checkpointed(a)?), Restored::Checkpoint),
+            None => (Arc::new(Rerunner::of(c).load_checkpointed(a)?), Restored::Checkpoint),
         };
-        c.put_on_head(a, addr, &bytes).map_err(fatal)?;
+        Rerunner::of(c).put_on_head(a, addr, &bytes).map_err(fatal)?;
         Ok(Some(from))
     }
 
@@ -263,7 +264,7 @@ impl Cluster {
                     }
                 }
             };
-            self.put_on_head(a, addr, &bytes).map_err(new_failure)?;
+            Rerunner::of(self).put_on_head(a, addr, &bytes).map_err(new_failure)?;
         }
         self.release_retired_on_workers()?;
         self.tolerance.attempts.store(0, Ordering::Relaxed);

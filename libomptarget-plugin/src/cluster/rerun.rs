@@ -8,12 +8,19 @@
 //! each takes the ledger's locks only between transfers.
 
 use super::checkpointing::Checkpoints;
+use super::durability::Durability;
 use super::execute::{Executed, Execute, Executor};
 use super::head_copies::HeadCopies;
+use super::ledger::Ledger;
+use super::link::Link;
+use super::meter::Meter;
 use super::movement::Movement;
+use super::offload::Offload;
 use super::recovery::{fatal, new_failure, CopiesView};
-use super::{Cluster, ClusterError, Result};
+use super::tolerance::Tolerance;
+use super::{ClusterError, Holds, Result};
 use crate::data::{Place, HEAD};
+use crate::inject::Injector;
 use event_system::protocol::{Event, Region};
 use ft_handler::RecoverError;
 use ft_handler::decide;
@@ -45,7 +52,28 @@ enum Source {
     Checkpoint,
 }
 
-impl Cluster {
+/// Re-running recorded tasks: borrows every part, as the inputs come from anywhere: the
+/// ledger (where versions are, what the re-run made), what [`Movement`] and [`HeadCopies`]
+/// borrow (copies moved, staged on the head), what [`Executor`] borrows (the run), and the
+/// tolerance because a worker restoring a checkpointed input is a trigger for injected faults
+/// ([`Checkpoints::post_restore`]).
+#[derive(Clone, Copy)]
+pub(super) struct Rerunner<'a> {
+    link: &'a Link,
+    ledger: &'a Ledger,
+    offload: &'a Offload,
+    tolerance: &'a Tolerance,
+    durability: &'a Durability,
+    meter: &'a Meter,
+}
+
+holds!(Rerunner<'a>: link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, tolerance.inject: Injector, durability: Durability, meter: Meter);
+
+impl<'a> Rerunner<'a> {
+    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Tolerance> + Holds<'a, Durability> + Holds<'a, Meter>) -> Self {
+        Rerunner { link: c.part(), ledger: c.part(), offload: c.part(), tolerance: c.part(), durability: c.part(), meter: c.part() }
+    }
+
     /// Re-run the tasks of `batch` on worker `w`, in order: rescue what must be, install the
     /// first task's inputs there at the versions it first read, then run them (their output
     /// is not printed again). A batch of several (a chain: see `ft_handler::recovery`) sends all its
@@ -78,11 +106,11 @@ impl Cluster {
             let written = written_of(t);
             let n = regions.len();
             let run = Execute { image: t.image, kernel: t.index, args: &t.args, regions, assume_written: written.clone(), send_back: vec![false; n], replay: Vec::new(), short: true, quiet: true };
-            sent.push((Executor::of(self).post_execute(w, run).map_err(new_failure)?, written));
+            sent.push((Executor::of(*self).post_execute(w, run).map_err(new_failure)?, written));
         }
         out.done = batch.len();
         for (k, (t, (posted, written))) in batch.iter().zip(sent).enumerate() {
-            let ran = Executor::of(self).await_executed(posted);
+            let ran = Executor::of(*self).await_executed(posted);
             let changed = self.rerun_ran(t, w, ran)?;
             if k < out.done {
                 if self.record_rerun(t, w, &changed, &written) {
@@ -120,7 +148,7 @@ impl Cluster {
                 Some(b) => Region { addr: b.addr, size: b.size },
                 None => continue,
             };
-            let bytes = Movement::of(self).fetch(region, w).map_err(new_failure)?;
+            let bytes = Movement::of(*self).fetch(region, w).map_err(new_failure)?;
             side.lock().insert(*a, Arc::new(bytes));
             self.meter.log(format_args!("RESCUE buffer {} version {} from rank {w}", a.buffer, a.version));
         }
@@ -143,7 +171,7 @@ impl Cluster {
                 let region = Region { addr: b.addr, size: b.size };
                 let buddy = matches!(source, Source::Copy(HEAD)) && b.buddy == Some(a.version);
                 if !b.backed.contains(&w) {
-                    Movement::of(self).back_on(b, w).map_err(new_failure)?;
+                    Movement::of(*self).back_on(b, w).map_err(new_failure)?;
                 }
                 (region, source, buddy)
             };
@@ -164,7 +192,7 @@ impl Cluster {
                 Source::Side(bytes) => {
                     // SAFETY: the bytes are kept alive by the Arc, which is leaked on a dead
                     // peer (MPI may still read them).
-                    let res = unsafe { Movement::of(self).submit_from(region, bytes.as_ptr(), w) };
+                    let res = unsafe { Movement::of(*self).submit_from(region, bytes.as_ptr(), w) };
                     if res.is_err() {
                         std::mem::forget(bytes);
                     }
@@ -172,7 +200,7 @@ impl Cluster {
                     out.from_live_copies += 1;
                 }
                 Source::Copy(r) => {
-                    Movement::of(self).copy_between(region, r, w).map_err(new_failure)?;
+                    Movement::of(*self).copy_between(region, r, w).map_err(new_failure)?;
                     if buddy {
                         out.from_buddy_copies += 1;
                     } else {
@@ -182,7 +210,7 @@ impl Cluster {
                 Source::Zeros => {
                     let zeros = vec![0u8; region.size as usize];
                     // SAFETY: a private vector of the region's size, leaked on a dead peer.
-                    let res = unsafe { Movement::of(self).submit_from(region, zeros.as_ptr(), w) };
+                    let res = unsafe { Movement::of(*self).submit_from(region, zeros.as_ptr(), w) };
                     if res.is_err() {
                         std::mem::forget(zeros);
                     }
@@ -191,8 +219,8 @@ impl Cluster {
                 Source::Checkpoint if Place::of(w) != Place::Head => {
                     // The worker reads it itself (in parallel with other workers' re-runs).
                     let rec = self.durability.ckpt.as_ref().and_then(|c| c.record(a.buffer, a.version)).ok_or(Stop::Replan(*a))?;
-                    let tag = Checkpoints::of(self).post_restore(w, region, &rec).map_err(new_failure)?;
-                    if let Err(why) = Checkpoints::of(self).restored(w, tag).map_err(new_failure)? {
+                    let tag = Checkpoints::of(*self).post_restore(w, region, &rec).map_err(new_failure)?;
+                    if let Err(why) = Checkpoints::of(*self).restored(w, tag).map_err(new_failure)? {
                         // Its copy on `w` may hold part of the file: not a version any more.
                         self.ledger.buffers.lock().drop_copy(region.addr, w);
                         return Err(Stop::BadCheckpoint(*a, format!("rank {w}: {why}")));
@@ -206,7 +234,7 @@ impl Cluster {
                         return Err(Stop::BadCheckpoint(*a, format!("{} bytes, expected {}", bytes.len(), region.size)));
                     }
                     // SAFETY: a private vector of the region's size, leaked on a dead peer.
-                    let res = unsafe { Movement::of(self).submit_from(region, bytes.as_ptr(), w) };
+                    let res = unsafe { Movement::of(*self).submit_from(region, bytes.as_ptr(), w) };
                     if res.is_err() {
                         std::mem::forget(bytes);
                     }
@@ -228,7 +256,7 @@ impl Cluster {
                 let at = regions.first().map_or(0, |r| r.addr) + offset;
                 // SAFETY: the recorded bytes stay alive (the record holds them; a clone of
                 // the Arc is leaked on a dead peer).
-                let res = unsafe { Movement::of(self).submit_from(Region { addr: at, size: bytes.len() as u64 }, bytes.as_ptr(), w) };
+                let res = unsafe { Movement::of(*self).submit_from(Region { addr: at, size: bytes.len() as u64 }, bytes.as_ptr(), w) };
                 if res.is_err() {
                     std::mem::forget(bytes.clone());
                 }
@@ -236,7 +264,7 @@ impl Cluster {
                 written.to_vec()
             }
             &task_graph::Op::DeviceCopy { src, dst, size } if Place::of(w) == Place::Head => {
-                let bytes = Movement::of(self).fetch(Region { addr: src, size }, HEAD).map_err(fatal)?;
+                let bytes = Movement::of(*self).fetch(Region { addr: src, size }, HEAD).map_err(fatal)?;
                 // SAFETY: both buffers are installed on the head above; recovery holds the gate.
                 unsafe { self.offload.write_on_head(dst, &bytes) };
                 written.to_vec()
@@ -286,9 +314,9 @@ impl Cluster {
     /// Make the head's copy of the live buffer at `addr` hold version `a` (`bytes`).
     pub(super) fn put_on_head(&self, a: Access, addr: u64, bytes: &[u8]) -> Result<()> {
         let mut bufs = self.ledger.buffers.lock();
-        HeadCopies::of(self).stage_on_head(&mut bufs, addr)?;
+        HeadCopies::of(*self).stage_on_head(&mut bufs, addr)?;
         if bufs.get(addr).and_then(|b| b.version_on(HEAD)) != Some(a.version) {
-            HeadCopies::of(self).keep_head_version(&mut bufs, addr);
+            HeadCopies::of(*self).keep_head_version(&mut bufs, addr);
         }
         self.durability.before_changing_staged(addr);
         let n = bytes.len().min(bufs.get(addr).map_or(0, |b| b.size as usize));
@@ -307,7 +335,7 @@ impl Cluster {
         self.meter.log(format_args!("RERUN task #{} ({}) on {w}, {} device allocation(s) given again", t.id, t.kernel, replay.len()));
         let n = regions.len();
         let run = Execute { image: t.image, kernel: t.index, args: &t.args, regions, assume_written: written.to_vec(), send_back: vec![false; n], replay, short: false, quiet: true };
-        let ran = Executor::of(self).execute(w, run);
+        let ran = Executor::of(*self).execute(w, run);
         self.rerun_ran(t, w, ran)
     }
 

@@ -22,6 +22,7 @@
 //!
 //! Lock order: the gate, then `replay`, then `buffers`.
 
+use super::rerun::Rerunner;
 use super::checkpointing::Checkpoints;
 use super::movement::Movement;
 use super::recovery::new_failure;
@@ -392,7 +393,7 @@ impl Cluster {
             let got = if Place::of(w) == Place::Head {
                 // No worker left: the head runs the regions, and holds the data itself.
                 let a = Access { buffer: c.id, version: c.version };
-                Got::Done(head_reads(&c.rec).map_err(|e| e.to_string()).and_then(|bytes| self.put_on_head(a, c.addr, &bytes).map_err(|e| e.to_string())))
+                Got::Done(head_reads(&c.rec).map_err(|e| e.to_string()).and_then(|bytes| Rerunner::of(self).put_on_head(a, c.addr, &bytes).map_err(|e| e.to_string())))
             } else {
                 let backed = match self.ledger.buffers.lock().by_id_mut(c.id) {
                     Some(b) => Movement::of(self).back_on(b, w),
