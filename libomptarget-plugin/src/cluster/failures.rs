@@ -6,6 +6,7 @@
 //! Threads: the prober (`ompc-ft-prober`, started here) and the detector's callback thread
 //! note failures without MPI; the handler thread tells the workers (it may use MPI).
 
+use super::recovery::Recovery;
 use super::faults::Faults;
 use super::link::Link;
 use super::meter::Meter;
@@ -49,7 +50,7 @@ impl Device for HeadDevice {
         if self.c.tolerance.inject.panic_due_in_recovery() {
             panic!("injected panic (OMPCLUSTER_FT_INJECT=panic:during=recovery)");
         }
-        self.c.recover(dead)
+        Recovery::of(self.c).recover(dead)
     }
 
     fn fatal(&self, why: &str) {

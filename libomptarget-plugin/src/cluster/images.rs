@@ -1,4 +1,5 @@
 //! Device images: every worker loads each image at the same address of the symmetric heap.
+use super::requests::Requests;
 use super::failures::Failures;
 use super::head_copies::HeadCopies;
 use super::movement::Movement;
@@ -20,7 +21,7 @@ impl Cluster {
     ///
     /// `entries` are the image's offload entries (names valid for the program's lifetime).
     pub(crate) fn load_binary(&self, image: &[u8], entries: &[crate::ctypes::OffloadEntry]) -> Result<*mut crate::ctypes::TargetTable> {
-        let _gate = self.enter()?;
+        let _gate = Requests::of(self).enter()?;
         let mut images = self.offload.images.lock();
         let idx = images.len() as u32;
         if idx >= event_system::protocol::MAX_IMAGES {

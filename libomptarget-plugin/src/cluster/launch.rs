@@ -15,15 +15,25 @@
 //! A prediction can be wrong (a write that depends on the data): then two regions changed one
 //! buffer in two copies, which are merged, or one of which is undone and run again
 //! (`merge.rs`).
-use super::prune::Pruner;
-use super::merge::Merger;
-use super::memory::Memory;
+use super::durability::Durability;
 use super::execute::{Executed, Execute, Executor};
 use super::faults::Faults;
+use super::ledger::Ledger;
+use super::link::Link;
+use super::memory::Memory;
+use super::merge::Merger;
 use super::merge::{Run, Snap, needs_merge};
+use super::meter::Meter;
 use super::movement::Movement;
-use super::{Cluster, ClusterError, Kernel, Result, SHORT_KERNEL_NS, resume};
+use super::offload::Offload;
+use super::prune::Pruner;
+use super::requests::Requests;
+use super::resume::{self, Resumer};
+use super::tolerance::Tolerance;
+use super::{ClusterError, Holds, Kernel, Result, Stopped, SHORT_KERNEL_NS};
+use crate::config::Config;
 use crate::data::{Buffer, Buffers, Place, PointsTo, HEAD};
+use crate::inject::Injector;
 use event_system::protocol::{FoundPointers, MAX_SEND_BACK, Patch, Region};
 use rustc_hash::FxHashMap as HashMap;
 use scheduler::Candidate;
@@ -54,29 +64,51 @@ fn arg_mask(i: usize) -> u64 {
 const LEARNING_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A `nowait` region whose kernel's last run took less than this runs on the thread that
-/// launches it (see [`Cluster::expect_short`]): 32,768 regions of a 1024/32 blocked matmul on 3
+/// launches it (see [`Launcher::expect_short`]): 32,768 regions of a 1024/32 blocked matmul on 3
 /// workers took 2.1 times as long when each was handed to a region thread.
 const ASYNC_FROM_NS: u64 = 1_000_000;
 
 /// Most times a region runs again because its change could not be merged (see `launch`).
 const MAX_RUNS_AGAIN: u32 = 32;
 
-impl Cluster {
+/// Launching a region: it needs nearly everything (placement reads the liveness, the idle
+/// spares and the head's own device; it runs in a request's frame, moves data, runs the
+/// kernel, records versions and the task, merges, prunes, injects faults), so it borrows the
+/// whole cluster.
+#[derive(Clone, Copy)]
+pub(super) struct Launcher<'a> {
+    link: &'a Link,
+    ledger: &'a Ledger,
+    offload: &'a Offload,
+    tolerance: &'a Tolerance,
+    durability: &'a Durability,
+    meter: &'a Meter,
+    cfg: &'a Config,
+    stopped: &'a Stopped,
+}
+
+holds!(Launcher<'a>: link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, tolerance.inject: Injector, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped);
+
+impl<'a> Launcher<'a> {
+    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Tolerance> + Holds<'a, Durability> + Holds<'a, Meter> + Holds<'a, Config> + Holds<'a, Stopped>) -> Self {
+        Launcher { link: c.part(), ledger: c.part(), offload: c.part(), tolerance: c.part(), durability: c.part(), meter: c.part(), cfg: c.part(), stopped: c.part() }
+    }
+
     /// Run the kernel `entry` (a token from `load_binary`) with argument values `args`;
     /// `begins[i]` is the device begin of argument i's mapped section, `hosts[i]` its host
     /// pointer (0 for by-value arguments): see [`Buffers::by_translation`] for why both.
     /// `mapped_from[i]` says argument i was mapped `from` (its buffer is surely written).
-    pub(crate) fn launch(&self, entry: usize, args: &[u64], begins: &[u64], hosts: &[u64], mapped_from: &[bool]) -> Result<()> {
+    pub(super) fn launch(&self, entry: usize, args: &[u64], begins: &[u64], hosts: &[u64], mapped_from: &[bool]) -> Result<()> {
         if self.durability.fast_forward() {
             // A resumed job: the log may hold this region (`resume.rs`).
             let kernel = self.offload.kernels.read().get(&entry).cloned().ok_or(ClusterError::UnknownKernel(entry))?;
-            if let resume::Skip::Done = self.skip_launch(&kernel, args, begins, hosts)? {
+            if let resume::Skip::Done = Resumer::of(*self).skip_launch(&kernel, args, begins, hosts)? {
                 return Ok(());
             }
         }
         let mut again = 0;
         loop {
-            match self.resilient(|| self.launch_once(entry, args, begins, hosts, mapped_from)) {
+            match Requests::of(*self).resilient(|| self.launch_once(entry, args, begins, hosts, mapped_from)) {
                 // Its change could not be merged with a region's that ran at the same time on
                 // another worker: run it again over that one's (it is now known to write the
                 // buffer, so it shares a worker with the next writers).
@@ -91,12 +123,19 @@ impl Cluster {
     /// `nowait`: its last run was shorter than [`ASYNC_FROM_NS`], so handing it to a region
     /// thread would cost more than holding the caller (`queues.rs`). Unknown kernels and
     /// unknown tokens run on a region thread.
-    pub(crate) fn expect_short(&self, entry: usize) -> bool {
+    pub(super) fn expect_short(&self, entry: usize) -> bool {
         self.offload.kernels.read().get(&entry).is_some_and(|k| k.last_ns.load(Ordering::Relaxed) < ASYNC_FROM_NS)
     }
 
+    /// Where target regions can run: the live workers but idle spares, or the head itself
+    /// once it runs them (no worker left). Asked at every launch: no allocation.
+    pub(super) fn targets(&self) -> impl Iterator<Item = i32> + '_ {
+        let on_head = self.offload.local.get().is_some();
+        self.link.workers().filter(move |&r| !on_head && !self.tolerance.idle_spare[r as usize].load(Ordering::Relaxed)).chain(on_head.then_some(HEAD))
+    }
+
     fn launch_once(&self, entry: usize, args: &[u64], begins: &[u64], hosts: &[u64], mapped_from: &[bool]) -> Result<()> {
-        let _gate = self.enter()?;
+        let _gate = Requests::of(*self).enter()?;
         let t0 = self.meter.start.elapsed().as_secs_f64();
         let kernel = self.offload.kernels.read().get(&entry).cloned().ok_or(ClusterError::UnknownKernel(entry))?;
         // What can it reach, where is it, and where must it run? Placement and the marking of
@@ -253,7 +292,7 @@ impl Cluster {
             let unchanged = vec![false; reach.len()];
             let deleted = release_writes(&mut self.ledger.buffers.lock(), snaps.is_empty().then_some(&unchanged[..]));
             self.ledger.moved.notify_all();
-            Memory::of(self).finish_deletes(deleted)?;
+            Memory::of(*self).finish_deletes(deleted)?;
         }
         let Executed { changed, pointers, seconds: kernel_s, patches, allocated, freed, traced, returned, output, errors } = result?;
         // It ran over the versions it was placed over, allocated and freed nothing, and ran
@@ -303,12 +342,12 @@ impl Cluster {
                     break bufs;
                 }
                 drop(bufs);
-                match Merger::of(self).merge_concurrent_changes(&Run { w, reach: &reach, changed: &changed, snaps: &snaps }, &kernel, &patches, &merged) {
+                match Merger::of(*self).merge_concurrent_changes(&Run { w, reach: &reach, changed: &changed, snaps: &snaps }, &kernel, &patches, &merged) {
                     Ok(m) => merged.extend(m),
                     Err(e) => {
                         let deleted = release_writes(&mut self.ledger.buffers.lock(), Some(&changed));
                         self.ledger.moved.notify_all();
-                        Memory::of(self).finish_deletes(deleted)?;
+                        Memory::of(*self).finish_deletes(deleted)?;
                         return Err(e);
                     }
                 }
@@ -445,7 +484,7 @@ impl Cluster {
         for (addr, runs) in merges {
             for (off, bytes) in runs {
                 // SAFETY: `bytes` is a readable local vector; the gate is held (`_gate`).
-                unsafe { Memory::of(self).submit_inner(addr + off, bytes.as_ptr(), bytes.len() as u64)? };
+                unsafe { Memory::of(*self).submit_inner(addr + off, bytes.as_ptr(), bytes.len() as u64)? };
             }
             if let (Some(b), Some(r)) = (self.ledger.buffers.lock().get(addr), unrecorded.as_mut()) {
                 r.writes.push(Access { buffer: b.id, version: b.version });
@@ -468,9 +507,9 @@ impl Cluster {
         for addr in freed {
             self.free_block(w, addr)?;
         }
-        Memory::of(self).finish_deletes(deleted)?;
-        Pruner::of(self).maybe_prune();
-        Faults::of(self).inject_due(|t| matches!(t, crate::inject::Trigger::AfterTasks(n) if *n <= done + 1));
+        Memory::of(*self).finish_deletes(deleted)?;
+        Pruner::of(*self).maybe_prune();
+        Faults::of(*self).inject_due(|t| matches!(t, crate::inject::Trigger::AfterTasks(n) if *n <= done + 1));
         if self.meter.verbose() {
             let took = self.meter.start.elapsed().as_secs_f64() - t0;
             self.meter.log(format_args!("EXECUTE {} on {w}: {:.3} ms in kernel, {:.3} ms total", kernel.name, kernel_s * 1e3, took * 1e3));
@@ -491,8 +530,8 @@ impl Cluster {
     ) -> Result<Executed> {
         // The inputs from the head go out together, their answers are awaited together.
         let mut pending = Vec::new();
-        let started = Movement::of(self).start_moves(reach.iter().map(|r| r.0), w, &mut pending);
-        let finished = Movement::of(self).finish_moves(&mut pending);
+        let started = Movement::of(*self).start_moves(reach.iter().map(|r| r.0), w, &mut pending);
+        let finished = Movement::of(*self).finish_moves(&mut pending);
         started?;
         finished?;
         let regions: Vec<Region> = reach.iter().map(|&(addr, size, ..)| Region { addr, size }).collect();
@@ -537,7 +576,7 @@ impl Cluster {
         }
         let short = kernel.last_ns.load(Ordering::Relaxed) < SHORT_KERNEL_NS;
         let run = Execute { image: kernel.image, kernel: kernel.index, args, regions, assume_written, send_back, replay: Vec::new(), short, quiet: false };
-        let ran = Executor::of(self).execute(w, run);
+        let ran = Executor::of(*self).execute(w, run);
         if ran.is_err() {
             self.ended(&mut self.ledger.buffers.lock(), w, reach, snaps);
             self.ledger.moved.notify_all();
@@ -606,7 +645,7 @@ impl Cluster {
             return Ok(());
         }
         self.meter.log(format_args!("DEVICE FREE {addr:#x} on {w}"));
-        match Memory::of(self).remove_buffer(addr, block) {
+        match Memory::of(*self).remove_buffer(addr, block) {
             // Freed meanwhile by another region: the program's bug, as above.
             Ok(()) | Err(ClusterError::UnknownAddress(_)) => Ok(()),
             Err(e) => Err(e),

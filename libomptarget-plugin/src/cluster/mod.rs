@@ -20,7 +20,6 @@
 //! Regions running at the same time that write one buffer share one worker's copy, or have
 //! their changes merged or run again (`launch.rs`).
 
-use checkpointing::Checkpoints;
 use crate::checkpoint::Checkpointer;
 use crate::config::Config;
 use crate::data::{Buffer, Buffers, HEAD};
@@ -78,6 +77,7 @@ mod offload;
 mod on_head;
 mod prune;
 mod recovery;
+mod requests;
 mod rerun;
 mod resume;
 mod tolerance;
@@ -86,14 +86,18 @@ pub use buddy::BuddyStats;
 pub use failures::{FailureRecord, RecoveryRecord, SpareRecord};
 pub use resume::ResumeRecord;
 
+use checkpointing::Checkpoints;
 use durability::Durability;
 use failures::{Failures, HeadDevice};
 use faults::Faults;
+use launch::Launcher;
 use ledger::Ledger;
 use link::Link;
 use memory::Memory;
 use meter::Meter;
 use offload::Offload;
+use requests::Requests;
+use resume::Resumer;
 use tolerance::Tolerance;
 
 /// Liveness on the head: the failure detector's view, plus the ranks fenced here; a rank once
@@ -332,9 +336,20 @@ impl Cluster {
         Failures::of(self).note_failure(rank, how)
     }
 
+    /// Run the kernel `entry` with argument values `args` (see [`Launcher::launch`]).
+    pub(crate) fn launch(&self, entry: usize, args: &[u64], begins: &[u64], hosts: &[u64], mapped_from: &[bool]) -> Result<()> {
+        Launcher::of(self).launch(entry, args, begins, hosts, mapped_from)
+    }
+
+    /// Whether a `nowait` run of the kernel `entry` should run on the calling thread (see
+    /// [`Launcher::expect_short`]).
+    pub(crate) fn expect_short(&self, entry: usize) -> bool {
+        Launcher::of(self).expect_short(entry)
+    }
+
     /// Allocate a device buffer.
     pub(crate) fn alloc(&self, size: u64, host: u64) -> Result<u64> {
-        let _gate = self.enter()?;
+        let _gate = Requests::of(self).enter()?;
         Memory::of(self).alloc(size, host)
     }
 
@@ -352,7 +367,7 @@ impl Cluster {
         if self.stopped.is_set() {
             return Ok(()); // the workers are gone; the range dies with the process
         }
-        let _gate = self.enter()?;
+        let _gate = Requests::of(self).enter()?;
         Memory::of(self).remove_buffer(addr, |_| true)
     }
 
@@ -362,10 +377,10 @@ impl Cluster {
     /// `host..host+len` must be readable.
     pub(crate) unsafe fn submit(&self, tgt: u64, host: *const u8, len: u64) -> Result<()> {
         if self.durability.fast_forward() {
-            self.live_for(&[tgt])?;
+            Resumer::of(self).live_for(&[tgt])?;
         }
-        self.resilient(|| {
-            let _gate = self.enter()?;
+        Requests::of(self).resilient(|| {
+            let _gate = Requests::of(self).enter()?;
             // SAFETY: forwarded contract (each attempt reads the same host bytes again).
             unsafe { Memory::of(self).submit_inner(tgt, host, len) }
         })
@@ -377,11 +392,11 @@ impl Cluster {
     /// `host..host+len` must be writable and not accessed by others meanwhile.
     pub(crate) unsafe fn retrieve(&self, host: *mut u8, tgt: u64, len: u64) -> Result<()> {
         // SAFETY: forwarded contract.
-        if self.durability.fast_forward() && unsafe { self.retrieve_from_log(host, tgt, len)? } {
+        if self.durability.fast_forward() && unsafe { Resumer::of(self).retrieve_from_log(host, tgt, len)? } {
             return Ok(());
         }
-        self.resilient(|| {
-            let _gate = self.enter()?;
+        Requests::of(self).resilient(|| {
+            let _gate = Requests::of(self).enter()?;
             // SAFETY: forwarded contract (a repeated attempt overwrites the same host bytes).
             unsafe { Memory::of(self).retrieve_inner(host, tgt, len) }
         })
@@ -390,10 +405,10 @@ impl Cluster {
     /// Device-to-device copy inside the cluster device (`omp_target_memcpy`).
     pub(crate) fn copy(&self, src: u64, dst: u64, len: u64) -> Result<()> {
         if self.durability.fast_forward() {
-            self.live_for(&[src, dst])?;
+            Resumer::of(self).live_for(&[src, dst])?;
         }
-        self.resilient(|| {
-            let _gate = self.enter()?;
+        Requests::of(self).resilient(|| {
+            let _gate = Requests::of(self).enter()?;
             Memory::of(self).copy_once(src, dst, len)
         })
     }
@@ -408,13 +423,6 @@ impl Cluster {
         self.link.comm.size().saturating_sub(1) as usize
     }
 
-    /// Where target regions can run: the live workers but idle spares, or the head itself
-    /// once it runs them (no worker left). Asked at every launch: no allocation.
-    fn targets(&self) -> impl Iterator<Item = i32> + '_ {
-        let on_head = self.offload.local.get().is_some();
-        self.link.workers().filter(move |&r| !on_head && !self.tolerance.idle_spare[r as usize].load(Ordering::Relaxed)).chain(on_head.then_some(HEAD))
-    }
-
     /// Now on the trace's clock, if a trace is recorded (see [`Meter::trace_now`]).
     pub(crate) fn trace_now(&self) -> Option<f64> {
         self.meter.trace_now()
@@ -423,44 +431,6 @@ impl Cluster {
     /// Record a span on `rank`'s track from `since` until now (see [`Meter::trace`]).
     pub(crate) fn trace(&self, since: Option<f64>, cat: timeline::Cat, rank: i32, name: impl Into<timeline::record::Name>, args: impl FnOnce() -> timeline::Args) {
         self.meter.trace(since, cat, rank, name, args)
-    }
-
-    /// Enter an offloading request: take a checkpoint first if one is due, then hold the
-    /// gate's read side for the request.
-    fn enter(&self) -> Result<parking_lot::RwLockReadGuard<'_, ()>> {
-        self.stopped.check()?;
-        if let Some(cp) = &self.durability.ckpt {
-            // While fast-forwarding, versions no rank holds cannot be saved: no checkpoint.
-            if !self.durability.fast_forward() && cp.due(self.ledger.device_bytes.load(Ordering::Relaxed)) {
-                Checkpoints::of(self).checkpoint(cp, false);
-            }
-        }
-        Ok(self.tolerance.ft.enter())
-    }
-
-    /// Run one offloading request; if it failed because a rank died, wait for the recovery
-    /// from that failure and run it again from the start. The request is written so that a
-    /// partial first attempt does no harm: nothing is recorded until it completes, and a
-    /// repeated transfer writes the same bytes again.
-    fn resilient<T>(&self, mut request: impl FnMut() -> Result<T>) -> Result<T> {
-        let mut rebuilt = 0;
-        loop {
-            let err = match request() {
-                // A resumed job: a version a skipped region made, needed by a request that
-                // started before another made it (`resume.rs`), is rebuilt, then it runs again.
-                Err(ClusterError::Lost(addr)) if self.durability.resumed && rebuilt < 3 && self.link.live.dead_ranks().is_subset(&self.tolerance.ft.recovered()) => {
-                    rebuilt += 1;
-                    let id = self.ledger.buffers.lock().get(addr).map(|b| b.id);
-                    self.rebuild_unheld(id.map(|id| [id].into()))?;
-                    continue;
-                }
-                Err(e) if self.tolerance.recovery => e,
-                done => return done,
-            };
-            let Some(dead) = Failures::of(self).failure_behind(&err) else { return Err(err) };
-            self.meter.log(format_args!("request failed ({err}); waiting for recovery from the loss of {dead:?}"));
-            self.tolerance.ft.wait_recovered(&dead).map_err(ClusterError::Unrecoverable)?;
-        }
     }
 
     /// Write the full log of recorded tasks (`OMPCLUSTER_TASKS`): one JSON line per task, in
@@ -483,7 +453,7 @@ impl Cluster {
     /// Returns the dead ranks out of the head's reach (frozen on another host), for the
     /// launcher (`exit_status.rs`); empty on a second call.
     pub(crate) fn shutdown(&self) -> Vec<i32> {
-        self.resume_ended();
+        Resumer::of(self).resume_ended();
         if let Some(cp) = &self.durability.ckpt {
             cp.wait(); // a flush in progress needs the workers
         }

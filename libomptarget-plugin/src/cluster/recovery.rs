@@ -2,7 +2,7 @@
 //!
 //! The algorithm (what was lost, where each version comes from, the order of re-runs,
 //! planning again, the fatal cases, spares) is `ft_handler::recovery`; reasons and
-//! measurements are in `docs/recovery.md`. The handler thread calls [`Cluster::recover`] with
+//! measurements are in `docs/recovery.md`. The handler thread calls [`Recovery::recover`] with
 //! the gate held exclusively, so no offloading request is in flight; it records the failures,
 //! runs the algorithm over [`Rebuild`] (this device's implementation of its primitives:
 //! fencing, forgetting the dead's copies, answering where versions and copies are for the
@@ -12,13 +12,23 @@
 //! [`RecoverError::NewFailure`]; the handler calls it again with the larger set (what was
 //! rebuilt so far stays rebuilt).
 
+use super::resume::Resumer;
 use super::rerun::Rerunner;
 use super::failures::Failures;
 use super::faults::Faults;
 use super::head_copies::HeadCopies;
 use super::on_head::OnHead;
 use super::rerun::Side;
-use super::{Cluster, ClusterError, SHORT_KERNEL_NS};
+use super::launch::Launcher;
+use super::{ClusterError, Holds, Stopped, SHORT_KERNEL_NS};
+use super::durability::Durability;
+use super::ledger::Ledger;
+use super::link::Link;
+use super::meter::Meter;
+use super::offload::Offload;
+use super::tolerance::Tolerance;
+use crate::inject::Injector;
+use crate::config::Config;
 use super::{RecoveryRecord, SpareRecord};
 use crate::checkpoint::Checkpointer;
 use crate::config::Reexec;
@@ -40,11 +50,11 @@ use task_graph::{Access, Mark, TaskGraph, TaskRecord};
 use timeline::Cat;
 
 /// The primitives of the recovery algorithm (`ft_handler::recovery::Primitives`) over this
-/// device, for one call of [`Cluster::recover`]: `side` holds the copies rescued from workers
+/// device, for one call of [`Recovery::recover`]: `side` holds the copies rescued from workers
 /// before re-runs overwrote them, for the whole call (an attempt that stops to plan again may
 /// already have overwritten where they came from).
 struct Rebuild<'a> {
-    c: &'a Cluster,
+    c: Recovery<'a>,
     side: Side,
     /// Rebuild only the current versions of these buffers (ids) that no rank holds (a resumed
     /// job, `resume.rs`), not every one.
@@ -147,7 +157,7 @@ impl algo::Primitives for Rebuild<'_> {
         if c.link.workers().next().is_none() {
             OnHead::of(c).continue_on_head().map_err(|e| RecoverError::Fatal(format!("every worker died and the head cannot run the target regions itself: {e}")))?;
         }
-        Ok(c.targets().collect())
+        Ok(Launcher::of(c).targets().collect())
     }
 
     fn unheld(&self) -> BTreeSet<Access> {
@@ -213,38 +223,58 @@ impl algo::Primitives for Rebuild<'_> {
     }
 }
 
-impl Cluster {
+/// Recovery: it rebuilds what the dead took, from anywhere, so it borrows the whole cluster
+/// (the settings for the re-run policy, `stopped` for the failures it records).
+#[derive(Clone, Copy)]
+pub(super) struct Recovery<'a> {
+    link: &'a Link,
+    ledger: &'a Ledger,
+    offload: &'a Offload,
+    tolerance: &'a Tolerance,
+    durability: &'a Durability,
+    meter: &'a Meter,
+    cfg: &'a Config,
+    stopped: &'a Stopped,
+}
+
+holds!(Recovery<'a>: link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, tolerance.inject: Injector, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped);
+
+impl<'a> Recovery<'a> {
+    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Tolerance> + Holds<'a, Durability> + Holds<'a, Meter> + Holds<'a, Config> + Holds<'a, Stopped>) -> Self {
+        Recovery { link: c.part(), ledger: c.part(), offload: c.part(), tolerance: c.part(), durability: c.part(), meter: c.part(), cfg: c.part(), stopped: c.part() }
+    }
+
     /// Rebuild what the `dead` ranks took with them (see the module's documentation).
     pub(super) fn recover(&self, dead: &BTreeSet<i32>) -> std::result::Result<(), RecoverError> {
         // A resumed job: what the checkpoint it resumed from holds is loaded, not re-run.
         if self.durability.resumed {
             for &r in dead {
-                Failures::of(self).record_failure(r, "declared dead");
+                Failures::of(*self).record_failure(r, "declared dead");
             }
-            self.adopt_checkpointed(None)?;
+            Resumer::of(*self).adopt_checkpointed(None)?;
         }
         self.recover_only(dead, None)
     }
 
-    /// [`Cluster::recover`], rebuilding of the versions no rank holds only those of the
+    /// [`Recovery::recover`], rebuilding of the versions no rank holds only those of the
     /// buffers `only` names (all, if None).
     pub(super) fn recover_only(&self, dead: &BTreeSet<i32>, only: Option<&BTreeSet<u64>>) -> std::result::Result<(), RecoverError> {
         let t0 = Instant::now();
         let traced = self.meter.trace_now();
         let at_seconds = self.meter.start.elapsed().as_secs_f64();
         for &r in dead {
-            Failures::of(self).record_failure(r, "declared dead");
+            Failures::of(*self).record_failure(r, "declared dead");
         }
         let attempts = self.tolerance.attempts.fetch_add(1, Ordering::Relaxed) + 1;
         let policy = algo::Policy { parallel: self.cfg.ft_reexec == Reexec::Parallel, ..Default::default() };
-        let ops = Rebuild { c: self, side: Mutex::new(HashMap::default()), only };
+        let ops = Rebuild { c: *self, side: Mutex::new(HashMap::default()), only };
         // (`spares` is held across the algorithm: only this thread takes it.)
         let outcome = algo::recover(&ops, dead, policy, &mut self.tolerance.spares.lock());
         let out = match outcome {
             Ok(out) => out,
             Err(e) => {
                 if let RecoverError::NewFailure(r) = e {
-                    Failures::of(self).record_failure(r, "declared dead during recovery");
+                    Failures::of(*self).record_failure(r, "declared dead during recovery");
                 }
                 return Err(e);
             }
@@ -257,14 +287,14 @@ impl Cluster {
                 match bufs.by_id(a.buffer) {
                     Some(b) if b.version == a.version && b.holders.is_empty() && bufs.get(b.addr).is_some() => b.addr,
                     _ => {
-                        if HeadCopies::of(self).lineage_needs(&bufs, a, &mut { u64::MAX }) {
+                        if HeadCopies::of(*self).lineage_needs(&bufs, a, &mut { u64::MAX }) {
                             bufs.keep(a, bytes);
                         }
                         continue;
                     }
                 }
             };
-            Rerunner::of(self).put_on_head(a, addr, &bytes).map_err(new_failure)?;
+            Rerunner::of(*self).put_on_head(a, addr, &bytes).map_err(new_failure)?;
         }
         self.release_retired_on_workers()?;
         self.tolerance.attempts.store(0, Ordering::Relaxed);

@@ -22,14 +22,24 @@
 //!
 //! Lock order: the gate, then `replay`, then `buffers`.
 
-use super::rerun::Rerunner;
 use super::checkpointing::Checkpoints;
+use super::durability::Durability;
+use super::launch::Launcher;
+use super::ledger::Ledger;
+use super::link::Link;
+use super::meter::Meter;
 use super::movement::Movement;
+use super::offload::Offload;
+use super::recovery::Recovery;
 use super::recovery::new_failure;
-use super::{Cluster, ClusterError, Kernel, Result};
+use super::requests::Requests;
+use super::rerun::Rerunner;
+use super::tolerance::Tolerance;
+use super::{ClusterError, Holds, Kernel, Result, Stopped};
 use crate::checkpoint::Checkpointer;
 use crate::config::Config;
 use crate::data::{Place, PointsTo, HEAD};
+use crate::inject::Injector;
 use crate::journal::{self, Entry, Loaded};
 use event_system::protocol::Region;
 use ft_handler::State;
@@ -108,12 +118,33 @@ pub(super) enum Skip {
 /// program took another path: what is left of the log will not be used).
 const LIVE_IN_A_ROW: u64 = 1000;
 
-impl Cluster {
+/// Resuming: it fast-forwards requests (in their frame, [`Requests`]), and switching to live
+/// rebuilds versions with the recovery algorithm ([`Recovery`]) from checkpoints workers
+/// restore: it borrows the whole cluster.
+#[derive(Clone, Copy)]
+pub(super) struct Resumer<'a> {
+    link: &'a Link,
+    ledger: &'a Ledger,
+    offload: &'a Offload,
+    tolerance: &'a Tolerance,
+    durability: &'a Durability,
+    meter: &'a Meter,
+    cfg: &'a Config,
+    stopped: &'a Stopped,
+}
+
+holds!(Resumer<'a>: link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, tolerance.inject: Injector, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped);
+
+impl<'a> Resumer<'a> {
+    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Tolerance> + Holds<'a, Durability> + Holds<'a, Meter> + Holds<'a, Config> + Holds<'a, Stopped>) -> Self {
+        Resumer { link: c.part(), ledger: c.part(), offload: c.part(), tolerance: c.part(), durability: c.part(), meter: c.part(), cfg: c.part(), stopped: c.part() }
+    }
+
     /// A region of `kernel` while fast-forwarding: skipped if the log holds its key, else the
     /// versions no rank holds are rebuilt if it needs one, and the caller runs it live.
     pub(super) fn skip_launch(&self, kernel: &Kernel, args: &[u64], begins: &[u64], hosts: &[u64]) -> Result<Skip> {
         let needs_rebuild = {
-            let _gate = self.enter()?;
+            let _gate = Requests::of(*self).enter()?;
             let mut replay = self.durability.replay.lock();
             let Replay::FastForward(log) = &mut *replay else { return Ok(Skip::Live) };
             let mut bufs = self.ledger.buffers.lock();
@@ -216,7 +247,7 @@ impl Cluster {
     /// `host..host+len` must be writable and not accessed by others meanwhile.
     pub(super) unsafe fn retrieve_from_log(&self, host: *mut u8, tgt: u64, len: u64) -> Result<bool> {
         let id = {
-            let _gate = self.enter()?;
+            let _gate = Requests::of(*self).enter()?;
             let replay = self.durability.replay.lock();
             let Replay::FastForward(log) = &*replay else { return Ok(false) };
             let bufs = self.ledger.buffers.lock();
@@ -316,7 +347,7 @@ impl Cluster {
         if let Some(&r) = dead.iter().next() {
             return Err(ft_handler::RecoverError::NewFailure(r));
         }
-        self.recover_only(&BTreeSet::new(), only)?;
+        Recovery::of(*self).recover_only(&BTreeSet::new(), only)?;
         let (loaded, rebuilt) = self.tolerance.recoveries.lock().get(before).map_or((0, 0), |r| (r.outcome.from_checkpoints, r.outcome.rebuilt));
         if let Some(r) = self.durability.resume_record.lock().as_mut() {
             r.versions_loaded += loaded;
@@ -366,7 +397,7 @@ impl Cluster {
         // that saved one, if it is still a target: the first job's layout), and check them.
         // For one request (`only`), all on one worker, so that it finds its inputs together:
         // the one that saved most of them.
-        let targets: Vec<i32> = self.targets().collect();
+        let targets: Vec<i32> = Launcher::of(*self).targets().collect();
         let mut savers: BTreeMap<i32, usize> = BTreeMap::new();
         for c in &candidates {
             *savers.entry(c.rec.rank as i32).or_default() += 1;
@@ -393,13 +424,13 @@ impl Cluster {
             let got = if Place::of(w) == Place::Head {
                 // No worker left: the head runs the regions, and holds the data itself.
                 let a = Access { buffer: c.id, version: c.version };
-                Got::Done(head_reads(&c.rec).map_err(|e| e.to_string()).and_then(|bytes| Rerunner::of(self).put_on_head(a, c.addr, &bytes).map_err(|e| e.to_string())))
+                Got::Done(head_reads(&c.rec).map_err(|e| e.to_string()).and_then(|bytes| Rerunner::of(*self).put_on_head(a, c.addr, &bytes).map_err(|e| e.to_string())))
             } else {
                 let backed = match self.ledger.buffers.lock().by_id_mut(c.id) {
-                    Some(b) => Movement::of(self).back_on(b, w),
+                    Some(b) => Movement::of(*self).back_on(b, w),
                     None => continue,
                 };
-                match backed.and_then(|()| Checkpoints::of(self).post_restore(w, Region { addr: c.addr, size: c.size }, &c.rec)) {
+                match backed.and_then(|()| Checkpoints::of(*self).post_restore(w, Region { addr: c.addr, size: c.size }, &c.rec)) {
                     Ok(tag) => Got::Posted(tag),
                     Err(e) => {
                         failed = failed.or(Some(e));
@@ -411,7 +442,7 @@ impl Cluster {
         }
         for (c, w, got) in posted {
             let got = match got {
-                Got::Posted(tag) => match Checkpoints::of(self).restored(w, tag) {
+                Got::Posted(tag) => match Checkpoints::of(*self).restored(w, tag) {
                     Ok(res) => Got::Done(res),
                     Err(e) => {
                         failed = failed.or(Some(e));
