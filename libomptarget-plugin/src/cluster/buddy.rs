@@ -1,4 +1,4 @@
-//! Buddy copies: a second copy, on the head, of versions that only workers hold.
+//! Buddy copies ([`Buddy`]): a second copy, on the head, of versions that only workers hold.
 //!
 //! Versions are immutable, so a copy of version v taken at any time is as good as the worker's
 //! for lineage: once the head holds v, a failure of the worker can cost at most the tasks that
@@ -37,12 +37,19 @@
 //!   most `OMPCLUSTER_FT_BUDDY_MEMORY` bytes of buffers; the head's older copies count
 //!   against `OMPCLUSTER_FT_RETAIN` as before.
 
+use super::durability::Durability;
 use super::head_copies::HeadCopies;
+use super::ledger::Ledger;
+use super::link::Link;
+use super::meter::Meter;
 use super::movement::Movement;
+use super::offload::Offload;
 use super::prune::Pruner;
-use super::{Cluster, Result};
+use super::tolerance::Tolerance;
+use super::{Holds, Result, Stopped};
 use crate::config::Config;
 use crate::data::HEAD;
+use crate::inject::Injector;
 use event_system::Liveness;
 use event_system::protocol::Region;
 use ft_handler::buddy::{BuddyPolicy, Candidate};
@@ -56,17 +63,41 @@ pub(super) fn policy(cfg: &Config) -> BuddyPolicy {
     BuddyPolicy::new(Duration::from_millis(cfg.buddy_interval_ms), cfg.buddy_share_percent, cfg.buddy_memory)
 }
 
-impl Cluster {
+/// Buddy copies: the thread reads every part (liveness, the buffers, the regions in flight,
+/// checkpoints, the settings), copies through [`Movement`], writes the head's copies through
+/// [`HeadCopies`] and prunes through [`Pruner`], under the gate and its own `buddy_busy`: it
+/// borrows the whole cluster.
+#[derive(Clone, Copy)]
+pub(super) struct Buddy<'a> {
+    link: &'a Link,
+    ledger: &'a Ledger,
+    offload: &'a Offload,
+    tolerance: &'a Tolerance,
+    durability: &'a Durability,
+    meter: &'a Meter,
+    cfg: &'a Config,
+    stopped: &'a Stopped,
+}
+
+holds!(Buddy<'a>: link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, tolerance.inject: Injector, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped);
+
+impl Buddy<'static> {
     /// Start the buddy thread, if buddy copies are on.
-    pub(super) fn start_buddy(&'static self) -> std::io::Result<()> {
-        if !self.ledger.retains() || !policy(&self.cfg).enabled() {
+    pub(super) fn start(self) -> std::io::Result<()> {
+        if !self.ledger.retains() || !policy(self.cfg).enabled() {
             return Ok(());
         }
         std::thread::Builder::new().name("ompc-ft-buddy".into()).spawn(move || self.buddy_loop()).map(|_| ())
     }
+}
+
+impl<'a> Buddy<'a> {
+    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Tolerance> + Holds<'a, Durability> + Holds<'a, Meter> + Holds<'a, Config> + Holds<'a, Stopped>) -> Self {
+        Buddy { link: c.part(), ledger: c.part(), offload: c.part(), tolerance: c.part(), durability: c.part(), meter: c.part(), cfg: c.part(), stopped: c.part() }
+    }
 
     fn buddy_loop(&self) {
-        let policy = policy(&self.cfg);
+        let policy = policy(self.cfg);
         loop {
             std::thread::sleep(policy.interval);
             if self.stopped.is_set() || self.offload.local().is_some() {
@@ -79,7 +110,7 @@ impl Cluster {
             let _busy = self.tolerance.buddy_busy.lock();
             let _gate = self.tolerance.ft.enter();
             if self.stopped.check().is_ok() {
-                Pruner::of(self).prune();
+                Pruner::of(*self).prune();
             }
         }
     }
@@ -188,7 +219,7 @@ impl Cluster {
         let Some(src) = src else { return Ok(0) };
         let t0 = Instant::now();
         let regions: Vec<Region> = picked.iter().map(|p| p.2).collect();
-        let fetched = Movement::of(self).fetch_many(&regions, src);
+        let fetched = Movement::of(*self).fetch_many(&regions, src);
         let mut bufs = self.ledger.buffers.lock();
         for (c, ..) in &picked {
             if let Some(b) = bufs.get_mut(c.key).filter(|b| b.id == c.id) {
@@ -206,8 +237,8 @@ impl Cluster {
             if !still {
                 continue;
             }
-            HeadCopies::of(self).stage_on_head(&mut bufs, c.key)?;
-            HeadCopies::of(self).keep_head_version_before(&mut bufs, c.key, Some(*version));
+            HeadCopies::of(*self).stage_on_head(&mut bufs, c.key)?;
+            HeadCopies::of(*self).keep_head_version_before(&mut bufs, c.key, Some(*version));
             self.durability.before_changing_staged(c.key);
             // SAFETY: the head backed this buffer's pages just above; nothing reads the head's
             // copy meanwhile: it holds no current version (so no request sends from it), a

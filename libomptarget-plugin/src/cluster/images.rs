@@ -1,16 +1,45 @@
-//! Device images: every worker loads each image at the same address of the symmetric heap.
-use super::requests::Requests;
+//! Device images ([`Images`]): every worker loads each image at the same address of the
+//! symmetric heap.
+use super::durability::Durability;
 use super::failures::Failures;
 use super::head_copies::HeadCopies;
+use super::ledger::Ledger;
+use super::link::Link;
+use super::meter::Meter;
 use super::movement::Movement;
+use super::offload::Offload;
 use super::on_head::OnHead;
-use super::{Cluster, ClusterError, ImageSource, ImageTables, Kernel, Result};
+use super::requests::Requests;
+use super::tolerance::Tolerance;
+use super::{ClusterError, Holds, ImageSource, ImageTables, Kernel, Result, Stopped};
+use crate::config::Config;
 use crate::data::HEAD;
+use crate::inject::Injector;
 use event_system::protocol::{Event, Region};
 use parking_lot::Mutex;
 use std::sync::Arc;
 
-impl Cluster {
+/// Loading device images: in a request's frame, on every worker and (recovery on) kept on
+/// the head, where a worker's death is noticed as a failure: it borrows the whole cluster.
+#[derive(Clone, Copy)]
+pub(super) struct Images<'a> {
+    link: &'a Link,
+    ledger: &'a Ledger,
+    offload: &'a Offload,
+    tolerance: &'a Tolerance,
+    durability: &'a Durability,
+    meter: &'a Meter,
+    cfg: &'a Config,
+    stopped: &'a Stopped,
+}
+
+holds!(Images<'a>: link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, tolerance.inject: Injector, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped);
+
+impl<'a> Images<'a> {
+    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Tolerance> + Holds<'a, Durability> + Holds<'a, Meter> + Holds<'a, Config> + Holds<'a, Stopped>) -> Self {
+        Images { link: c.part(), ledger: c.part(), offload: c.part(), tolerance: c.part(), durability: c.part(), meter: c.part(), cfg: c.part(), stopped: c.part() }
+    }
+
     /// Send a device image to every worker and build libomptarget's entry table.
     ///
     /// The image gets a range of the symmetric heap, and every worker loads it there, so its
@@ -20,8 +49,8 @@ impl Cluster {
     /// after loading and moved like any buffer once a kernel changes it.
     ///
     /// `entries` are the image's offload entries (names valid for the program's lifetime).
-    pub(crate) fn load_binary(&self, image: &[u8], entries: &[crate::ctypes::OffloadEntry]) -> Result<*mut crate::ctypes::TargetTable> {
-        let _gate = Requests::of(self).enter()?;
+    pub(super) fn load_binary(&self, image: &[u8], entries: &[crate::ctypes::OffloadEntry]) -> Result<*mut crate::ctypes::TargetTable> {
+        let _gate = Requests::of(*self).enter()?;
         let mut images = self.offload.images.lock();
         let idx = images.len() as u32;
         if idx >= event_system::protocol::MAX_IMAGES {
@@ -94,7 +123,7 @@ impl Cluster {
                 b.version = 1;
                 b.key = crate::journal::key::image(image_key, b.addr, b.size);
             }
-            OnHead::of(self).load_here(dev, idx, &source)?;
+            OnHead::of(*self).load_here(dev, idx, &source)?;
         } else if loaded.is_empty() {
             return Err(ClusterError::NoWorker);
         } else if let Some((start, end)) = data {
@@ -110,7 +139,7 @@ impl Cluster {
             if self.ledger.retains() {
                 // The head keeps the initial data too: no task produced it, so recovery can
                 // only take it from a copy.
-                HeadCopies::of(self).stage_on_head(&mut bufs, addr)?;
+                HeadCopies::of(*self).stage_on_head(&mut bufs, addr)?;
                 drop(bufs);
                 self.keep_initial_data(addr, end - start, &loaded)?;
             }
@@ -136,7 +165,7 @@ impl Cluster {
         for &w in loaded {
             // SAFETY: the head backed this range (`stage_on_head`) and nothing else uses it:
             // the image is not visible to the program before this call returns.
-            let got = unsafe { Movement::of(self).retrieve_into(Region { addr, size }, w, addr as *mut u8) };
+            let got = unsafe { Movement::of(*self).retrieve_into(Region { addr, size }, w, addr as *mut u8) };
             match got {
                 Ok(()) => {
                     self.ledger.buffers.lock().add_holder(addr, HEAD);
@@ -151,7 +180,7 @@ impl Cluster {
     /// `Ok` if `e` says a rank died while recovery is on (the rank is fenced and the handler
     /// told; the caller goes on without it), else `Err(e)`.
     pub(super) fn unless_dead(&self, e: ClusterError) -> Result<()> {
-        match self.tolerance.recovery.then(|| Failures::of(self).dead_peer(&e)).flatten() {
+        match self.tolerance.recovery.then(|| Failures::of(*self).dead_peer(&e)).flatten() {
             Some(_) => Ok(()),
             None => Err(e),
         }

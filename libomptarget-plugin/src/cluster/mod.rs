@@ -86,10 +86,12 @@ pub use buddy::BuddyStats;
 pub use failures::{FailureRecord, RecoveryRecord, SpareRecord};
 pub use resume::ResumeRecord;
 
+use buddy::Buddy;
 use checkpointing::Checkpoints;
 use durability::Durability;
 use failures::{Failures, HeadDevice};
 use faults::Faults;
+use images::Images;
 use launch::Launcher;
 use ledger::Ledger;
 use link::Link;
@@ -326,7 +328,7 @@ impl Cluster {
     /// is in its final place. `on_fatal` ends the job when recovery is impossible.
     pub(crate) fn start_handler(&'static self, on_fatal: fn(&str) -> !) -> std::io::Result<()> {
         self.tolerance.ft.start(Arc::new(HeadDevice::new(self, on_fatal)))?;
-        self.start_buddy()?;
+        Buddy::of(self).start()?;
         Faults::of(self).start_timed();
         Failures::of(self).start_prober()
     }
@@ -345,6 +347,12 @@ impl Cluster {
     /// [`Launcher::expect_short`]).
     pub(crate) fn expect_short(&self, entry: usize) -> bool {
         Launcher::of(self).expect_short(entry)
+    }
+
+    /// Send a device image to every worker and build libomptarget's entry table (see
+    /// [`Images::load_binary`]).
+    pub(crate) fn load_binary(&self, image: &[u8], entries: &[crate::ctypes::OffloadEntry]) -> Result<*mut crate::ctypes::TargetTable> {
+        Images::of(self).load_binary(image, entries)
     }
 
     /// Allocate a device buffer.
