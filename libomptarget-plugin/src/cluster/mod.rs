@@ -22,13 +22,12 @@
 
 use crate::checkpoint::Checkpointer;
 use crate::config::Config;
-use crate::data::{Buffer, Buffers, HEAD};
+use crate::data::{Buffers, HEAD};
 use crate::inject::Injector;
 use event_system::comm::CommError;
 use event_system::process::Victim;
 use event_system::protocol::Event;
 use event_system::{Comm, Fenced, Liveness, SymmetricHeap};
-use parking_lot::Mutex;
 use scheduler::Scheduler;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -175,68 +174,10 @@ pub enum ClusterError {
 
 type Result<T> = std::result::Result<T, ClusterError>;
 
-/// A kernel handed to libomptarget: which image, which index.
-#[derive(Debug)]
-struct Kernel {
-    image: u32,
-    index: u32,
-    name: Arc<str>,
-    /// The key of its image's bytes (`journal::key::of_image`).
-    image_key: u64,
-    /// Duration of its last run, nanoseconds (u64::MAX before the first run).
-    last_ns: std::sync::atomic::AtomicU64,
-    /// What its runs so far changed (None until one completed): see `launch.rs`.
-    writes: Mutex<Option<launch::WriteSet>>,
-    /// Runs in flight placed while `writes` was None; changed under the `buffers` lock.
-    learning: std::sync::atomic::AtomicU32,
-    /// Arguments (a `launch.rs` argument mask) whose buffers, mapped `from`, libomptarget
-    /// retrieved right after a run: their new contents come back with the EXECUTE's reply.
-    /// Unlearned when bytes so sent were replaced before being retrieved.
-    send_back: std::sync::atomic::AtomicU64,
-}
-
-impl Kernel {
-    /// The content key of a run over the buffers it can reach (`journal::key::task`): one
-    /// recipe for where a region is logged (`launch.rs`) and where a resumed job looks it up
-    /// (`resume.rs`).
-    /// A standard stream among the arguments counts as which stream it is, not its address.
-    fn region_key<'a>(&self, args: &[u64], reached: impl Iterator<Item = &'a Buffer>) -> u64 {
-        let mut keyed: Vec<(u64, u64)> = reached.map(|b| (b.addr, b.key)).collect();
-        let args = event_system::protocol::StdStream::stable_args(args);
-        crate::journal::key::task(self.image_key, &self.name, &args, &mut keyed)
-    }
-}
-
-/// Kernels whose last run took less than this run on the worker's polling thread.
-const SHORT_KERNEL_NS: u64 = 50_000;
-
 /// How long the head waits at the end for dead workers on its host to be reaped, so that it
 /// can remove what they left (`event_system::process::clean_after`).
 const LEFTOVERS_BOUND: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Tables given to libomptarget must stay alive (and unmoved) while the program runs.
-pub(crate) struct ImageTables {
-    _entries: Box<[crate::ctypes::OffloadEntry]>,
-    pub(crate) table: Box<crate::ctypes::TargetTable>,
-    _tokens: Box<[u8]>,
-    /// What the head needs to load the image itself (see `images::continue_on_head`).
-    source: ImageSource,
-}
-
-/// A device image as the workers loaded it.
-struct ImageSource {
-    /// The ELF file (kept only while recovery is on: without it the head never runs regions).
-    bytes: Option<Box<[u8]>>,
-    base: u64,
-    extent: u64,
-    kernels: Vec<String>,
-    /// Address of its writable data, if it has any.
-    data: Option<u64>,
-}
-
-// SAFETY: the raw pointers inside point to the boxed arrays owned by the same value (and to
-// name strings in the program's read-only data); nothing mutates them after creation.
-unsafe impl Send for ImageTables {}
 
 /// The head's state, split by what each part owns (the state table is in `README.md`
 /// beside this file).

@@ -1,5 +1,5 @@
 //! Offloading's own state: the symmetric heap, the kernels and images handed to
-//! libomptarget, placement (the scheduler and the regions in flight per rank), the head's own
+//! libomptarget ([`Kernel`], [`ImageTables`]), placement (the scheduler and the regions in flight per rank), the head's own
 //! device once no worker is left, and the waker of libomp's hidden helpers.
 //!
 //! Threads: offloading threads; the handler reads `local` and `images` (recovery re-runs),
@@ -8,7 +8,8 @@
 //! image, the head's own device); `omp_said` is innermost; `in_flight` and `attached` are
 //! atomics.
 
-use super::{ImageTables, Kernel};
+use super::launch::WriteSet;
+use crate::data::Buffer;
 use event_system::{LocalDevice, SymmetricHeap};
 use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxHashMap as HashMap;
@@ -74,3 +75,62 @@ impl Offload {
         }
     }
 }
+
+/// A kernel handed to libomptarget: which image, which index.
+#[derive(Debug)]
+pub(super) struct Kernel {
+    pub(super) image: u32,
+    pub(super) index: u32,
+    pub(super) name: Arc<str>,
+    /// The key of its image's bytes (`journal::key::of_image`).
+    pub(super) image_key: u64,
+    /// Duration of its last run, nanoseconds (u64::MAX before the first run).
+    pub(super) last_ns: std::sync::atomic::AtomicU64,
+    /// What its runs so far changed (None until one completed): see `launch.rs`.
+    pub(super) writes: Mutex<Option<WriteSet>>,
+    /// Runs in flight placed while `writes` was None; changed under the `buffers` lock.
+    pub(super) learning: std::sync::atomic::AtomicU32,
+    /// Arguments (a `launch.rs` argument mask) whose buffers, mapped `from`, libomptarget
+    /// retrieved right after a run: their new contents come back with the EXECUTE's reply.
+    /// Unlearned when bytes so sent were replaced before being retrieved.
+    pub(super) send_back: std::sync::atomic::AtomicU64,
+}
+
+impl Kernel {
+    /// The content key of a run over the buffers it can reach (`journal::key::task`): one
+    /// recipe for where a region is logged (`launch.rs`) and where a resumed job looks it up
+    /// (`resume.rs`).
+    /// A standard stream among the arguments counts as which stream it is, not its address.
+    pub(super) fn region_key<'a>(&self, args: &[u64], reached: impl Iterator<Item = &'a Buffer>) -> u64 {
+        let mut keyed: Vec<(u64, u64)> = reached.map(|b| (b.addr, b.key)).collect();
+        let args = event_system::protocol::StdStream::stable_args(args);
+        crate::journal::key::task(self.image_key, &self.name, &args, &mut keyed)
+    }
+}
+
+/// Kernels whose last run took less than this run on the worker's polling thread.
+pub(super) const SHORT_KERNEL_NS: u64 = 50_000;
+
+/// Tables given to libomptarget must stay alive (and unmoved) while the program runs.
+pub(crate) struct ImageTables {
+    pub(super) _entries: Box<[crate::ctypes::OffloadEntry]>,
+    pub(crate) table: Box<crate::ctypes::TargetTable>,
+    pub(super) _tokens: Box<[u8]>,
+    /// What the head needs to load the image itself (see `on_head.rs`).
+    pub(super) source: ImageSource,
+}
+
+/// A device image as the workers loaded it.
+pub(super) struct ImageSource {
+    /// The ELF file (kept only while recovery is on: without it the head never runs regions).
+    pub(super) bytes: Option<Box<[u8]>>,
+    pub(super) base: u64,
+    pub(super) extent: u64,
+    pub(super) kernels: Vec<String>,
+    /// Address of its writable data, if it has any.
+    pub(super) data: Option<u64>,
+}
+
+// SAFETY: the raw pointers inside point to the boxed arrays owned by the same value (and to
+// name strings in the program's read-only data); nothing mutates them after creation.
+unsafe impl Send for ImageTables {}

@@ -7,8 +7,9 @@
 use super::durability::Durability;
 use super::ledger::Ledger;
 use super::meter::Meter;
+use super::offload::ImageSource;
 use super::offload::Offload;
-use super::{ClusterError, Holds, ImageSource, Result};
+use super::{ClusterError, Holds, Result};
 use crate::data::HEAD;
 use event_system::LocalDevice;
 

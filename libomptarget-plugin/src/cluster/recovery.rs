@@ -12,27 +12,28 @@
 //! [`RecoverError::NewFailure`]; the handler calls it again with the larger set (what was
 //! rebuilt so far stays rebuilt).
 
-use super::resume::Resumer;
-use super::rerun::Rerunner;
+use super::durability::Durability;
 use super::failures::Failures;
 use super::faults::Faults;
 use super::head_copies::HeadCopies;
-use super::on_head::OnHead;
-use super::rerun::Side;
 use super::launch::Launcher;
-use super::{ClusterError, Holds, Stopped, SHORT_KERNEL_NS};
-use super::durability::Durability;
 use super::ledger::Ledger;
 use super::link::Link;
 use super::meter::Meter;
 use super::offload::Offload;
+use super::offload::SHORT_KERNEL_NS;
+use super::on_head::OnHead;
+use super::rerun::Rerunner;
+use super::rerun::Side;
+use super::resume::Resumer;
 use super::tolerance::Tolerance;
-use crate::inject::Injector;
-use crate::config::Config;
+use super::{ClusterError, Holds, Stopped};
 use super::{RecoveryRecord, SpareRecord};
 use crate::checkpoint::Checkpointer;
+use crate::config::Config;
 use crate::config::Reexec;
 use crate::data::{Buffers, HEAD};
+use crate::inject::Injector;
 use event_system::comm::CommError;
 use event_system::process::Victim;
 use event_system::protocol::{Event, Region};
