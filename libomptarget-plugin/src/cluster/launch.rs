@@ -15,6 +15,7 @@
 //! A prediction can be wrong (a write that depends on the data): then two regions changed one
 //! buffer in two copies, which are merged, or one of which is undone and run again
 //! (`merge.rs`).
+use super::blocks::Blocks;
 use super::durability::Durability;
 use super::execute::{Executed, Execute, Executor};
 use super::faults::Faults;
@@ -445,7 +446,7 @@ impl<'a> Launcher<'a> {
                 }
                 self.durability.log_task(crate::journal::TaskEntry { key, kernel: kernel.name.to_string(), writes: written, output, errors, kernel_s });
             }
-            let allocs = self.adopt_blocks(&mut bufs, w, allocated, &mut reads, &mut writes);
+            let allocs = Blocks::of(*self).adopt_blocks(&mut bufs, w, allocated, &mut reads, &mut writes);
             let record = TaskRecord {
                 id: 0,
                 kernel: kernel.name.clone(),
@@ -506,7 +507,7 @@ impl<'a> Launcher<'a> {
         // What it freed of what device code allocated before (after the record: a re-run of
         // a task that read it may still need it, see `delete`).
         for addr in freed {
-            self.free_block(w, addr)?;
+            Blocks::of(*self).free_block(w, addr)?;
         }
         Memory::of(*self).finish_deletes(deleted)?;
         Pruner::of(*self).maybe_prune();
@@ -600,56 +601,6 @@ impl<'a> Launcher<'a> {
                 snap.commits_end = b.commits_from.get(&w).copied().unwrap_or(0);
                 snap.merges_end = b.merges_from.get(&w).copied().unwrap_or(0);
             }
-        }
-    }
-
-    /// Blocks device code allocated in a kernel on `w` become buffers that the kernel made
-    /// (version 1, held by `w`): read at version 0 and written, in the task record. Returns
-    /// them (start, span), in order, for a re-execution.
-    fn adopt_blocks(
-        &self,
-        bufs: &mut Buffers,
-        w: i32,
-        allocated: Vec<event_system::protocol::Allocated>,
-        reads: &mut Vec<Access>,
-        writes: &mut Vec<Access>,
-    ) -> Vec<(u64, u64)> {
-        let arena = self.offload.heap.arena(w, self.link.comm.size());
-        let mut allocs = Vec::with_capacity(allocated.len());
-        for al in allocated {
-            let (addr, size, span) = (al.region.addr, al.region.size, al.span);
-            let inside = span > 0 && arena.contains(addr) && arena.contains(addr + span - 1);
-            let Some(b) = inside.then(|| bufs.adopt(addr, size, span, w)).flatten() else {
-                eprintln!("ompcluster: worker {w} reported a device allocation at {addr:#x}+{span} outside its arena or over another buffer: ignored");
-                continue;
-            };
-            b.points_to = PointsTo::from(al.pointers);
-            b.backed.insert(w);
-            let id = b.id;
-            let v = bufs.new_version(addr, [w].into()).expect("adopted just above");
-            reads.push(Access { buffer: id, version: 0 });
-            writes.push(Access { buffer: id, version: v });
-            allocs.push((addr, span));
-            self.ledger.device_bytes.fetch_add(size, Ordering::Relaxed);
-            self.meter.log(format_args!("DEVICE ALLOC {addr:#x} {size} bytes on {w}"));
-        }
-        allocs
-    }
-
-    /// Device code on `w` freed the block at `addr`, which device code allocated: delete it
-    /// as the program's `omp_target_free` would.
-    fn free_block(&self, w: i32, addr: u64) -> Result<()> {
-        let block = |b: &Buffer| b.arena_of.is_some() && !b.deleted;
-        if !self.ledger.buffers.lock().get(addr).is_some_and(block) {
-            // Freed twice, or by two regions at once: the program's bug, as on one device.
-            eprintln!("ompcluster: device code on worker {w} freed {addr:#x}, which is no live device allocation: ignored");
-            return Ok(());
-        }
-        self.meter.log(format_args!("DEVICE FREE {addr:#x} on {w}"));
-        match Memory::of(*self).remove_buffer(addr, block) {
-            // Freed meanwhile by another region: the program's bug, as above.
-            Ok(()) | Err(ClusterError::UnknownAddress(_)) => Ok(()),
-            Err(e) => Err(e),
         }
     }
 }

@@ -57,6 +57,7 @@ macro_rules! holds {
     };
 }
 
+mod blocks;
 mod buddy;
 mod durability;
 mod checkpointing;
