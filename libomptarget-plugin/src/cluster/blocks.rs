@@ -14,7 +14,6 @@ use super::offload::Offload;
 use super::{ClusterError, Holds, Result};
 use crate::data::{Buffer, Buffers, PointsTo};
 use crate::inject::Injector;
-use std::sync::atomic::Ordering;
 use task_graph::Access;
 
 /// Device code's blocks: borrows the ledger (the buffers they become), the offload and the
@@ -64,7 +63,7 @@ impl<'a> Blocks<'a> {
             reads.push(Access { buffer: id, version: 0 });
             writes.push(Access { buffer: id, version: v });
             allocs.push((addr, span));
-            self.ledger.device_bytes.fetch_add(size, Ordering::Relaxed);
+            self.ledger.add_device_bytes(size);
             self.meter.log(format_args!("DEVICE ALLOC {addr:#x} {size} bytes on {w}"));
         }
         allocs

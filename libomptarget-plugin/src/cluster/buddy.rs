@@ -53,7 +53,6 @@ use crate::inject::Injector;
 use event_system::Liveness;
 use event_system::protocol::Region;
 use ft_handler::buddy::{BuddyPolicy, Candidate};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 pub use run_report::BuddyStats;
@@ -196,7 +195,7 @@ impl<'a> Buddy<'a> {
                         continue;
                     }
                     Some(_) => continue,
-                    None => match b.holders.iter().copied().filter(clean).min_by_key(|&r| self.offload.in_flight[r as usize].load(Ordering::Relaxed)) {
+                    None => match b.holders.iter().copied().filter(clean).min_by_key(|&r| self.offload.in_flight(r)) {
                         Some(r) => r,
                         None => continue,
                     },

@@ -16,7 +16,6 @@ use event_system::protocol::{Event, Region, Reply};
 use ft_handler::State;
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 use timeline::Cat;
 
@@ -80,7 +79,7 @@ impl<'a> Checkpoints<'a> {
         let t0 = Instant::now();
         let traced = self.meter.trace_now();
         let gate = self.tolerance.ft.exclusive(State::Checkpointing);
-        if !force && !cp.due(self.ledger.device_bytes.load(Ordering::Relaxed)) {
+        if !force && !cp.due(self.ledger.device_bytes()) {
             return; // another thread took it while we waited
         }
         // A failure not yet recovered from: no checkpoint now (a buffer whose only holders

@@ -23,11 +23,11 @@ pub(super) struct Durability {
     pub(super) journal: Option<Arc<Journal>>,
     /// A resumed job's fast-forward (`resume.rs`), and whether it is still fast-forwarding.
     pub(super) replay: Mutex<Replay>,
-    pub(super) replaying: AtomicBool,
+    replaying: AtomicBool,
     /// Versions get content keys (`journal.rs`): with the log, or when resuming.
-    pub(super) keyed: bool,
+    keyed: bool,
     /// A resumed job (`OMPCLUSTER_RESUME=1` with a log to fast-forward through).
-    pub(super) resumed: bool,
+    resumed: bool,
     /// What the checkpoint a resumed job resumed from holds, by address (`resume.rs`).
     pub(super) adoptable: Mutex<HashMap<u64, Checkpointed>>,
     /// What a resumed job did, for the report.
@@ -56,6 +56,21 @@ impl Durability {
     /// Is the job fast-forwarding?
     pub(super) fn fast_forward(&self) -> bool {
         self.replaying.load(Ordering::Acquire)
+    }
+
+    /// Fast-forwarding is over (`resume.rs`).
+    pub(super) fn stop_fast_forward(&self) {
+        self.replaying.store(false, Ordering::Release);
+    }
+
+    /// Do versions get content keys (`journal.rs`)?
+    pub(super) fn keyed(&self) -> bool {
+        self.keyed
+    }
+
+    /// Is this a resumed job?
+    pub(super) fn resumed(&self) -> bool {
+        self.resumed
     }
 
     /// Wait until a checkpoint in progress has saved the head's staged copy of the buffer at

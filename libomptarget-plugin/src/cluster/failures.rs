@@ -85,9 +85,7 @@ impl Failures<'static> {
     /// Start the prober that watches the workers on the head's host (with the handler, see
     /// [`Cluster::start_handler`]).
     pub(super) fn start_prober(self) -> std::io::Result<()> {
-        let host = self.link.head_host();
-        let local: Vec<(i32, Victim)> =
-            (1..self.link.comm.size()).filter(|&r| self.link.procs[r as usize].0 == host).map(|r| (r, self.link.procs[r as usize].1)).collect();
+        let local: Vec<(i32, Victim)> = self.link.on_head_host();
         if local.is_empty() {
             return Ok(());
         }
@@ -151,10 +149,7 @@ impl<'a> Failures<'a> {
     /// timeout (3 s by default), and with it the request recovery waits for. The handler
     /// thread calls it before it waits for the requests in flight.
     pub(super) fn tell_workers(&self, dead: &BTreeSet<i32>) {
-        let new: Vec<i32> = {
-            let mut told = self.link.told.lock();
-            dead.iter().copied().filter(|&r| r != HEAD && told.insert(r)).collect()
-        };
+        let new: Vec<i32> = self.link.newly_told(dead);
         if new.is_empty() {
             return;
         }

@@ -109,7 +109,7 @@ impl<'a> Images<'a> {
             }
         }
         let source = ImageSource {
-            bytes: self.tolerance.recovery.then(|| image.into()),
+            bytes: self.tolerance.recovery().then(|| image.into()),
             base,
             extent,
             kernels: kernels.clone(),
@@ -181,7 +181,7 @@ impl<'a> Images<'a> {
     /// `Ok` if `e` says a rank died while recovery is on (the rank is fenced and the handler
     /// told; the caller goes on without it), else `Err(e)`.
     pub(super) fn unless_dead(&self, e: ClusterError) -> Result<()> {
-        match self.tolerance.recovery.then(|| Failures::of(*self).dead_peer(&e)).flatten() {
+        match self.tolerance.recovery().then(|| Failures::of(*self).dead_peer(&e)).flatten() {
             Some(_) => Ok(()),
             None => Err(e),
         }

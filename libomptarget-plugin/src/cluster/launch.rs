@@ -132,8 +132,8 @@ impl<'a> Launcher<'a> {
     /// Where target regions can run: the live workers but idle spares, or the head itself
     /// once it runs them (no worker left). Asked at every launch: no allocation.
     pub(super) fn targets(&self) -> impl Iterator<Item = i32> + '_ {
-        let on_head = self.offload.local.get().is_some();
-        self.link.workers().filter(move |&r| !on_head && !self.tolerance.idle_spare[r as usize].load(Ordering::Relaxed)).chain(on_head.then_some(HEAD))
+        let on_head = self.offload.local().is_some();
+        self.link.workers().filter(move |&r| !on_head && !self.tolerance.is_idle_spare(r)).chain(on_head.then_some(HEAD))
     }
 
     fn launch_once(&self, entry: usize, args: &[u64], begins: &[u64], hosts: &[u64], mapped_from: &[bool]) -> Result<()> {
@@ -196,7 +196,7 @@ impl<'a> Launcher<'a> {
                                 rank: w,
                                 missing_bytes: missing.clone().map(|(b, ..)| b.size).sum(),
                                 missing_buffers: missing.count() as u32,
-                                in_flight: self.offload.in_flight[w as usize].load(Ordering::Relaxed),
+                                in_flight: self.offload.in_flight(w),
                             }
                         })
                         .collect();
@@ -219,7 +219,7 @@ impl<'a> Launcher<'a> {
                             .collect();
                         let assume_written: Vec<bool> = reached.iter().map(|&(.., from)| from).collect();
                         // Its content key, for the log (`journal.rs`).
-                        let task_key = self.durability.keyed.then(|| kernel.region_key(args, reached.iter().map(|(b, ..)| *b)));
+                        let task_key = self.durability.keyed().then(|| kernel.region_key(args, reached.iter().map(|(b, ..)| *b)));
                         Some((w, reach, assume_written, may_write, reach_args, task_key))
                     }
                 };
@@ -240,14 +240,14 @@ impl<'a> Launcher<'a> {
                     kernel.learning.fetch_add(1, Ordering::Relaxed);
                 }
                 // Counted under the lock, so that the next placement sees it.
-                self.offload.in_flight[w as usize].fetch_add(1, Ordering::Relaxed);
+                self.offload.start_running(w);
                 break (w, reach, assume_written, may_write, reach_args, learning, task_key);
             }
         };
-        let running: u32 = self.offload.in_flight.iter().map(|n| n.load(Ordering::Relaxed)).sum();
+        let running: u32 = self.offload.all_in_flight();
         self.meter.stats.note_in_flight(running);
         // (A region on a region thread holds no helper: nothing to wake for it.)
-        if let Some(waker) = self.offload.waker.as_ref().filter(|_| !crate::queues::on_region_thread()) {
+        if let Some(waker) = self.offload.waker().filter(|_| !crate::queues::on_region_thread()) {
             waker.nudge(running < self.targets().count() as u32);
         }
         // The buffers it maps `from` that libomptarget retrieved after its earlier runs come
@@ -261,7 +261,7 @@ impl<'a> Launcher<'a> {
             .collect();
         let mut snaps = Vec::new();
         let result = self.run_on(w, &kernel, args, &reach, assume_written.clone(), send_back, &mut snaps);
-        self.offload.in_flight[w as usize].fetch_sub(1, Ordering::Relaxed);
+        self.offload.stop_running(w);
         // The kernel is done with its copies (`changed`: which it changed; all, if unknown).
         // Returns the buffers the program deleted meanwhile that no region uses any more.
         // Called once on every path, under the `buffers` lock, and followed by a wake-up.

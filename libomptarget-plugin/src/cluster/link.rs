@@ -20,11 +20,11 @@ pub(super) struct Link {
     pub(super) comm: Arc<Comm>,
     /// Liveness: the detector's view, plus the ranks fenced here; a rank once dead stays dead.
     pub(super) live: Arc<HeadLiveness>,
-    pub(super) tags: Arc<TagAllocator>,
+    tags: Arc<TagAllocator>,
     /// Rank -> its host and process (for fencing).
-    pub(super) procs: Vec<(u64, Victim)>,
+    procs: Vec<(u64, Victim)>,
     /// Dead ranks the live workers were told of (FAILED).
-    pub(super) told: Mutex<BTreeSet<i32>>,
+    told: Mutex<BTreeSet<i32>>,
 }
 
 impl Link {
@@ -45,6 +45,28 @@ impl Link {
     /// The host the head runs on.
     pub(super) fn head_host(&self) -> u64 {
         self.procs[HEAD as usize].0
+    }
+
+    /// Rank `r`'s host and process, if known.
+    pub(super) fn process(&self, r: i32) -> Option<&(u64, Victim)> {
+        self.procs.get(r as usize)
+    }
+
+    /// The workers that run on the head's host, with their processes.
+    pub(super) fn on_head_host(&self) -> Vec<(i32, Victim)> {
+        let host = self.head_host();
+        (1..self.comm.size()).filter(|&r| self.procs[r as usize].0 == host).map(|r| (r, self.procs[r as usize].1)).collect()
+    }
+
+    /// Of the `dead` ranks, the workers not told of yet, now counted as told.
+    pub(super) fn newly_told(&self, dead: &BTreeSet<i32>) -> Vec<i32> {
+        let mut told = self.told.lock();
+        dead.iter().copied().filter(|&r| r != HEAD && told.insert(r)).collect()
+    }
+
+    /// A fresh tag, for a request whose events the caller sends itself.
+    pub(super) fn next_tag(&self) -> i32 {
+        self.tags.next()
     }
 
     /// Send `event` to `rank` under a fresh tag (its reply, if it has one, and its data travel

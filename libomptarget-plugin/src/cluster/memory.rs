@@ -59,7 +59,7 @@ impl<'a> Memory<'a> {
     /// Allocate a device buffer (the caller holds the gate).
     pub(super) fn alloc(&self, size: u64, host: u64) -> Result<u64> {
         let addr = self.ledger.buffers.lock().create(size, host)?.addr;
-        self.ledger.device_bytes.fetch_add(size, Ordering::Relaxed);
+        self.ledger.add_device_bytes(size);
         self.meter.log(format_args!("ALLOC {addr:#x} {size} bytes"));
         Ok(addr)
     }
@@ -123,7 +123,7 @@ impl<'a> Memory<'a> {
                 && self.reruns_may_read(&bufs, b.id, b.version, &mut { WALK_BUDGET });
             (b, retire)
         };
-        self.ledger.device_bytes.fetch_sub(b.size, Ordering::Relaxed);
+        self.ledger.sub_device_bytes(b.size);
         if let Some(cp) = &self.durability.ckpt {
             cp.forget(b.id);
         }
@@ -242,7 +242,7 @@ impl<'a> Memory<'a> {
             }
             let before = Access { buffer: b.id, version: b.version };
             // Its content key: the old one plus these bytes (`journal.rs`).
-            let key = self.durability.keyed.then(|| {
+            let key = self.durability.keyed().then(|| {
                 // SAFETY: the caller guarantees `host..host+len` is readable.
                 crate::journal::key::submit(b.key, tgt - addr, unsafe { std::slice::from_raw_parts(host, len as usize) })
             });
@@ -276,7 +276,7 @@ impl<'a> Memory<'a> {
         // Only a device address can attach; anything else matters once something is attached
         // (a scalar mapped `tofrom` takes no lock here).
         let attaches = word && heap.contains(&u64::from_ne_bytes(bytes.try_into().expect("8 bytes")));
-        if !attaches && !self.offload.attached.load(Ordering::Acquire) {
+        if !attaches && !self.offload.attached() {
             return None;
         }
         let mut bufs = self.ledger.buffers.lock();
@@ -291,7 +291,7 @@ impl<'a> Memory<'a> {
         let fresh = bufs.containing(tgt).is_some_and(|b| b.version == 0);
         let patched = bufs.attach(tgt, bytes, heap, staged_old, fresh);
         if word && bufs.containing(tgt).is_some_and(|b| !b.attached.is_empty()) {
-            self.offload.attached.store(true, Ordering::Release);
+            self.offload.set_attached();
         }
         patched
     }

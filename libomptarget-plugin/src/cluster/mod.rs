@@ -410,7 +410,7 @@ impl Cluster {
         if self.stopped.set() {
             return Vec::new();
         }
-        if let Some(waker) = &self.offload.waker {
+        if let Some(waker) = self.offload.waker() {
             waker.stop();
         }
         // A batch of buddy copies in progress finishes first (it talks to the workers).
@@ -443,7 +443,7 @@ impl Cluster {
         let mut unreachable = Vec::new();
         let mut here = Vec::new();
         for r in self.link.live.dead_ranks().into_iter().filter(|&r| r != HEAD) {
-            match self.link.procs.get(r as usize) {
+            match self.link.process(r) {
                 Some(&(h, victim)) if h == host => {
                     event_system::process::kill(victim);
                     here.push(victim);
@@ -464,7 +464,7 @@ impl Cluster {
             report.retained_bytes = self.ledger.buffers.lock().retained_bytes();
             report.tasks_recorded = self.ledger.graph.lock().len() as u64;
             report.head_max_rss_bytes = crate::report::max_rss_bytes();
-            report.continued_on_head_at_seconds = self.offload.local.get().map(|(_, at)| *at);
+            report.continued_on_head_at_seconds = self.offload.local_since();
             report.resume_log = self.durability.journal.as_ref().map(|j| j.stats());
             report.resume = self.durability.resume_record.lock().clone();
             if let Some(cp) = &self.durability.ckpt {

@@ -11,7 +11,6 @@ use event_system::Liveness;
 use event_system::protocol::{Envelope, Event, MAX_INLINE_DATA, Region, Reply};
 use serde_json::json;
 use std::collections::BTreeSet;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 use timeline::Cat;
 
@@ -64,7 +63,7 @@ impl<'a> Movement<'a> {
             .iter()
             .copied()
             .filter(|&r| r != HEAD && !self.link.live.is_dead(r))
-            .min_by_key(|&r| self.offload.in_flight[r as usize].load(Ordering::Relaxed))
+            .min_by_key(|&r| self.offload.in_flight(r))
     }
 
     /// Make the current version of the buffer at `addr` present on worker `w`. Returns the
@@ -200,7 +199,7 @@ impl<'a> Movement<'a> {
             (Place::Worker(src), Place::Worker(dst)) => (src, dst),
         };
         let t = self.meter.trace_now();
-        let tag = self.link.tags.next();
+        let tag = self.link.next_tag();
         let send = |rank: i32, event: Event| self.link.comm.send_event(rank, &Envelope { tag, event }, self.link.live.as_ref());
         let exchanged = send(src, Event::ExchangeSend { region, peer: dst })
             .and_then(|()| send(dst, Event::ExchangeRecv { region, peer: src }))

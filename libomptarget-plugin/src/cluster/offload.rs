@@ -14,7 +14,7 @@ use event_system::{LocalDevice, SymmetricHeap};
 use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxHashMap as HashMap;
 use scheduler::Scheduler;
-use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// Kernels, images, placement and the head's own device.
@@ -25,18 +25,18 @@ pub(super) struct Offload {
     pub(super) images: Mutex<Vec<ImageTables>>,
     pub(super) sched: Scheduler,
     /// Per rank: regions running there now.
-    pub(super) in_flight: Vec<AtomicU32>,
+    in_flight: Vec<AtomicU32>,
     /// The head's own device, once every worker died and the head runs the target regions
     /// itself (see `images::continue_on_head`), and when that started (seconds since start).
-    pub(super) local: OnceLock<(LocalDevice, f64)>,
+    local: OnceLock<(LocalDevice, f64)>,
     /// Wakes libomp's hidden helper threads when regions are ready and workers idle
     /// (`helpers.rs`).
-    pub(super) waker: Option<crate::helpers::Waker>,
+    waker: Option<crate::helpers::Waker>,
     /// libomp's messages (`OMP: Warning #96`) workers' regions printed on stderr, and the
     /// worker that printed each first (see `execute.rs`, `once_per_job`).
     pub(super) omp_said: Mutex<HashMap<Vec<u8>, i32>>,
     /// A pointer member was attached (see `data::Buffers::attach`): submits look for them.
-    pub(super) attached: AtomicBool,
+    attached: AtomicBool,
 }
 
 impl Offload {
@@ -57,6 +57,52 @@ impl Offload {
     /// The head's own device, if it runs target regions itself.
     pub(super) fn local(&self) -> Option<&LocalDevice> {
         self.local.get().map(|(d, _)| d)
+    }
+
+    /// The head runs the target regions itself from now on (seconds since start) on `dev`;
+    /// nothing if it did already.
+    pub(super) fn set_local(&self, dev: LocalDevice, at: f64) {
+        let _ = self.local.set((dev, at));
+    }
+
+    /// When the head started running the target regions itself (seconds since start).
+    pub(super) fn local_since(&self) -> Option<f64> {
+        self.local.get().map(|(_, at)| *at)
+    }
+
+    /// The waker of libomp's hidden helpers, if it runs.
+    pub(super) fn waker(&self) -> Option<&crate::helpers::Waker> {
+        self.waker.as_ref()
+    }
+
+    /// Regions running on rank `r` now.
+    pub(super) fn in_flight(&self, r: i32) -> u32 {
+        self.in_flight[r as usize].load(Ordering::Relaxed)
+    }
+
+    /// Regions running on any rank now.
+    pub(super) fn all_in_flight(&self) -> u32 {
+        self.in_flight.iter().map(|n| n.load(Ordering::Relaxed)).sum()
+    }
+
+    /// A region starts running on rank `r`.
+    pub(super) fn start_running(&self, r: i32) {
+        self.in_flight[r as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A region ended on rank `r`.
+    pub(super) fn stop_running(&self, r: i32) {
+        self.in_flight[r as usize].fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Has a pointer member been attached? (Then submits look for them.)
+    pub(super) fn attached(&self) -> bool {
+        self.attached.load(Ordering::Acquire)
+    }
+
+    /// A pointer member was attached.
+    pub(super) fn set_attached(&self) {
+        self.attached.store(true, Ordering::Release);
     }
 
     /// Write `bytes` into the head's copy at `addr`: through the head's device once it runs

@@ -35,7 +35,7 @@ impl<'a> OnHead<'a> {
     /// image here; the head's copy of an image's data (if it keeps one) is saved first and
     /// written back after, so what the program's regions changed in it is kept.
     pub(super) fn continue_on_head(&self) -> Result<()> {
-        if self.offload.local.get().is_some() {
+        if self.offload.local().is_some() {
             return Ok(());
         }
         let dev = LocalDevice::new(&self.offload.heap);
@@ -48,7 +48,7 @@ impl<'a> OnHead<'a> {
         // SAFETY: flushing all C streams is always allowed.
         unsafe { libc::fflush(std::ptr::null_mut()) };
         eprintln!("ompcluster: no worker is left; the head runs the remaining target regions itself (from {at:.3} s)");
-        let _ = self.offload.local.set((dev, at));
+        self.offload.set_local(dev, at);
         Ok(())
     }
 

@@ -17,7 +17,6 @@ use crate::data::HEAD;
 use ft_handler::decide::{self, Copies};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::collections::BTreeSet;
-use std::sync::atomic::Ordering;
 use task_graph::Access;
 
 /// The record is first pruned when it holds this many tasks (then when it has doubled).
@@ -90,7 +89,7 @@ impl<'a> Pruner<'a> {
     /// only if the record has grown to twice the threshold meanwhile (the buddy thread is far
     /// behind, or its interval long).
     pub(super) fn maybe_prune(&self) {
-        let at = self.ledger.prune_at.load(Ordering::Relaxed);
+        let at = self.ledger.prune_at();
         let due = if self.buddy_prunes() { at.saturating_mul(2) } else { at };
         if (self.ledger.graph.lock().len() as u64) >= due {
             self.prune();
@@ -111,7 +110,7 @@ impl<'a> Pruner<'a> {
     /// what stopped being safe since was kept apart by whoever overwrote it (`keep_head_version`
     /// asks the record, not yet pruned).
     pub(super) fn prune(&self) {
-        if (self.ledger.graph.lock().len() as u64) < self.ledger.prune_at.load(Ordering::Relaxed) {
+        if (self.ledger.graph.lock().len() as u64) < self.ledger.prune_at() {
             return;
         }
         let (roots, on_head, kept, upto) = {
@@ -145,7 +144,7 @@ impl<'a> Pruner<'a> {
             bufs.release_kept(|a| g.is_read(a) || current.contains(&a));
             bufs.release_retired(&g.buffers_read())
         };
-        self.ledger.prune_at.store(FIRST_PRUNE.max(2 * len as u64), Ordering::Relaxed);
+        self.ledger.set_prune_at(FIRST_PRUNE.max(2 * len as u64));
         self.meter.log(format_args!("PRUNE {removed} tasks; {len} kept"));
         for b in released {
             if let Err(e) = HeadCopies::of(*self).release_head_copy(&b) {

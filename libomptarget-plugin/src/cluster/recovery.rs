@@ -45,7 +45,6 @@ use rustc_hash::FxHashMap as HashMap;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 use task_graph::{Access, Mark, TaskGraph, TaskRecord};
 use timeline::Cat;
@@ -140,16 +139,16 @@ impl algo::Primitives for Rebuild<'_> {
     }
 
     fn idle_spares(&self) -> Vec<i32> {
-        self.c.link.workers().filter(|&w| self.c.tolerance.idle_spare[w as usize].load(Ordering::Relaxed)).collect()
+        self.c.link.workers().filter(|&w| self.c.tolerance.is_idle_spare(w)).collect()
     }
 
     fn leave_spares(&self, r: i32, replacing: Option<i32>) {
         let c = self.c;
-        c.tolerance.idle_spare[r as usize].store(false, Ordering::Relaxed);
+        c.tolerance.leave_spares(r);
         if let Some(dead) = replacing {
             let at_seconds = c.meter.start.elapsed().as_secs_f64();
             eprintln!("ompcluster: spare rank {r} takes the place of rank {dead} at {at_seconds:.3} s");
-            c.tolerance.spare_log.lock().push(SpareRecord { spare: r, replaced: dead, at_seconds });
+            c.tolerance.log_spare(SpareRecord { spare: r, replaced: dead, at_seconds });
         }
     }
 
@@ -248,7 +247,7 @@ impl<'a> Recovery<'a> {
     /// Rebuild what the `dead` ranks took with them (see the module's documentation).
     pub(super) fn recover(&self, dead: &BTreeSet<i32>) -> std::result::Result<(), RecoverError> {
         // A resumed job: what the checkpoint it resumed from holds is loaded, not re-run.
-        if self.durability.resumed {
+        if self.durability.resumed() {
             for &r in dead {
                 Failures::of(*self).record_failure(r, "declared dead");
             }
@@ -266,7 +265,7 @@ impl<'a> Recovery<'a> {
         for &r in dead {
             Failures::of(*self).record_failure(r, "declared dead");
         }
-        let attempts = self.tolerance.attempts.fetch_add(1, Ordering::Relaxed) + 1;
+        let attempts = self.tolerance.next_attempt();
         let policy = algo::Policy { parallel: self.cfg.ft_reexec == Reexec::Parallel, ..Default::default() };
         let ops = Rebuild { c: *self, side: Mutex::new(HashMap::default()), only };
         // (`spares` is held across the algorithm: only this thread takes it.)
@@ -298,13 +297,13 @@ impl<'a> Recovery<'a> {
             Rerunner::of(*self).put_on_head(a, addr, &bytes).map_err(new_failure)?;
         }
         self.release_retired_on_workers()?;
-        self.tolerance.attempts.store(0, Ordering::Relaxed);
+        self.tolerance.reset_attempts();
         let rec = RecoveryRecord {
             dead: dead.iter().copied().collect(),
             at_seconds,
             paused_seconds: t0.elapsed().as_secs_f64(),
             rerun_rate_per_second: if out.rerun_seconds > 0.0 { out.tasks_reexecuted as f64 / out.rerun_seconds } else { 0.0 },
-            spares: std::mem::take(&mut *self.tolerance.spare_log.lock()),
+            spares: self.tolerance.take_spare_log(),
             attempts,
             outcome: out,
         };
@@ -345,10 +344,10 @@ impl<'a> Recovery<'a> {
         let list: Vec<i32> = dead.iter().copied().collect();
         let mut kills: BTreeMap<i32, Vec<Victim>> = BTreeMap::new();
         for &r in dead {
-            let Some(&(host, victim)) = self.link.procs.get(r as usize) else { continue };
+            let Some(&(host, victim)) = self.link.process(r) else { continue };
             if host == self.link.head_host() {
                 event_system::process::kill(victim);
-            } else if let Some(&w) = survivors.iter().find(|&&w| self.link.procs.get(w as usize).is_some_and(|p| p.0 == host)) {
+            } else if let Some(&w) = survivors.iter().find(|&&w| self.link.process(w).is_some_and(|p| p.0 == host)) {
                 kills.entry(w).or_default().push(victim);
             }
             let _ = self.link.post(r, Event::Fence { ranks: list.clone(), kill: Vec::new() });

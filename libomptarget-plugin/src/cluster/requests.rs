@@ -18,7 +18,6 @@ use super::tolerance::Tolerance;
 use super::{ClusterError, Holds, Result, Stopped};
 use crate::config::Config;
 use crate::inject::Injector;
-use std::sync::atomic::Ordering;
 
 /// A request's frame: borrows the whole cluster, since a checkpoint may be due at any
 /// request, and a request that met a failure may wait for a recovery or (a resumed job)
@@ -48,7 +47,7 @@ impl<'a> Requests<'a> {
         self.stopped.check()?;
         if let Some(cp) = &self.durability.ckpt {
             // While fast-forwarding, versions no rank holds cannot be saved: no checkpoint.
-            if !self.durability.fast_forward() && cp.due(self.ledger.device_bytes.load(Ordering::Relaxed)) {
+            if !self.durability.fast_forward() && cp.due(self.ledger.device_bytes()) {
                 Checkpoints::of(*self).checkpoint(cp, false);
             }
         }
@@ -65,13 +64,13 @@ impl<'a> Requests<'a> {
             let err = match request() {
                 // A resumed job: a version a skipped region made, needed by a request that
                 // started before another made it (`resume.rs`), is rebuilt, then it runs again.
-                Err(ClusterError::Lost(addr)) if self.durability.resumed && rebuilt < 3 && self.link.live.dead_ranks().is_subset(&self.tolerance.ft.recovered()) => {
+                Err(ClusterError::Lost(addr)) if self.durability.resumed() && rebuilt < 3 && self.link.live.dead_ranks().is_subset(&self.tolerance.ft.recovered()) => {
                     rebuilt += 1;
                     let id = self.ledger.buffers.lock().get(addr).map(|b| b.id);
                     Resumer::of(*self).rebuild_unheld(id.map(|id| [id].into()))?;
                     continue;
                 }
-                Err(e) if self.tolerance.recovery => e,
+                Err(e) if self.tolerance.recovery() => e,
                 done => return done,
             };
             let Some(dead) = Failures::of(*self).failure_behind(&err) else { return Err(err) };

@@ -46,7 +46,6 @@ use event_system::protocol::Region;
 use ft_handler::State;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use task_graph::{Access, TaskRecord};
 
 /// Where a resumed job is.
@@ -296,7 +295,7 @@ impl<'a> Resumer<'a> {
         if !matches!(std::mem::replace(&mut *self.durability.replay.lock(), Replay::Live), Replay::FastForward(_)) {
             return Ok(());
         }
-        self.durability.replaying.store(false, Ordering::Release);
+        self.durability.stop_fast_forward();
         let region = self.ledger.graph.lock().recorded();
         let at = self.meter.start.elapsed().as_secs_f64();
         let mut skipped = 0;
@@ -321,7 +320,7 @@ impl<'a> Resumer<'a> {
     pub(super) fn rebuild_unheld(&self, only: Option<BTreeSet<u64>>) -> Result<()> {
         loop {
             match self.rebuild_unheld_once(only.as_ref()) {
-                Err(ft_handler::RecoverError::NewFailure(r)) if self.tolerance.recovery => {
+                Err(ft_handler::RecoverError::NewFailure(r)) if self.tolerance.recovery() => {
                     self.tolerance.ft.notify(r);
                     self.tolerance.ft.wait_recovered(&[r].into()).map_err(ClusterError::Unrecoverable)?;
                 }
