@@ -50,7 +50,6 @@ use super::{Holds, Result, Stopped};
 use crate::config::Config;
 use crate::data::HEAD;
 use crate::inject::Injector;
-use event_system::Liveness;
 use event_system::protocol::Region;
 use ft_handler::buddy::{BuddyPolicy, Candidate};
 use std::time::{Duration, Instant};
@@ -122,10 +121,10 @@ impl<'a> Buddy<'a> {
             let mut head_bytes = 0;
             let mut todo = Vec::new();
             for b in bufs.iter() {
-                if b.backed.contains(&HEAD) {
+                if b.staged() {
                     head_bytes += b.span;
                 }
-                if b.deleted || b.version <= b.pristine_version() || b.holders.is_empty() || b.holders.contains(&HEAD) {
+                if b.deleted || b.version <= b.pristine_version() || b.holders.is_empty() || b.on_head() {
                     continue;
                 }
                 if self.durability.ckpt.as_ref().is_some_and(|c| c.holds(b.id, b.version)) {
@@ -176,7 +175,7 @@ impl<'a> Buddy<'a> {
                     break;
                 }
                 let Some(b) = bufs.get_mut(c.key).filter(|b| b.id == c.id && !b.deleted) else { continue };
-                if b.holders.contains(&HEAD) || b.incoming.contains(&HEAD) || b.holding.contains_key(&HEAD) || b.host_writes > 0 || b.buddy_reading.is_some() {
+                if b.on_head() || b.incoming.contains(&HEAD) || b.holding.contains_key(&HEAD) || b.host_writes > 0 || b.buddy_reading.is_some() {
                     continue;
                 }
                 // A region in flight that can reach it, anywhere, may have to merge its changes
@@ -186,7 +185,7 @@ impl<'a> Buddy<'a> {
                     continue;
                 }
                 let v = b.version;
-                let clean = |r: &i32| *r != HEAD && !self.link.live.is_dead(*r) && b.clean_copy(*r, v) && !b.holding.contains_key(r) && !b.incoming.contains(r);
+                let clean = |r: &i32| self.link.is_live_worker(*r) && b.clean_copy(*r, v) && !b.holding.contains_key(r) && !b.incoming.contains(r);
                 let from = match src {
                     Some(s) if clean(&s) => s,
                     // Another worker's: for a later batch.
@@ -200,7 +199,7 @@ impl<'a> Buddy<'a> {
                         None => continue,
                     },
                 };
-                if !b.backed.contains(&HEAD) {
+                if !b.staged() {
                     if !policy.admits(*head_bytes, b.span) {
                         self.tolerance.buddy_stats.lock().over_budget += 1;
                         continue;
@@ -231,7 +230,7 @@ impl<'a> Buddy<'a> {
         let mut copied_bytes = 0;
         for ((c, version, region), bytes) in picked.iter().zip(fetched) {
             let still = bufs.get(c.key).is_some_and(|b| {
-                b.id == c.id && b.version_on(src) == Some(*version) && !b.holders.contains(&HEAD) && !b.holding.contains_key(&HEAD)
+                b.id == c.id && b.version_on(src) == Some(*version) && !b.on_head() && !b.holding.contains_key(&HEAD)
             });
             if !still {
                 continue;

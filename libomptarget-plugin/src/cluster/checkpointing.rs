@@ -10,7 +10,7 @@ use super::offload::Offload;
 use super::tolerance::Tolerance;
 use super::{ClusterError, Holds, Result};
 use crate::checkpoint::{Checkpointer, SaveItem};
-use crate::data::HEAD;
+use crate::data::{Place, HEAD};
 use crate::inject::Injector;
 use event_system::protocol::{Event, Region, Reply};
 use ft_handler::State;
@@ -118,7 +118,7 @@ impl<'a> Checkpoints<'a> {
         }
         let mut posted = Vec::new();
         let mut post_failed = None;
-        for (&r, items) in plan.iter().filter(|(&r, _)| r != HEAD) {
+        for (&r, items) in plan.iter().filter(|(&r, _)| Place::of(r).is_worker()) {
             let regions = items.iter().map(|&(id, addr, size, _)| (id, Region { addr, size })).collect();
             match self.link.post(r, Event::Checkpoint { ckpt, regions }) {
                 Ok(tag) => posted.push((r, tag)),

@@ -12,7 +12,7 @@ use super::link::Link;
 use super::meter::Meter;
 use super::tolerance::Tolerance;
 use super::{Cluster, ClusterError, Holds, Stopped};
-use crate::data::HEAD;
+use crate::data::{Place, HEAD};
 use crate::inject::Injector;
 use event_system::Liveness;
 use event_system::comm::CommError;
@@ -37,9 +37,7 @@ pub(crate) struct HeadDevice {
 
 impl Device for HeadDevice {
     fn dead(&self) -> BTreeSet<i32> {
-        let mut d = self.c.link.live.dead_ranks();
-        d.remove(&HEAD);
-        d
+        self.c.link.dead_workers()
     }
 
     fn noticed(&self, dead: &BTreeSet<i32>) {
@@ -122,7 +120,7 @@ impl<'a> Failures<'a> {
     /// MPI here, and no lock held across anything but the record (the handler thread tells
     /// the workers, see [`Failures::tell_workers`]).
     pub(super) fn note_failure(&self, rank: i32, how: &str) {
-        if rank == HEAD || self.stopped.is_set() {
+        if Place::of(rank) == Place::Head || self.stopped.is_set() {
             return;
         }
         self.note_dead(rank, how);

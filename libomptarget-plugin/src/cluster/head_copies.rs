@@ -13,7 +13,6 @@ use super::meter::Meter;
 use super::offload::Offload;
 use super::{ClusterError, Holds, Result};
 use crate::data::{Buffer, Buffers, HEAD};
-use event_system::Liveness;
 use event_system::comm::CommError;
 use event_system::protocol::{Event, Region};
 use std::sync::Arc;
@@ -42,12 +41,12 @@ impl<'a> HeadCopies<'a> {
     /// Give back the head's pages of a removed buffer, then its address range (a block of
     /// device code's, to the rank whose arena it is in).
     pub(super) fn release_head_copy(&self, b: &Buffer) -> Result<()> {
-        if b.backed.contains(&HEAD) {
+        if b.staged() {
             self.durability.before_changing_staged(b.addr);
             self.offload.heap.release(b.addr, b.span)?;
         }
         match b.arena_of {
-            Some(owner) if owner != HEAD && !self.link.live.is_dead(owner) => {
+            Some(owner) if self.link.is_live_worker(owner) => {
                 match self.link.post(owner, Event::Reclaim(Region { addr: b.addr, size: b.span })) {
                     Ok(_) | Err(ClusterError::Comm(CommError::PeerDead(_))) => {}
                     Err(e) => return Err(e),
@@ -76,7 +75,7 @@ impl<'a> HeadCopies<'a> {
         if !self.ledger.retains() || self.offload.local().is_some() {
             return;
         }
-        let Some(b) = bufs.get(addr).filter(|b| b.backed.contains(&HEAD)) else { return };
+        let Some(b) = bufs.get(addr).filter(|b| b.staged()) else { return };
         let Some(version) = b.version_on(HEAD).filter(|&v| v > 0) else { return };
         if replaced_by.is_some_and(|to| to > version && self.ledger.graph.lock().feeds_only_itself(b.id, version, to)) {
             return;
@@ -112,7 +111,7 @@ impl<'a> HeadCopies<'a> {
 
     pub(super) fn stage_on_head(&self, bufs: &mut Buffers, addr: u64) -> Result<()> {
         let b = bufs.get_mut(addr).expect("caller holds a live buffer");
-        if !b.backed.contains(&HEAD) {
+        if !b.staged() {
             self.offload.heap.back(b.addr, b.span)?;
             b.backed.insert(HEAD);
         }

@@ -403,7 +403,7 @@ impl<'a> Launcher<'a> {
                         }
                     }
                     *b.commits_from.entry(w).or_default() += 1;
-                    let (addr, id, span, staged) = (b.addr, b.id, b.span, b.backed.contains(&HEAD));
+                    let (addr, id, span, staged) = (b.addr, b.id, b.span, b.staged());
                     let made_by = b.made_by;
                     // Bytes sent back for the version this one replaces, never retrieved: the
                     // kernel that sent them guessed wrong.

@@ -7,7 +7,7 @@
 //! are lock-free or lock internally; `told` is one mutex taken alone.
 
 use super::{ClusterError, HeadLiveness, Result};
-use crate::data::HEAD;
+use crate::data::{Place, HEAD};
 use event_system::process::Victim;
 use event_system::protocol::{Envelope, Event, Reply};
 use event_system::{Comm, Liveness, TagAllocator};
@@ -37,6 +37,23 @@ impl Link {
         (1..self.comm.size()).filter(|&r| !self.live.is_dead(r))
     }
 
+    /// Is rank `r` a worker, and alive?
+    pub(super) fn is_live_worker(&self, r: i32) -> bool {
+        Place::of(r).is_worker() && !self.live.is_dead(r)
+    }
+
+    /// The live workers among `ranks`, in their order.
+    pub(super) fn live_workers<'s>(&'s self, ranks: &'s BTreeSet<i32>) -> impl Iterator<Item = i32> + 's {
+        ranks.iter().copied().filter(|&r| self.is_live_worker(r))
+    }
+
+    /// The ranks that died (or were fenced) but the head.
+    pub(super) fn dead_workers(&self) -> BTreeSet<i32> {
+        let mut dead = self.live.dead_ranks();
+        dead.remove(&HEAD);
+        dead
+    }
+
     /// Has any rank died (or been fenced) in this run?
     pub(super) fn any_failure(&self) -> bool {
         !self.live.dead_ranks().is_empty()
@@ -61,7 +78,7 @@ impl Link {
     /// Of the `dead` ranks, the workers not told of yet, now counted as told.
     pub(super) fn newly_told(&self, dead: &BTreeSet<i32>) -> Vec<i32> {
         let mut told = self.told.lock();
-        dead.iter().copied().filter(|&r| r != HEAD && told.insert(r)).collect()
+        dead.iter().copied().filter(|&r| Place::of(r).is_worker() && told.insert(r)).collect()
     }
 
     /// A fresh tag, for a request whose events the caller sends itself.

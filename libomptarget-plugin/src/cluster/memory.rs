@@ -10,7 +10,6 @@ use super::offload::Offload;
 use super::{ClusterError, Holds, Result};
 use crate::data::{Buffer, Buffers, Place, PointsTo, HEAD};
 use crate::inject::Injector;
-use event_system::Liveness;
 use event_system::comm::CommError;
 use event_system::protocol::{Event, Region};
 use serde_json::json;
@@ -131,7 +130,7 @@ impl<'a> Memory<'a> {
             j.forget(b.id);
         }
         let region = Region { addr: b.addr, size: b.span };
-        for &r in b.backed.iter().filter(|&&r| r != HEAD && !self.link.live.is_dead(r)) {
+        for r in self.link.live_workers(&b.backed) {
             match self.link.post(r, Event::Delete(region)) {
                 // No reply is expected: a rank that died has no copy left to free.
                 Ok(_) | Err(ClusterError::Comm(CommError::PeerDead(_))) => {}
@@ -232,7 +231,7 @@ impl<'a> Memory<'a> {
         let mut made = None;
         if let Some(b) = bufs.get_mut(addr) {
             // The write is done and becomes a version under this lock (see `host_writes`).
-            if targets.iter().any(|&r| r != HEAD) {
+            if targets.iter().any(|&r| Place::of(r).is_worker()) {
                 b.host_writes -= 1;
             }
             if whole {
@@ -282,7 +281,7 @@ impl<'a> Memory<'a> {
         let mut bufs = self.ledger.buffers.lock();
         // The slot's value before this submit, from the head's staged copy of the current
         // version.
-        let staged_old = bufs.containing_range(tgt, 8).filter(|b| word && b.holders.contains(&HEAD)).map(|_| {
+        let staged_old = bufs.containing_range(tgt, 8).filter(|b| word && b.on_head()).map(|_| {
             // SAFETY: the head holds the buffer's current version, so its pages are backed;
             // `tgt..tgt+8` lies inside it and is 8-aligned.
             unsafe { std::ptr::read_volatile(tgt as *const u64) }
@@ -342,7 +341,7 @@ impl<'a> Memory<'a> {
             let b = bufs.containing_range(tgt, len).ok_or(ClusterError::UnknownAddress(tgt))?;
             let addr = b.addr;
             let whole = tgt == b.addr && len >= b.size;
-            let on_workers = b.version > 0 && !b.holders.is_empty() && !b.holders.contains(&HEAD);
+            let on_workers = b.version > 0 && !b.holders.is_empty() && !b.on_head();
             let targets: Vec<i32> = if !on_workers {
                 // Fresh or staged on the head: stage here, move lazily to where it is used.
                 vec![HEAD]
@@ -364,7 +363,7 @@ impl<'a> Memory<'a> {
                 HeadCopies::of(*self).stage_on_head(&mut bufs, addr)?;
                 HeadCopies::of(*self).keep_head_version(&mut bufs, addr);
             }
-            if targets.iter().any(|&r| r != HEAD) {
+            if targets.iter().any(|&r| Place::of(r).is_worker()) {
                 bufs.get_mut(addr).expect("found above").host_writes += 1;
             }
             (addr, targets, whole)
@@ -385,7 +384,7 @@ impl<'a> Memory<'a> {
             // holds no recorded version any more.
             self.ledger.buffers.lock().drop_copy(addr, HEAD);
         }
-        if sent.is_err() && targets.iter().any(|&r| r != HEAD) {
+        if sent.is_err() && targets.iter().any(|&r| Place::of(r).is_worker()) {
             if let Some(b) = self.ledger.buffers.lock().get_mut(addr) {
                 b.host_writes -= 1;
             }
@@ -417,7 +416,7 @@ impl<'a> Memory<'a> {
         found: &mut Option<PointsTo>,
     ) -> Result<()> {
         for &r in targets {
-            if r == HEAD {
+            if Place::of(r) == Place::Head {
                 if let Some(copy) = head_copy.take() {
                     copy();
                 }
@@ -534,7 +533,7 @@ impl<'a> Memory<'a> {
             let at = if s.version == 0 { HEAD } else { Movement::of(*self).current_holder(s).ok_or(ClusterError::Lost(s.addr))? };
             (s.addr, d.addr, at, dst == d.addr && len >= d.size)
         };
-        if at == HEAD {
+        if Place::of(at) == Place::Head {
             // Do it on the head: the source's current version is staged there (or is zeros).
             let mut tmp = vec![0u8; len as usize];
             // SAFETY: `tmp` has `len` writable bytes.

@@ -33,7 +33,7 @@ use super::movement::Movement;
 use super::offload::Kernel;
 use super::offload::Offload;
 use super::{ClusterError, Holds, Result};
-use crate::data::{Buffer, Buffers, HEAD};
+use crate::data::{Buffer, Buffers, Place};
 use crate::inject::Injector;
 use event_system::Liveness;
 use event_system::protocol::{Patch, Region};
@@ -110,7 +110,7 @@ impl<'a> Merger<'a> {
         // (held below), else the head's.
         let base_of = |b: &Buffer, version: u64| {
             let clean = |r: &i32| *r != w && !self.link.live.is_dead(*r) && b.clean_copy(*r, version);
-            b.ranks_with(version).filter(|r| *r != HEAD).find(clean).or_else(|| b.ranks_with(version).find(|r| *r == HEAD).filter(clean))
+            b.ranks_with(version).filter(|&r| Place::of(r).is_worker()).find(clean).or_else(|| b.ranks_with(version).find(|&r| Place::of(r) == Place::Head).filter(clean))
         };
         let stop = |held: &mut Vec<(u64, i32)>, e: ClusterError| -> ClusterError {
             self.unhold(held);
@@ -127,8 +127,8 @@ impl<'a> Merger<'a> {
                 if !(needs_merge(b, w, version, patches.contains_key(&i)) || b.undone_on(w) != run.snaps[i].undone_start) {
                     continue;
                 }
-                let base = base_of(b, version).filter(|&r| r != HEAD);
-                let ranks: Vec<i32> = [w].into_iter().chain(b.holders.iter().copied().filter(|&r| r != HEAD && !self.link.live.is_dead(r))).chain(base).collect();
+                let base = base_of(b, version).filter(|&r| Place::of(r).is_worker());
+                let ranks: Vec<i32> = [w].into_iter().chain(self.link.live_workers(&b.holders)).chain(base).collect();
                 busy |= ranks.iter().any(|r| b.running.get(r).is_some_and(|&n| n > 0));
                 taken |= ranks.iter().any(|r| b.holding.contains_key(r));
                 held.extend(ranks.into_iter().map(|r| (addr, r)));

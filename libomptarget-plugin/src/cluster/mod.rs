@@ -22,7 +22,7 @@
 
 use crate::checkpoint::Checkpointer;
 use crate::config::Config;
-use crate::data::{Buffers, HEAD};
+use crate::data::Buffers;
 use crate::inject::Injector;
 use event_system::comm::CommError;
 use event_system::process::Victim;
@@ -442,7 +442,7 @@ impl Cluster {
         let host = self.link.head_host();
         let mut unreachable = Vec::new();
         let mut here = Vec::new();
-        for r in self.link.live.dead_ranks().into_iter().filter(|&r| r != HEAD) {
+        for r in self.link.dead_workers() {
             match self.link.process(r) {
                 Some(&(h, victim)) if h == host => {
                     event_system::process::kill(victim);

@@ -7,7 +7,6 @@ use super::offload::Offload;
 use super::{ClusterError, Holds, Result};
 use crate::data::{Buffer, CopyState, Moved, Place, HEAD};
 use crate::inject::Injector;
-use event_system::Liveness;
 use event_system::protocol::{Envelope, Event, MAX_INLINE_DATA, Region, Reply};
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -37,7 +36,7 @@ impl<'a> Movement<'a> {
     /// Where to take a buffer's current version from: the head's staged copy if it holds
     /// one, else the least busy live worker holding it.
     pub(super) fn current_holder(&self, b: &Buffer) -> Option<i32> {
-        if b.holders.contains(&HEAD) {
+        if b.on_head() {
             Some(HEAD)
         } else {
             self.least_busy(&b.holders)
@@ -62,7 +61,7 @@ impl<'a> Movement<'a> {
         ranks
             .iter()
             .copied()
-            .filter(|&r| r != HEAD && !self.link.live.is_dead(r))
+            .filter(|&r| self.link.is_live_worker(r))
             .min_by_key(|&r| self.offload.in_flight(r))
     }
 
@@ -118,7 +117,7 @@ impl<'a> Movement<'a> {
                 Err(e) => MoveState::Done(Err(e), t0.elapsed()),
             }
         } else {
-            if let Some(d) = self.inject.move_delay().filter(|_| src != HEAD) {
+            if let Some(d) = self.inject.move_delay().filter(|_| Place::of(src).is_worker()) {
                 // Test only (`slow:moves=MS`): as if this thread were preempted here.
                 std::thread::sleep(d);
             }

@@ -58,7 +58,7 @@ impl<'a> OnHead<'a> {
         let saved = src.data.and_then(|addr| {
             let bufs = self.ledger.buffers.lock();
             let b = bufs.get(addr)?;
-            (b.backed.contains(&HEAD) && b.version_on(HEAD).is_some()).then(|| {
+            (b.staged() && b.version_on(HEAD).is_some()).then(|| {
                 self.durability.before_changing_staged(addr);
                 // SAFETY: the head backed this copy; nothing changes it meanwhile (recovery
                 // holds the gate, and the buffer lock is held).

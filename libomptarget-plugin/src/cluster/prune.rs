@@ -13,7 +13,7 @@ use super::offload::Offload;
 use super::{buddy, Holds};
 use crate::checkpoint::Checkpointer;
 use crate::config::Config;
-use crate::data::HEAD;
+use crate::data::{Place, HEAD};
 use ft_handler::decide::{self, Copies};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::collections::BTreeSet;
@@ -39,7 +39,7 @@ impl Copies for Snapshot<'_> {
     }
 
     fn version_on(&self, id: u64, r: i32) -> Option<u64> {
-        (r == HEAD).then(|| self.on_head.get(&id).copied()).flatten()
+        (Place::of(r) == Place::Head).then(|| self.on_head.get(&id).copied()).flatten()
     }
 
     fn holders(&self, a: Access) -> Vec<i32> {

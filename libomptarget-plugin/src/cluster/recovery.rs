@@ -32,7 +32,7 @@ use super::{RecoveryRecord, SpareRecord};
 use crate::checkpoint::Checkpointer;
 use crate::config::Config;
 use crate::config::Reexec;
-use crate::data::{Buffers, HEAD};
+use crate::data::{Buffers, Place, HEAD};
 use crate::inject::Injector;
 use event_system::comm::CommError;
 use event_system::process::Victim;
@@ -353,7 +353,7 @@ impl<'a> Recovery<'a> {
             let _ = self.link.post(r, Event::Fence { ranks: list.clone(), kill: Vec::new() });
         }
         let mut tags = Vec::new();
-        for &w in survivors.iter().filter(|&&w| w != HEAD) {
+        for &w in survivors.iter().filter(|&&w| Place::of(w).is_worker()) {
             let kill = kills.remove(&w).unwrap_or_default();
             tags.push((w, self.link.post(w, Event::Fence { ranks: list.clone(), kill }).map_err(new_failure)?));
         }
@@ -371,10 +371,8 @@ impl<'a> Recovery<'a> {
         for id in ids {
             let Some(b) = bufs.by_id_mut(id) else { continue };
             let region = Region { addr: b.addr, size: b.span };
-            let on: Vec<i32> = b.backed.iter().copied().filter(|&r| r != HEAD).collect();
-            b.backed.retain(|&r| r == HEAD);
-            b.holders.retain(|&r| r == HEAD);
-            b.stale.retain(|&r, _| r == HEAD);
+            let on: Vec<i32> = b.backed.iter().copied().filter(|&r| Place::of(r).is_worker()).collect();
+            b.keep_head_only();
             for r in on {
                 match self.link.post(r, Event::Delete(region)) {
                     Ok(_) | Err(ClusterError::Comm(CommError::PeerDead(_))) => {}

@@ -343,7 +343,7 @@ impl<'a> Resumer<'a> {
         }
         let before = self.tolerance.recoveries.lock().len();
         // Dead ranks not yet recovered from are the handler's (it waits for this gate).
-        let dead: BTreeSet<i32> = self.link.live.dead_ranks().difference(&self.tolerance.ft.recovered()).copied().filter(|&r| r != HEAD).collect();
+        let dead: BTreeSet<i32> = self.link.dead_workers().difference(&self.tolerance.ft.recovered()).copied().collect();
         if let Some(&r) = dead.iter().next() {
             return Err(ft_handler::RecoverError::NewFailure(r));
         }

@@ -229,6 +229,23 @@ impl Buffer {
     pub(super) fn head_keeps_old(&self) -> bool {
         self.stale.contains_key(&HEAD)
     }
+
+    /// Does the head's copy hold the current version?
+    pub(crate) fn on_head(&self) -> bool {
+        self.holders.contains(&HEAD)
+    }
+
+    /// Has the head pages for it (its staged copy)?
+    pub(crate) fn staged(&self) -> bool {
+        self.backed.contains(&HEAD)
+    }
+
+    /// Forget every worker's copy, and its pages there: only the head's stays.
+    pub(crate) fn keep_head_only(&mut self) {
+        self.holders.retain(|&r| r == HEAD);
+        self.stale.retain(|&r, _| r == HEAD);
+        self.backed.retain(|&r| r == HEAD);
+    }
 }
 
 /// A source copy's state when a move from it starts. The bytes moved are exactly the version
