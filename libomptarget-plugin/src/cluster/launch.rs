@@ -26,8 +26,7 @@ use super::merge::Merger;
 use super::merge::{Run, Snap, needs_merge};
 use super::meter::Meter;
 use super::movement::Movement;
-use super::offload::Offload;
-use super::offload::{Kernel, SHORT_KERNEL_NS};
+use super::offload::{Kernel, Offload, WriteSet, SHORT_KERNEL_NS};
 use super::prune::Pruner;
 use super::requests::Requests;
 use super::resume::{self, Resumer};
@@ -45,15 +44,6 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 use task_graph::{Access, TaskRecord};
 use timeline::Cat;
-
-/// What the runs of one kernel changed so far: the arguments whose buffers changed (an
-/// [`arg_mask`]), and whether it changed a buffer it reaches otherwise (its image's globals
-/// and statics, a buffer through a pointer stored in another).
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct WriteSet {
-    args: u64,
-    other: bool,
-}
 
 /// The bit that stands for argument `i` in a set of arguments: its own below 63, one shared
 /// by all the others (a kernel with more arguments is then predicted coarser, never wrong).

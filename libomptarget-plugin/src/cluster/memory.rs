@@ -211,7 +211,7 @@ impl<'a> Memory<'a> {
         Ok(())
     }
 
-    /// [`Cluster::submit`] without the gate (the caller holds it).
+    /// [`Cluster::submit`](super::Cluster::submit) without the gate (the caller holds it).
     ///
     /// # Safety
     /// As for `submit`.
@@ -443,7 +443,7 @@ impl<'a> Memory<'a> {
         Ok(())
     }
 
-    /// [`Cluster::retrieve`] without the gate (the caller holds it).
+    /// [`Cluster::retrieve`](super::Cluster::retrieve) without the gate (the caller holds it).
     ///
     /// # Safety
     /// As for `retrieve`.

@@ -8,7 +8,6 @@
 //! image, the head's own device); `omp_said` is innermost; `in_flight` and `attached` are
 //! atomics.
 
-use super::launch::WriteSet;
 use crate::data::Buffer;
 use event_system::{LocalDevice, SymmetricHeap};
 use parking_lot::{Mutex, RwLock};
@@ -120,6 +119,16 @@ impl Offload {
             None => unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len()) },
         }
     }
+}
+
+/// What the runs of one kernel changed so far (see `launch.rs`): the arguments whose buffers
+/// changed (a set of `launch.rs`'s `arg_mask` bits), and whether it changed a buffer it
+/// reaches otherwise (its image's globals and statics, a buffer through a pointer stored in
+/// another).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct WriteSet {
+    pub(super) args: u64,
+    pub(super) other: bool,
 }
 
 /// A kernel handed to libomptarget: which image, which index.
