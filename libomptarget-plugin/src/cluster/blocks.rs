@@ -1,9 +1,9 @@
 //! Blocks that device code allocates in a region (`malloc`, C++ `new` and the like in a
 //! target region, from the worker's arena: `event_system`'s `worker/device_alloc.rs`):
-//! [`Blocks`] adopts them as
-//! buffers the region made, and deletes one the device code freed as the program's
-//! `omp_target_free` would. Called by a launch (`launch.rs`) when the EXECUTE's reply lists
-//! them: adopting under the `buffers` lock that records the region, freeing after the record.
+//! [`Blocks`] adopts them as buffers the region made, and deletes one the device code freed
+//! as the program's `omp_target_free` would. Called by a launch (`launch.rs`) when the
+//! EXECUTE's reply lists them: adopting under the `buffers` lock that records the region,
+//! freeing after the record.
 
 use super::durability::Durability;
 use super::ledger::Ledger;

@@ -1,5 +1,8 @@
-//! Taking a consistent checkpoint: the pause, the plan of who saves what, and the collection
-//! of the savers' answers in the background (design note in `crate::checkpoint`).
+//! Taking a consistent checkpoint ([`Checkpoints`]): the pause, the plan of who saves what,
+//! and the collection of the savers' answers in the background (design note in
+//! `crate::checkpoint`); and having a worker restore a checkpointed version (re-runs,
+//! resuming).
+
 use super::durability::Durability;
 use super::faults::Faults;
 use super::ledger::Ledger;

@@ -1,7 +1,8 @@
-//! Failures as the head learns of them: the handler's view of this device ([`HeadDevice`]),
-//! the prober that watches the worker processes on the head's host, the notices from the
-//! failure detector and from requests that met a dead rank, telling the live workers, and the
-//! report's records of failures and recoveries. Recovery itself is `recovery.rs`.
+//! Failures as the head learns of them ([`Failures`]): the handler's view of this device
+//! ([`HeadDevice`]), the prober that watches the worker processes on the head's host, the
+//! notices from the failure detector and from requests that met a dead rank, telling the live
+//! workers, and the report's records of failures and recoveries. Recovery itself is
+//! `recovery.rs`.
 //!
 //! Threads: the prober (`ompc-ft-prober`, started here) and the detector's callback thread
 //! note failures without MPI; the handler thread tells the workers (it may use MPI).

@@ -1,7 +1,8 @@
-//! The head's own copies of buffers: staging a version there (host submits land in it, and
-//! recovery and checkpoints read it), keeping an older version apart when a newer one replaces
-//! it while recovery may still need it, and giving the pages back when a buffer goes. What is
-//! kept is bounded by the retention budget (`OMPCLUSTER_FT_RETAIN`, `data.rs`).
+//! The head's own copies of buffers ([`HeadCopies`]): staging a version there (host submits
+//! land in it, and recovery and checkpoints read it), keeping an older version apart when a
+//! newer one replaces it while recovery may still need it, and giving the pages back when a
+//! buffer goes. What is kept is bounded by the retention budget (`OMPCLUSTER_FT_RETAIN`,
+//! `data.rs`).
 //!
 //! Threads: offloading threads, the handler (recovery installs inputs on the head), the buddy
 //! thread; each under the ledger's `buffers` lock where it says so.

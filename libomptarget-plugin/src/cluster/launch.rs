@@ -1,4 +1,5 @@
-//! Kernel launches: placement, data movement, EXECUTE, and the record of what the kernel wrote.
+//! Kernel launches ([`Launcher`]): placement, data movement, EXECUTE, and the record of what
+//! the kernel wrote.
 //!
 //! Regions running at the same time share one device memory under the stock plugin; here
 //! each worker has its own copy of a buffer. So that concurrent regions that write one buffer

@@ -1,13 +1,13 @@
 //! Merging the changes regions running at the same time made to one buffer in different
-//! workers' copies, or undoing one of them (see `launch.rs` for why they happen).
+//! workers' copies, or undoing one of them ([`Merger`]; see `launch.rs` for why they happen).
 //!
 //! A region whose kernel was not expected to write a buffer runs where placement put it; if
-//! it changed the buffer while a region elsewhere changed it too, [`Merger::merge_concurrent_changes`]
-//! merges three-way: against a copy of the version it started from, its changed bytes are
-//! written into the current version where that version still has the old bytes. If both
-//! changed a byte (even to the same value: two increments of one counter), its run is undone
-//! ([`Merger::rerun_or`]: its copies are forgotten) and the region runs again over the other's
-//! change, as one after the other on one device.
+//! it changed the buffer while a region elsewhere changed it too,
+//! [`Merger::merge_concurrent_changes`] merges three-way: against a copy of the version it
+//! started from, its changed bytes are written into the current version where that version
+//! still has the old bytes. If both changed a byte (even to the same value: two increments of
+//! one counter), its run is undone ([`Merger::rerun_or`]: its copies are forgotten) and the
+//! region runs again over the other's change, as one after the other on one device.
 //!
 //! Concurrency (design note). Kernels on one worker share its copy, so a copy's unrecorded
 //! changes belong to every kernel that ran on it. Four rules keep merges and undos exact:

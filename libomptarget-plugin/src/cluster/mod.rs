@@ -3,8 +3,13 @@
 //! (at the same device address), and a buffer travels to a worker only when a kernel placed
 //! there needs it, from the head or straight from the worker holding the latest version.
 //!
-//! Who owns which state, under which lock, touched by which threads, and the one lock order:
-//! `README.md` beside this file.
+//! Who owns which state, under which lock, changed by which views and touched by which
+//! threads, the one lock order, and each file's view with the parts it borrows: `README.md`
+//! beside this file. The state is in six parts (`link.rs`, `ledger.rs`, `offload.rs`,
+//! `tolerance.rs`, `durability.rs`, `meter.rs`); the code that acts on it is in views, one
+//! per file, each borrowing only the parts it uses ([`Holds`]). This file builds the cluster,
+//! makes libomptarget's requests (a memory request's gate and retries are here, its work in
+//! `memory.rs`) and shuts it down.
 //!
 //! Concurrency (design note): libomptarget calls in from many threads at once (the `nowait`
 //! tasks run on hidden helper threads). The bookkeeping (`Buffers`) is behind one mutex that

@@ -1,5 +1,10 @@
-//! Moving buffers between ranks: where a buffer's current version is, and making it present
-//! where a kernel needs it.
+//! Moving buffers between ranks ([`Movement`]): where a buffer's current version is, and
+//! making it present where a kernel needs it.
+//!
+//! Threads: offloading threads, the handler (a re-run's inputs), the buddy thread (its
+//! copies); each takes the ledger's `buffers` lock only for decisions, never across a
+//! transfer.
+
 use super::ledger::Ledger;
 use super::link::{self, Link};
 use super::meter::Meter;

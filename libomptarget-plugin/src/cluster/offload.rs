@@ -1,6 +1,7 @@
 //! Offloading's own state: the symmetric heap, the kernels and images handed to
-//! libomptarget ([`Kernel`], [`ImageTables`]), placement (the scheduler and the regions in flight per rank), the head's own
-//! device once no worker is left, and the waker of libomp's hidden helpers.
+//! libomptarget ([`Kernel`], with what its runs wrote, [`WriteSet`]; [`ImageTables`]),
+//! placement (the scheduler and the regions in flight per rank), the head's own device once
+//! no worker is left, and the waker of libomp's hidden helpers.
 //!
 //! Threads: offloading threads; the handler reads `local` and `images` (recovery re-runs),
 //! the buddy thread reads `in_flight`. `kernels` is read-mostly (an RwLock, written at
@@ -26,7 +27,7 @@ pub(super) struct Offload {
     /// Per rank: regions running there now.
     in_flight: Vec<AtomicU32>,
     /// The head's own device, once every worker died and the head runs the target regions
-    /// itself (see `images::continue_on_head`), and when that started (seconds since start).
+    /// itself (see `OnHead::continue_on_head`), and when that started (seconds since start).
     local: OnceLock<(LocalDevice, f64)>,
     /// Wakes libomp's hidden helper threads when regions are ready and workers idle
     /// (`helpers.rs`).

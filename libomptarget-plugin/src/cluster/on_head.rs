@@ -1,9 +1,9 @@
-//! When every worker has died, the head runs the target regions itself: the device images are
-//! x86-64 code, so the head loads them with the loader the workers use, at the same addresses
-//! of the symmetric heap, and runs kernels on its own copies of the buffers (which it already
-//! keeps at their device addresses; the EXECUTE client runs them there, `execute.rs`). From
-//! then on the head is the only place regions run: every buffer's current version is on the
-//! head, and data moves no more.
+//! When every worker has died, the head runs the target regions itself ([`OnHead`]): the
+//! device images are x86-64 code, so the head loads them with the loader the workers use, at
+//! the same addresses of the symmetric heap, and runs kernels on its own copies of the buffers
+//! (which it already keeps at their device addresses; the EXECUTE client runs them there,
+//! `execute.rs`). From then on the head is the only place regions run: every buffer's current
+//! version is on the head, and data moves no more.
 use super::durability::Durability;
 use super::ledger::Ledger;
 use super::meter::Meter;

@@ -1,8 +1,8 @@
-//! Pruning the task record: recovery needs only the lineage of what a failure of workers could
-//! take, so the record forgets the rest once it has grown (`OMPCLUSTER_FT_*`: the record is
-//! first pruned at [`FIRST_PRUNE`] tasks, then each time it has doubled). What is safe from a
-//! failure is recovery's own definition (`ft_handler::decide::safe`), asked of a snapshot of
-//! the head's copies.
+//! Pruning the task record ([`Pruner`]): recovery needs only the lineage of what a failure of
+//! workers could take, so the record forgets the rest once it has grown (`OMPCLUSTER_FT_*`:
+//! the record is first pruned at [`FIRST_PRUNE`] tasks, then each time it has doubled). What
+//! is safe from a failure is recovery's own definition (`ft_handler::decide::safe`), asked of
+//! a snapshot of the head's copies.
 
 use super::durability::Durability;
 use super::head_copies::HeadCopies;

@@ -1,8 +1,8 @@
-//! Re-running lost tasks on a worker (or the head): the primitives recovery's re-run threads
-//! use. Where a task runs, what is rescued first and where each input comes from are decided
-//! in `ft_handler::decide`; here the copies are rescued, the inputs installed (from a live
-//! copy, a rescued or kept copy, zeros or a checkpoint), the task run through the EXECUTE
-//! client (`execute.rs`) and what it made recorded.
+//! Re-running lost tasks on a worker (or the head), [`Rerunner`]: the primitives recovery's
+//! re-run threads use. Where a task runs, what is rescued first and where each input comes
+//! from are decided in `ft_handler::decide`; here the copies are rescued, the inputs installed
+//! (from a live copy, a rescued or kept copy, zeros or a checkpoint), the task run through the
+//! EXECUTE client (`execute.rs`) and what it made recorded.
 //!
 //! Threads: recovery's re-run threads, one per worker at a time (the handler holds the gate);
 //! each takes the ledger's locks only between transfers.

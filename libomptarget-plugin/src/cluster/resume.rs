@@ -1,5 +1,6 @@
-//! Resuming a job that died (`ompcluster-run --resume`): the program runs again from `main`,
-//! and the head fast-forwards through what the log of the newest checkpoint covers.
+//! Resuming a job that died (`ompcluster-run --resume`, [`Resumer`]): the program runs again
+//! from `main`, and the head fast-forwards through what the log of the newest checkpoint
+//! covers.
 //!
 //! While fast-forwarding, a region whose key ([`crate::journal::key::task`]) the log holds is
 //! not run: the buffers it changed get a new version that no rank holds, with the key and

@@ -72,7 +72,7 @@ pub(crate) struct Buffer {
     pub(crate) arena_of: Option<i32>,
     /// The program deleted it while a region in flight could reach it (a pointer next to it
     /// is taken as possibly its, see [`Buffers::near`]): no new region reaches it, and it is
-    /// deleted once no region uses it (see `Cluster::remove_buffer`).
+    /// deleted once no region uses it (see `Memory::remove_buffer`).
     pub(crate) deleted: bool,
     /// Kernels in flight that may write it (see `cluster/launch.rs`): their worker and how
     /// many. Every kernel that can reach the buffer meanwhile runs on that worker, so that
