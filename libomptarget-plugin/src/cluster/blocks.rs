@@ -11,31 +11,19 @@ use super::link::Link;
 use super::memory::Memory;
 use super::meter::Meter;
 use super::offload::Offload;
-use super::{ClusterError, Holds, Result};
+use super::{ClusterError, Result};
 use crate::data::{Buffer, Buffers, PointsTo};
 use crate::inject::Injector;
 use task_graph::Access;
 
-/// Device code's blocks: borrows the ledger (the buffers they become), the offload and the
-/// link (the worker's arena in the heap), the meter (the log), and what [`Memory`] borrows
-/// (a block freed is deleted as a buffer).
-#[derive(Clone, Copy)]
-pub(super) struct Blocks<'a> {
-    link: &'a Link,
-    ledger: &'a Ledger,
-    offload: &'a Offload,
-    durability: &'a Durability,
-    meter: &'a Meter,
-    inject: &'a Injector,
+view! {
+    /// Device code's blocks: borrows the ledger (the buffers they become), the offload and the
+    /// link (the worker's arena in the heap), the meter (the log), and what [`Memory`] borrows
+    /// (a block freed is deleted as a buffer).
+    pub(super) struct Blocks { link: Link, ledger: Ledger, offload: Offload, durability: Durability, meter: Meter, inject: Injector }
 }
 
-holds!(Blocks<'a>: link: Link, ledger: Ledger, offload: Offload, durability: Durability, meter: Meter, inject: Injector);
-
 impl<'a> Blocks<'a> {
-    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Durability> + Holds<'a, Meter> + Holds<'a, Injector>) -> Self {
-        Blocks { link: c.part(), ledger: c.part(), offload: c.part(), durability: c.part(), meter: c.part(), inject: c.part() }
-    }
-
     /// Blocks device code allocated in a kernel on `w` become buffers that the kernel made
     /// (version 1, held by `w`): read at version 0 and written, in the task record. Returns
     /// them (start, span), in order, for a re-execution.

@@ -46,7 +46,7 @@ use super::movement::Movement;
 use super::offload::Offload;
 use super::prune::Pruner;
 use super::tolerance::Tolerance;
-use super::{Holds, Result, Stopped};
+use super::{Result, Stopped};
 use crate::config::Config;
 use crate::data::HEAD;
 use crate::inject::Injector;
@@ -61,23 +61,14 @@ pub(super) fn policy(cfg: &Config) -> BuddyPolicy {
     BuddyPolicy::new(Duration::from_millis(cfg.buddy_interval_ms), cfg.buddy_share_percent, cfg.buddy_memory)
 }
 
-/// Buddy copies: the thread reads every part (liveness, the buffers, the regions in flight,
-/// checkpoints, the settings), copies through [`Movement`], writes the head's copies through
-/// [`HeadCopies`] and prunes through [`Pruner`], under the gate and its own `buddy_busy`: it
-/// borrows the whole cluster.
-#[derive(Clone, Copy)]
-pub(super) struct Buddy<'a> {
-    link: &'a Link,
-    ledger: &'a Ledger,
-    offload: &'a Offload,
-    tolerance: &'a Tolerance,
-    durability: &'a Durability,
-    meter: &'a Meter,
-    cfg: &'a Config,
-    stopped: &'a Stopped,
+view! {
+    /// Buddy copies: the thread reads every part (liveness, the buffers, the regions in flight,
+    /// checkpoints, the settings), copies through [`Movement`], writes the head's copies through
+    /// [`HeadCopies`] and prunes through [`Pruner`], under the gate and its own `buddy_busy`: it
+    /// borrows the whole cluster.
+    pub(super) struct Buddy { link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped }
+    also { tolerance.inject: Injector }
 }
-
-holds!(Buddy<'a>: link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, tolerance.inject: Injector, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped);
 
 impl Buddy<'static> {
     /// Start the buddy thread, if buddy copies are on.
@@ -90,10 +81,6 @@ impl Buddy<'static> {
 }
 
 impl<'a> Buddy<'a> {
-    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Tolerance> + Holds<'a, Durability> + Holds<'a, Meter> + Holds<'a, Config> + Holds<'a, Stopped>) -> Self {
-        Buddy { link: c.part(), ledger: c.part(), offload: c.part(), tolerance: c.part(), durability: c.part(), meter: c.part(), cfg: c.part(), stopped: c.part() }
-    }
-
     fn buddy_loop(&self) {
         let policy = policy(self.cfg);
         loop {

@@ -11,7 +11,7 @@ use super::meter::Meter;
 use super::movement::Movement;
 use super::offload::Offload;
 use super::tolerance::Tolerance;
-use super::{ClusterError, Holds, Result};
+use super::{ClusterError, Result};
 use crate::checkpoint::{Checkpointer, SaveItem};
 use crate::data::{Place, HEAD};
 use crate::inject::Injector;
@@ -22,26 +22,15 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 use timeline::Cat;
 
-/// Checkpoints: a consistent cut of the whole state, so it borrows every part: the gate
-/// (`Tolerance`), the versions to save (`Ledger`), who saves them (`Link`, and `Offload` for
-/// the least busy holder), the store and the log (`Durability`), and the `Meter`.
-#[derive(Clone, Copy)]
-pub(super) struct Checkpoints<'a> {
-    link: &'a Link,
-    ledger: &'a Ledger,
-    offload: &'a Offload,
-    tolerance: &'a Tolerance,
-    durability: &'a Durability,
-    meter: &'a Meter,
+view! {
+    /// Checkpoints: a consistent cut of the whole state, so it borrows every part: the gate
+    /// (`Tolerance`), the versions to save (`Ledger`), who saves them (`Link`, and `Offload` for
+    /// the least busy holder), the store and the log (`Durability`), and the `Meter`.
+    pub(super) struct Checkpoints { link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, durability: Durability, meter: Meter }
+    also { tolerance.inject: Injector }
 }
 
-holds!(Checkpoints<'a>: link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, tolerance.inject: Injector, durability: Durability, meter: Meter);
-
 impl<'a> Checkpoints<'a> {
-    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Tolerance> + Holds<'a, Durability> + Holds<'a, Meter>) -> Self {
-        Checkpoints { link: c.part(), ledger: c.part(), offload: c.part(), tolerance: c.part(), durability: c.part(), meter: c.part() }
-    }
-
     /// Have worker `w` read a checkpointed version (`rec` says where it is) straight into its
     /// copy at `region`, which must be backed there: the head neither reads it nor sends it.
     /// Several may be posted before their answers are awaited ([`Checkpoints::restored`]).

@@ -14,7 +14,7 @@ use super::durability::Durability;
 use super::link::Link;
 use super::meter::Meter;
 use super::offload::Offload;
-use super::{ClusterError, Holds, Result};
+use super::{ClusterError, Result};
 use crate::data::{Place, HEAD};
 use event_system::protocol::{Event, FoundPointers, Patch, Region, Reply, StdStream, MAX_SEND_BACK};
 
@@ -74,24 +74,14 @@ pub(super) struct Posted {
     since: Option<f64>,
 }
 
-/// The EXECUTE client: borrows the link (the EXECUTE and its reply), the meter (the trace),
-/// the durability (a region's output is kept for the log; the head's copies wait for a
-/// checkpoint saving them) and the offload (the head's own device, libomp's messages seen).
-#[derive(Clone, Copy)]
-pub(super) struct Executor<'a> {
-    link: &'a Link,
-    offload: &'a Offload,
-    durability: &'a Durability,
-    meter: &'a Meter,
+view! {
+    /// The EXECUTE client: borrows the link (the EXECUTE and its reply), the meter (the trace),
+    /// the durability (a region's output is kept for the log; the head's copies wait for a
+    /// checkpoint saving them) and the offload (the head's own device, libomp's messages seen).
+    pub(super) struct Executor { link: Link, offload: Offload, durability: Durability, meter: Meter }
 }
 
-holds!(Executor<'a>: link: Link, offload: Offload, durability: Durability, meter: Meter);
-
 impl<'a> Executor<'a> {
-    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Offload> + Holds<'a, Durability> + Holds<'a, Meter>) -> Self {
-        Executor { link: c.part(), offload: c.part(), durability: c.part(), meter: c.part() }
-    }
-
     /// Run `run` on `w` (a worker, or the head once it runs regions itself) and wait for its
     /// report.
     pub(super) fn execute(&self, w: i32, run: Execute<'_>) -> Result<Executed> {

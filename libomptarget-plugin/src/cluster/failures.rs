@@ -12,7 +12,7 @@ use super::faults::Faults;
 use super::link::Link;
 use super::meter::Meter;
 use super::tolerance::Tolerance;
-use super::{Cluster, ClusterError, Holds, Stopped};
+use super::{Cluster, ClusterError, Stopped};
 use crate::data::{Place, HEAD};
 use crate::inject::Injector;
 use event_system::Liveness;
@@ -66,19 +66,14 @@ impl HeadDevice {
     }
 }
 
-/// Failures as the head learns of them: borrows the link (liveness, fencing, telling the
-/// workers), the tolerance (the handler told, the records of failures and recoveries, when a
-/// fault was injected) and the meter (the clock, the timeline); a failure after shutdown is
-/// only fenced (`stopped`).
-#[derive(Clone, Copy)]
-pub(super) struct Failures<'a> {
-    link: &'a Link,
-    tolerance: &'a Tolerance,
-    meter: &'a Meter,
-    stopped: &'a Stopped,
+view! {
+    /// Failures as the head learns of them: borrows the link (liveness, fencing, telling the
+    /// workers), the tolerance (the handler told, the records of failures and recoveries, when a
+    /// fault was injected) and the meter (the clock, the timeline); a failure after shutdown is
+    /// only fenced (`stopped`).
+    pub(super) struct Failures { link: Link, tolerance: Tolerance, meter: Meter, stopped: Stopped }
+    also { tolerance.inject: Injector }
 }
-
-holds!(Failures<'a>: link: Link, tolerance: Tolerance, tolerance.inject: Injector, meter: Meter, stopped: Stopped);
 
 impl Failures<'static> {
     /// Start the prober that watches the workers on the head's host (with the handler, see
@@ -93,10 +88,6 @@ impl Failures<'static> {
 }
 
 impl<'a> Failures<'a> {
-    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Tolerance> + Holds<'a, Meter> + Holds<'a, Stopped>) -> Self {
-        Failures { link: c.part(), tolerance: c.part(), meter: c.part(), stopped: c.part() }
-    }
-
     /// A worker process on the head's host that has ended is dead now, not only after the
     /// heartbeat timeout: look every [`PROBE_PERIOD`] (a read of `/proc/PID/stat` each).
     /// It runs until the process ends: during shutdown too, where a dead worker must not

@@ -2,29 +2,20 @@
 //!
 //! Threads: any thread that reaches a trigger (offloading threads, the handler, checkpoints,
 //! shutdown), and `ompc-ft-inject` for the faults triggered by time, started here.
-use super::Holds;
+
 use super::link::Link;
 use super::meter::Meter;
 use crate::inject::{Injector, Trigger};
 use event_system::Liveness;
 use event_system::protocol::Event;
 
-/// Injecting faults: borrows the link (to tell a victim), the meter (the clock, the log) and
-/// the fault injector of `Tolerance` (what is due, and when each fault was injected).
-#[derive(Clone, Copy)]
-pub(super) struct Faults<'a> {
-    link: &'a Link,
-    meter: &'a Meter,
-    inject: &'a Injector,
+view! {
+    /// Injecting faults: borrows the link (to tell a victim), the meter (the clock, the log) and
+    /// the fault injector of `Tolerance` (what is due, and when each fault was injected).
+    pub(super) struct Faults { link: Link, meter: Meter, inject: Injector }
 }
 
-holds!(Faults<'a>: link: Link, meter: Meter, inject: Injector);
-
 impl<'a> Faults<'a> {
-    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Meter> + Holds<'a, Injector>) -> Self {
-        Faults { link: c.part(), meter: c.part(), inject: c.part() }
-    }
-
     /// Inject the faults whose trigger `due` accepts.
     pub(super) fn inject_due(&self, due: impl Fn(&Trigger) -> bool) {
         if self.inject.is_empty() {

@@ -12,33 +12,22 @@ use super::ledger::Ledger;
 use super::link::Link;
 use super::meter::Meter;
 use super::offload::Offload;
-use super::{ClusterError, Holds, Result};
+use super::{ClusterError, Result};
 use crate::data::{Buffer, Buffers, HEAD};
 use event_system::comm::CommError;
 use event_system::protocol::{Event, Region};
 use std::sync::Arc;
 use task_graph::Access;
 
-/// The head's own copies: borrows the ledger (versions, what is kept apart, the record that
-/// says what lineage needs), the offload (the head's pages, its own device), the durability
-/// (what checkpoints hold; a checkpoint saving a copy), the link (a block's range given back
-/// to its arena's worker) and the meter (the log).
-#[derive(Clone, Copy)]
-pub(super) struct HeadCopies<'a> {
-    link: &'a Link,
-    ledger: &'a Ledger,
-    offload: &'a Offload,
-    durability: &'a Durability,
-    meter: &'a Meter,
+view! {
+    /// The head's own copies: borrows the ledger (versions, what is kept apart, the record that
+    /// says what lineage needs), the offload (the head's pages, its own device), the durability
+    /// (what checkpoints hold; a checkpoint saving a copy), the link (a block's range given back
+    /// to its arena's worker) and the meter (the log).
+    pub(super) struct HeadCopies { link: Link, ledger: Ledger, offload: Offload, durability: Durability, meter: Meter }
 }
 
-holds!(HeadCopies<'a>: link: Link, ledger: Ledger, offload: Offload, durability: Durability, meter: Meter);
-
 impl<'a> HeadCopies<'a> {
-    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Durability> + Holds<'a, Meter>) -> Self {
-        HeadCopies { link: c.part(), ledger: c.part(), offload: c.part(), durability: c.part(), meter: c.part() }
-    }
-
     /// Give back the head's pages of a removed buffer, then its address range (a block of
     /// device code's, to the rank whose arena it is in).
     pub(super) fn release_head_copy(&self, b: &Buffer) -> Result<()> {

@@ -12,7 +12,7 @@ use super::offload::{ImageSource, ImageTables, Kernel};
 use super::on_head::OnHead;
 use super::requests::Requests;
 use super::tolerance::Tolerance;
-use super::{ClusterError, Holds, Result, Stopped};
+use super::{ClusterError, Result, Stopped};
 use crate::config::Config;
 use crate::data::HEAD;
 use crate::inject::Injector;
@@ -20,27 +20,14 @@ use event_system::protocol::{Event, Region};
 use parking_lot::Mutex;
 use std::sync::Arc;
 
-/// Loading device images: in a request's frame, on every worker and (recovery on) kept on
-/// the head, where a worker's death is noticed as a failure: it borrows the whole cluster.
-#[derive(Clone, Copy)]
-pub(super) struct Images<'a> {
-    link: &'a Link,
-    ledger: &'a Ledger,
-    offload: &'a Offload,
-    tolerance: &'a Tolerance,
-    durability: &'a Durability,
-    meter: &'a Meter,
-    cfg: &'a Config,
-    stopped: &'a Stopped,
+view! {
+    /// Loading device images: in a request's frame, on every worker and (recovery on) kept on
+    /// the head, where a worker's death is noticed as a failure: it borrows the whole cluster.
+    pub(super) struct Images { link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped }
+    also { tolerance.inject: Injector }
 }
 
-holds!(Images<'a>: link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, tolerance.inject: Injector, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped);
-
 impl<'a> Images<'a> {
-    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Tolerance> + Holds<'a, Durability> + Holds<'a, Meter> + Holds<'a, Config> + Holds<'a, Stopped>) -> Self {
-        Images { link: c.part(), ledger: c.part(), offload: c.part(), tolerance: c.part(), durability: c.part(), meter: c.part(), cfg: c.part(), stopped: c.part() }
-    }
-
     /// Send a device image to every worker and build libomptarget's entry table.
     ///
     /// The image gets a range of the symmetric heap, and every worker loads it there, so its

@@ -23,8 +23,7 @@ use super::faults::Faults;
 use super::ledger::Ledger;
 use super::link::Link;
 use super::memory::Memory;
-use super::merge::Merger;
-use super::merge::{Run, Snap, needs_merge};
+use super::merge::{Merger, Run, Snap, needs_merge};
 use super::meter::Meter;
 use super::movement::Movement;
 use super::offload::{Kernel, Offload, WriteSet, SHORT_KERNEL_NS};
@@ -32,7 +31,7 @@ use super::prune::Pruner;
 use super::requests::Requests;
 use super::resume::{self, Resumer};
 use super::tolerance::Tolerance;
-use super::{ClusterError, Holds, Result, Stopped};
+use super::{ClusterError, Result, Stopped};
 use crate::config::Config;
 use crate::data::{Buffer, Buffers, Place, PointsTo, HEAD};
 use crate::inject::Injector;
@@ -64,29 +63,16 @@ const ASYNC_FROM_NS: u64 = 1_000_000;
 /// Most times a region runs again because its change could not be merged (see `launch`).
 const MAX_RUNS_AGAIN: u32 = 32;
 
-/// Launching a region: it needs nearly everything (placement reads the liveness, the idle
-/// spares and the head's own device; it runs in a request's frame, moves data, runs the
-/// kernel, records versions and the task, merges, prunes, injects faults), so it borrows the
-/// whole cluster.
-#[derive(Clone, Copy)]
-pub(super) struct Launcher<'a> {
-    link: &'a Link,
-    ledger: &'a Ledger,
-    offload: &'a Offload,
-    tolerance: &'a Tolerance,
-    durability: &'a Durability,
-    meter: &'a Meter,
-    cfg: &'a Config,
-    stopped: &'a Stopped,
+view! {
+    /// Launching a region: it needs nearly everything (placement reads the liveness, the idle
+    /// spares and the head's own device; it runs in a request's frame, moves data, runs the
+    /// kernel, records versions and the task, merges, prunes, injects faults), so it borrows the
+    /// whole cluster.
+    pub(super) struct Launcher { link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped }
+    also { tolerance.inject: Injector }
 }
 
-holds!(Launcher<'a>: link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, tolerance.inject: Injector, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped);
-
 impl<'a> Launcher<'a> {
-    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Tolerance> + Holds<'a, Durability> + Holds<'a, Meter> + Holds<'a, Config> + Holds<'a, Stopped>) -> Self {
-        Launcher { link: c.part(), ledger: c.part(), offload: c.part(), tolerance: c.part(), durability: c.part(), meter: c.part(), cfg: c.part(), stopped: c.part() }
-    }
-
     /// Run the kernel `entry` (a token from `load_binary`) with argument values `args`;
     /// `begins[i]` is the device begin of argument i's mapped section, `hosts[i]` its host
     /// pointer (0 for by-value arguments): see [`Buffers::by_translation`] for why both.

@@ -7,7 +7,7 @@ use super::link::Link;
 use super::meter::Meter;
 use super::movement::Movement;
 use super::offload::Offload;
-use super::{ClusterError, Holds, Result};
+use super::{ClusterError, Result};
 use crate::data::{Buffer, Buffers, Place, PointsTo, HEAD};
 use crate::inject::Injector;
 use event_system::comm::CommError;
@@ -33,28 +33,16 @@ const MAX_VERSIONS_WALKED: u64 = 4;
 /// The most written versions one such decision looks at in the task record (see above).
 const WALK_BUDGET: u64 = 16;
 
-/// The work of memory requests (the caller holds the gate: `mod.rs` makes the requests):
-/// borrows the ledger (buffers, versions, the record of host updates and copies), the
-/// offload (the heap, the kernels that send data back), the link (DELETEs, SUBMITs, COPYs),
-/// the durability (keys and the log, what checkpoints hold), the meter, and through
-/// [`Movement`] the fault injector.
-#[derive(Clone, Copy)]
-pub(super) struct Memory<'a> {
-    link: &'a Link,
-    ledger: &'a Ledger,
-    offload: &'a Offload,
-    durability: &'a Durability,
-    meter: &'a Meter,
-    inject: &'a Injector,
+view! {
+    /// The work of memory requests (the caller holds the gate: `mod.rs` makes the requests):
+    /// borrows the ledger (buffers, versions, the record of host updates and copies), the
+    /// offload (the heap, the kernels that send data back), the link (DELETEs, SUBMITs, COPYs),
+    /// the durability (keys and the log, what checkpoints hold), the meter, and through
+    /// [`Movement`] the fault injector.
+    pub(super) struct Memory { link: Link, ledger: Ledger, offload: Offload, durability: Durability, meter: Meter, inject: Injector }
 }
 
-holds!(Memory<'a>: link: Link, ledger: Ledger, offload: Offload, durability: Durability, meter: Meter, inject: Injector);
-
 impl<'a> Memory<'a> {
-    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Durability> + Holds<'a, Meter> + Holds<'a, Injector>) -> Self {
-        Memory { link: c.part(), ledger: c.part(), offload: c.part(), durability: c.part(), meter: c.part(), inject: c.part() }
-    }
-
     /// Allocate a device buffer (the caller holds the gate).
     pub(super) fn alloc(&self, size: u64, host: u64) -> Result<u64> {
         let addr = self.ledger.buffers.lock().create(size, host)?.addr;

@@ -32,7 +32,7 @@ use super::meter::Meter;
 use super::movement::Movement;
 use super::offload::Kernel;
 use super::offload::Offload;
-use super::{ClusterError, Holds, Result};
+use super::{ClusterError, Result};
 use crate::data::{Buffer, Buffers, Place};
 use crate::inject::Injector;
 use event_system::Liveness;
@@ -64,25 +64,13 @@ pub(super) struct Snap {
     pub(super) merges_end: u64,
 }
 
-/// Merging or undoing concurrent changes: borrows what [`Memory`] does (a merge is applied
-/// as a partial submit) and [`Movement`] (the copies compared are fetched).
-#[derive(Clone, Copy)]
-pub(super) struct Merger<'a> {
-    link: &'a Link,
-    ledger: &'a Ledger,
-    offload: &'a Offload,
-    durability: &'a Durability,
-    meter: &'a Meter,
-    inject: &'a Injector,
+view! {
+    /// Merging or undoing concurrent changes: borrows what [`Memory`] does (a merge is applied
+    /// as a partial submit) and [`Movement`] (the copies compared are fetched).
+    pub(super) struct Merger { link: Link, ledger: Ledger, offload: Offload, durability: Durability, meter: Meter, inject: Injector }
 }
 
-holds!(Merger<'a>: link: Link, ledger: Ledger, offload: Offload, durability: Durability, meter: Meter, inject: Injector);
-
 impl<'a> Merger<'a> {
-    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Durability> + Holds<'a, Meter> + Holds<'a, Injector>) -> Self {
-        Merger { link: c.part(), ledger: c.part(), offload: c.part(), durability: c.part(), meter: c.part(), inject: c.part() }
-    }
-
     /// Apply the changes a kernel run made to buffers that a region on another worker changed
     /// meanwhile in its own copy: a three-way merge against the version the run started from.
     /// Its changed bytes, where the current version still has that version's bytes, are

@@ -62,6 +62,42 @@ macro_rules! holds {
     };
 }
 
+/// A view (see [`Holds`]):
+///
+/// ```ignore
+/// view! {
+///     /// What it does, and why it borrows what it borrows.
+///     pub(super) struct Movement { link: Link, ledger: Ledger, offload: Offload, meter: Meter, inject: Injector }
+///     also { tolerance.inject: Injector } // parts kept inside its parts, that it can lend too
+/// }
+/// ```
+///
+/// declares `Movement<'a>` (`Clone`, `Copy`) with a field `&'a Part` for each part listed,
+/// says that it holds them (`holds!`), and gives it `Movement::of`, which builds it from any
+/// holder of all those parts.
+macro_rules! view {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident { $($field:ident: $part:ty),* $(,)? }
+        $(also { $($outer:ident.$sub:ident: $inner:ty),* $(,)? })?
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy)]
+        $vis struct $name<'a> {
+            $($field: &'a $part,)*
+        }
+
+        holds!($name<'a>: $($field: $part,)* $($($outer.$sub: $inner,)*)?);
+
+        impl<'a> $name<'a> {
+            /// The view over the parts `c` holds (the cluster, or a view that borrows them all).
+            $vis fn of(c: impl $($crate::cluster::Holds<'a, $part> +)* Copy) -> Self {
+                $name { $($field: c.part(),)* }
+            }
+        }
+    };
+}
+
 mod blocks;
 mod buddy;
 mod durability;

@@ -9,7 +9,7 @@ use super::ledger::Ledger;
 use super::link::{self, Link};
 use super::meter::Meter;
 use super::offload::Offload;
-use super::{ClusterError, Holds, Result};
+use super::{ClusterError, Result};
 use crate::data::{Buffer, CopyState, Moved, Place, HEAD};
 use crate::inject::Injector;
 use event_system::protocol::{Envelope, Event, MAX_INLINE_DATA, Region, Reply};
@@ -18,26 +18,15 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 use timeline::Cat;
 
-/// Moving data: borrows the link (the transfers), the ledger (where versions are, the
-/// `incoming` marks), the offload (the head's pages, the regions in flight per rank, the
-/// scheduler's transfer times), the meter (counters, trace, log) and the fault injector of
-/// `Tolerance` (a test's delays).
-#[derive(Clone, Copy)]
-pub(super) struct Movement<'a> {
-    link: &'a Link,
-    ledger: &'a Ledger,
-    offload: &'a Offload,
-    meter: &'a Meter,
-    inject: &'a Injector,
+view! {
+    /// Moving data: borrows the link (the transfers), the ledger (where versions are, the
+    /// `incoming` marks), the offload (the head's pages, the regions in flight per rank, the
+    /// scheduler's transfer times), the meter (counters, trace, log) and the fault injector of
+    /// `Tolerance` (a test's delays).
+    pub(super) struct Movement { link: Link, ledger: Ledger, offload: Offload, meter: Meter, inject: Injector }
 }
 
-holds!(Movement<'a>: link: Link, ledger: Ledger, offload: Offload, meter: Meter, inject: Injector);
-
 impl<'a> Movement<'a> {
-    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Meter> + Holds<'a, Injector>) -> Self {
-        Movement { link: c.part(), ledger: c.part(), offload: c.part(), meter: c.part(), inject: c.part() }
-    }
-
     /// Where to take a buffer's current version from: the head's staged copy if it holds
     /// one, else the least busy live worker holding it.
     pub(super) fn current_holder(&self, b: &Buffer) -> Option<i32> {

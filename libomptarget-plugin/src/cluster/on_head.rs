@@ -9,28 +9,18 @@ use super::ledger::Ledger;
 use super::meter::Meter;
 use super::offload::ImageSource;
 use super::offload::Offload;
-use super::{ClusterError, Holds, Result};
+use super::{ClusterError, Result};
 use crate::data::HEAD;
 use event_system::LocalDevice;
 
-/// Turning the head into the device: borrows the offload (the images, the head's own
-/// device), the ledger (an image's data buffer), the durability (a checkpoint saving the
-/// head's copy) and the meter (the clock, the log).
-#[derive(Clone, Copy)]
-pub(super) struct OnHead<'a> {
-    ledger: &'a Ledger,
-    offload: &'a Offload,
-    durability: &'a Durability,
-    meter: &'a Meter,
+view! {
+    /// Turning the head into the device: borrows the offload (the images, the head's own
+    /// device), the ledger (an image's data buffer), the durability (a checkpoint saving the
+    /// head's copy) and the meter (the clock, the log).
+    pub(super) struct OnHead { ledger: Ledger, offload: Offload, durability: Durability, meter: Meter }
 }
 
-holds!(OnHead<'a>: ledger: Ledger, offload: Offload, durability: Durability, meter: Meter);
-
 impl<'a> OnHead<'a> {
-    pub(super) fn of(c: impl Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Durability> + Holds<'a, Meter>) -> Self {
-        OnHead { ledger: c.part(), offload: c.part(), durability: c.part(), meter: c.part() }
-    }
-
     /// Start running target regions on the head (once; later calls do nothing). Loads every
     /// image here; the head's copy of an image's data (if it keeps one) is saved first and
     /// written back after, so what the program's regions changed in it is kept.

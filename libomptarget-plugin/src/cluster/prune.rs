@@ -10,7 +10,7 @@ use super::ledger::Ledger;
 use super::link::Link;
 use super::meter::Meter;
 use super::offload::Offload;
-use super::{buddy, Holds};
+use super::buddy;
 use crate::checkpoint::Checkpointer;
 use crate::config::Config;
 use crate::data::{Place, HEAD};
@@ -59,26 +59,14 @@ impl Copies for Snapshot<'_> {
     }
 }
 
-/// Pruning the record: borrows the ledger (the record, the buffers' snapshot, the
-/// threshold), the durability (what checkpoints hold), the settings (whether the buddy thread
-/// prunes), and what [`HeadCopies`] borrows (a released buffer's head copy).
-#[derive(Clone, Copy)]
-pub(super) struct Pruner<'a> {
-    link: &'a Link,
-    ledger: &'a Ledger,
-    offload: &'a Offload,
-    durability: &'a Durability,
-    meter: &'a Meter,
-    cfg: &'a Config,
+view! {
+    /// Pruning the record: borrows the ledger (the record, the buffers' snapshot, the
+    /// threshold), the durability (what checkpoints hold), the settings (whether the buddy thread
+    /// prunes), and what [`HeadCopies`] borrows (a released buffer's head copy).
+    pub(super) struct Pruner { link: Link, ledger: Ledger, offload: Offload, durability: Durability, meter: Meter, cfg: Config }
 }
 
-holds!(Pruner<'a>: link: Link, ledger: Ledger, offload: Offload, durability: Durability, meter: Meter, cfg: Config);
-
 impl<'a> Pruner<'a> {
-    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Durability> + Holds<'a, Meter> + Holds<'a, Config>) -> Self {
-        Pruner { link: c.part(), ledger: c.part(), offload: c.part(), durability: c.part(), meter: c.part(), cfg: c.part() }
-    }
-
     /// Does the buddy thread prune the task record (see [`Pruner::maybe_prune`])?
     fn buddy_prunes(&self) -> bool {
         self.ledger.retains() && buddy::policy(self.cfg).enabled() && self.offload.local().is_none()

@@ -27,8 +27,7 @@ use super::rerun::Rerunner;
 use super::rerun::Side;
 use super::resume::Resumer;
 use super::tolerance::Tolerance;
-use super::{ClusterError, Holds, Stopped};
-use super::{RecoveryRecord, SpareRecord};
+use super::{ClusterError, RecoveryRecord, SpareRecord, Stopped};
 use crate::checkpoint::Checkpointer;
 use crate::config::Config;
 use crate::config::Reexec;
@@ -223,27 +222,14 @@ impl algo::Primitives for Rebuild<'_> {
     }
 }
 
-/// Recovery: it rebuilds what the dead took, from anywhere, so it borrows the whole cluster
-/// (the settings for the re-run policy, `stopped` for the failures it records).
-#[derive(Clone, Copy)]
-pub(super) struct Recovery<'a> {
-    link: &'a Link,
-    ledger: &'a Ledger,
-    offload: &'a Offload,
-    tolerance: &'a Tolerance,
-    durability: &'a Durability,
-    meter: &'a Meter,
-    cfg: &'a Config,
-    stopped: &'a Stopped,
+view! {
+    /// Recovery: it rebuilds what the dead took, from anywhere, so it borrows the whole cluster
+    /// (the settings for the re-run policy, `stopped` for the failures it records).
+    pub(super) struct Recovery { link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped }
+    also { tolerance.inject: Injector }
 }
 
-holds!(Recovery<'a>: link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, tolerance.inject: Injector, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped);
-
 impl<'a> Recovery<'a> {
-    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Tolerance> + Holds<'a, Durability> + Holds<'a, Meter> + Holds<'a, Config> + Holds<'a, Stopped>) -> Self {
-        Recovery { link: c.part(), ledger: c.part(), offload: c.part(), tolerance: c.part(), durability: c.part(), meter: c.part(), cfg: c.part(), stopped: c.part() }
-    }
-
     /// Rebuild what the `dead` ranks took with them (see the module's documentation).
     pub(super) fn recover(&self, dead: &BTreeSet<i32>) -> std::result::Result<(), RecoverError> {
         // A resumed job: what the checkpoint it resumed from holds is loaded, not re-run.

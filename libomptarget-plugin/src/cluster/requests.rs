@@ -15,32 +15,19 @@ use super::meter::Meter;
 use super::offload::Offload;
 use super::resume::Resumer;
 use super::tolerance::Tolerance;
-use super::{ClusterError, Holds, Result, Stopped};
+use super::{ClusterError, Result, Stopped};
 use crate::config::Config;
 use crate::inject::Injector;
 
-/// A request's frame: borrows the whole cluster, since a checkpoint may be due at any
-/// request, and a request that met a failure may wait for a recovery or (a resumed job)
-/// rebuild the versions it needs.
-#[derive(Clone, Copy)]
-pub(super) struct Requests<'a> {
-    link: &'a Link,
-    ledger: &'a Ledger,
-    offload: &'a Offload,
-    tolerance: &'a Tolerance,
-    durability: &'a Durability,
-    meter: &'a Meter,
-    cfg: &'a Config,
-    stopped: &'a Stopped,
+view! {
+    /// A request's frame: borrows the whole cluster, since a checkpoint may be due at any
+    /// request, and a request that met a failure may wait for a recovery or (a resumed job)
+    /// rebuild the versions it needs.
+    pub(super) struct Requests { link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped }
+    also { tolerance.inject: Injector }
 }
 
-holds!(Requests<'a>: link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, tolerance.inject: Injector, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped);
-
 impl<'a> Requests<'a> {
-    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Tolerance> + Holds<'a, Durability> + Holds<'a, Meter> + Holds<'a, Config> + Holds<'a, Stopped>) -> Self {
-        Requests { link: c.part(), ledger: c.part(), offload: c.part(), tolerance: c.part(), durability: c.part(), meter: c.part(), cfg: c.part(), stopped: c.part() }
-    }
-
     /// Enter an offloading request: take a checkpoint first if one is due, then hold the
     /// gate's read side for the request.
     pub(super) fn enter(&self) -> Result<parking_lot::RwLockReadGuard<'a, ()>> {

@@ -18,7 +18,7 @@ use super::movement::Movement;
 use super::offload::Offload;
 use super::recovery::{fatal, new_failure, CopiesView};
 use super::tolerance::Tolerance;
-use super::{ClusterError, Holds, Result};
+use super::{ClusterError, Result};
 use crate::data::{Place, HEAD};
 use crate::inject::Injector;
 use event_system::protocol::{Event, Region};
@@ -52,28 +52,17 @@ enum Source {
     Checkpoint,
 }
 
-/// Re-running recorded tasks: borrows every part, as the inputs come from anywhere: the
-/// ledger (where versions are, what the re-run made), what [`Movement`] and [`HeadCopies`]
-/// borrow (copies moved, staged on the head), what [`Executor`] borrows (the run), and the
-/// tolerance because a worker restoring a checkpointed input is a trigger for injected faults
-/// ([`Checkpoints::post_restore`]).
-#[derive(Clone, Copy)]
-pub(super) struct Rerunner<'a> {
-    link: &'a Link,
-    ledger: &'a Ledger,
-    offload: &'a Offload,
-    tolerance: &'a Tolerance,
-    durability: &'a Durability,
-    meter: &'a Meter,
+view! {
+    /// Re-running recorded tasks: borrows every part, as the inputs come from anywhere: the
+    /// ledger (where versions are, what the re-run made), what [`Movement`] and [`HeadCopies`]
+    /// borrow (copies moved, staged on the head), what [`Executor`] borrows (the run), and the
+    /// tolerance because a worker restoring a checkpointed input is a trigger for injected faults
+    /// ([`Checkpoints::post_restore`]).
+    pub(super) struct Rerunner { link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, durability: Durability, meter: Meter }
+    also { tolerance.inject: Injector }
 }
 
-holds!(Rerunner<'a>: link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, tolerance.inject: Injector, durability: Durability, meter: Meter);
-
 impl<'a> Rerunner<'a> {
-    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Tolerance> + Holds<'a, Durability> + Holds<'a, Meter>) -> Self {
-        Rerunner { link: c.part(), ledger: c.part(), offload: c.part(), tolerance: c.part(), durability: c.part(), meter: c.part() }
-    }
-
     /// Re-run the tasks of `batch` on worker `w`, in order: rescue what must be, install the
     /// first task's inputs there at the versions it first read, then run them (their output
     /// is not printed again). A batch of several (a chain: see `ft_handler::recovery`) sends all its

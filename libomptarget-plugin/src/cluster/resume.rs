@@ -37,7 +37,7 @@ use super::recovery::new_failure;
 use super::requests::Requests;
 use super::rerun::Rerunner;
 use super::tolerance::Tolerance;
-use super::{ClusterError, Holds, Result, Stopped};
+use super::{ClusterError, Result, Stopped};
 use crate::checkpoint::Checkpointer;
 use crate::config::Config;
 use crate::data::{Place, PointsTo, HEAD};
@@ -119,28 +119,15 @@ pub(super) enum Skip {
 /// program took another path: what is left of the log will not be used).
 const LIVE_IN_A_ROW: u64 = 1000;
 
-/// Resuming: it fast-forwards requests (in their frame, [`Requests`]), and switching to live
-/// rebuilds versions with the recovery algorithm ([`Recovery`]) from checkpoints workers
-/// restore: it borrows the whole cluster.
-#[derive(Clone, Copy)]
-pub(super) struct Resumer<'a> {
-    link: &'a Link,
-    ledger: &'a Ledger,
-    offload: &'a Offload,
-    tolerance: &'a Tolerance,
-    durability: &'a Durability,
-    meter: &'a Meter,
-    cfg: &'a Config,
-    stopped: &'a Stopped,
+view! {
+    /// Resuming: it fast-forwards requests (in their frame, [`Requests`]), and switching to live
+    /// rebuilds versions with the recovery algorithm ([`Recovery`]) from checkpoints workers
+    /// restore: it borrows the whole cluster.
+    pub(super) struct Resumer { link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped }
+    also { tolerance.inject: Injector }
 }
 
-holds!(Resumer<'a>: link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, tolerance.inject: Injector, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped);
-
 impl<'a> Resumer<'a> {
-    pub(super) fn of(c: impl Holds<'a, Link> + Holds<'a, Ledger> + Holds<'a, Offload> + Holds<'a, Tolerance> + Holds<'a, Durability> + Holds<'a, Meter> + Holds<'a, Config> + Holds<'a, Stopped>) -> Self {
-        Resumer { link: c.part(), ledger: c.part(), offload: c.part(), tolerance: c.part(), durability: c.part(), meter: c.part(), cfg: c.part(), stopped: c.part() }
-    }
-
     /// A region of `kernel` while fast-forwarding: skipped if the log holds its key, else the
     /// versions no rank holds are rebuilt if it needs one, and the caller runs it live.
     pub(super) fn skip_launch(&self, kernel: &Kernel, args: &[u64], begins: &[u64], hosts: &[u64]) -> Result<Skip> {
