@@ -91,7 +91,10 @@ macro_rules! view {
 
         impl<'a> $name<'a> {
             /// The view over the parts `c` holds (the cluster, or a view that borrows them all).
-            $vis fn of(c: impl $($crate::cluster::Holds<'a, $part> +)* Copy) -> Self {
+            $vis fn of<C>(c: C) -> Self
+            where
+                $(C: $crate::cluster::Holds<'a, $part>,)*
+            {
                 $name { $($field: c.part(),)* }
             }
         }
