@@ -124,6 +124,8 @@ pub(crate) struct FlushIndex {
     pub(crate) records: Vec<RegionRecord>,
 }
 
+/// Format tag of a flush index. One of another format, or with none, is refused naming both
+/// (`ManifestError::OtherFormat`): bump it whenever the index's fields or their meaning change.
 pub(crate) const INDEX_FORMAT: &str = "ompcluster-ckpt-index/1";
 
 impl EmbeddedStore {

@@ -178,6 +178,20 @@ pub enum ManifestError {
         /// What is wrong.
         reason: String,
     },
+    /// A manifest or flush index of another format (written by another build of the runtime),
+    /// or with none: refused, never misread.
+    #[error("{} {}; this build reads format {expected}", path.display(), match found {
+        Some(f) => format!("is in format {f}, written by another build of the runtime"),
+        None => "has no format field".to_string(),
+    })]
+    OtherFormat {
+        /// The file.
+        path: PathBuf,
+        /// Its format, if it names one.
+        found: Option<String>,
+        /// The format this build reads ([`crate::MANIFEST_FORMAT`] or the index's).
+        expected: &'static str,
+    },
     /// The requested version has no manifest.
     #[error("checkpoint version {version} is not published in {dir} (no file {path})")]
     NoSuchVersion {

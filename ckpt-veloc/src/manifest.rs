@@ -28,8 +28,33 @@ use crate::fsutil;
 use crate::layout;
 use crate::record::{now_unix_ms, Checksum, CkptId, Rank, RegionId, RegionRecord};
 
-/// Format tag written in every manifest.
+/// Format tag written in every manifest (and, with the flush index's, what `docs/checkpoints.md`
+/// calls the checkpoint formats). A manifest of another format, or with none, is refused
+/// naming both ([`ManifestError::OtherFormat`]), before the rest of it is read: bump it
+/// whenever a manifest's fields or their meaning change (a record's too). 1: JSON, as since
+/// the first build.
 pub const MANIFEST_FORMAT: &str = "ompcluster-ckpt-manifest/1";
+
+/// The `format` of a JSON file, read before the rest: a file of another format need not
+/// parse as this one. `Ok(())` if it is `expected`.
+fn check_format(path: &Path, bytes: &[u8], expected: &'static str) -> Result<(), ManifestError> {
+    #[derive(Deserialize)]
+    struct Format {
+        format: Option<String>,
+    }
+    let f: Format = serde_json::from_slice(bytes).map_err(|e| ManifestError::Damaged {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    match f.format {
+        Some(f) if f == expected => Ok(()),
+        found => Err(ManifestError::OtherFormat {
+            path: path.to_path_buf(),
+            found,
+            expected,
+        }),
+    }
+}
 
 /// A published checkpoint version.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -69,6 +94,7 @@ impl Manifest {
             path: path.to_path_buf(),
             reason,
         };
+        check_format(path, &bytes, MANIFEST_FORMAT)?;
         let m: Manifest = serde_json::from_slice(&bytes).map_err(|e| damaged(e.to_string()))?;
         m.check().map_err(damaged)?;
         Ok(m)
@@ -286,14 +312,15 @@ pub fn flushed_records(
             })
         }
     };
+    check_format(&path, &bytes, INDEX_FORMAT)?;
     let idx: FlushIndex = serde_json::from_slice(&bytes).map_err(|e| ManifestError::Damaged {
         path: path.clone(),
         reason: e.to_string(),
     })?;
-    if idx.format != INDEX_FORMAT || idx.ckpt != ckpt || idx.rank != rank {
+    if idx.ckpt != ckpt || idx.rank != rank {
         return Err(ManifestError::Damaged {
             path,
-            reason: "index does not match its name or format".into(),
+            reason: "index does not match its name".into(),
         });
     }
     Ok(Some(idx.records))
@@ -687,6 +714,61 @@ mod tests {
         let e = load_region(d, 1, 1).unwrap_err();
         assert!(matches!(e, LoadError::Io { .. }), "{e}");
         assert!(e.to_string().contains(&f.display().to_string()), "{e}");
+    }
+
+    /// A manifest and a flush index as the builds before format checks wrote them (format 1,
+    /// the same as this build's) read back; one of another format, or with none, is refused
+    /// naming the file and both formats, never misread.
+    #[test]
+    fn checkpoint_files_of_another_format_are_refused_naming_both() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        fs::create_dir_all(d.join("manifests")).unwrap();
+        fs::create_dir_all(d.join("ckpt-2")).unwrap();
+        fs::write(d.join("ckpt-2/rank-1.data"), b"abc").unwrap();
+        let record = r#"{
+      "region": 7,
+      "ckpt": 2,
+      "rank": 1,
+      "size": 3,
+      "checksum": "xxh3:78af5f94892f3950",
+      "file": "ckpt-2/rank-1.data",
+      "offset": 0,
+      "saved_unix_ms": 1700000000000
+    }"#;
+        let manifest = format!(
+            "{{\n  \"format\": \"ompcluster-ckpt-manifest/1\",\n  \"version\": 2,\n  \"created_unix_ms\": 1700000000001,\n  \"regions\": [\n    {record}\n  ]\n}}"
+        );
+        let index = format!(
+            "{{\n  \"format\": \"ompcluster-ckpt-index/1\",\n  \"ckpt\": 2,\n  \"rank\": 1,\n  \"flushed_unix_ms\": 1700000000000,\n  \"records\": [\n    {record}\n  ]\n}}"
+        );
+        let mpath = manifest_path(d, 2);
+        let ipath = d.join(layout::index_file(2, 1));
+        fs::write(&mpath, &manifest).unwrap();
+        fs::write(&ipath, &index).unwrap();
+        let m = Manifest::read(d, 2).unwrap();
+        assert_eq!((m.version, m.regions.len(), m.regions[0].region), (2, 1, 7));
+        assert_eq!(m.load_region(d, 7).unwrap(), b"abc");
+        assert_eq!(flushed_records(d, 2, 1).unwrap().unwrap(), m.regions);
+
+        let later = manifest.replace("ompcluster-ckpt-manifest/1", "ompcluster-ckpt-manifest/2");
+        fs::write(&mpath, later.replace("\"regions\"", "\"blocks\"")).unwrap();
+        let e = Manifest::read(d, 2).unwrap_err();
+        assert!(matches!(e, ManifestError::OtherFormat { .. }), "{e}");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{} is in format ompcluster-ckpt-manifest/2, written by another build of the runtime; this build reads format ompcluster-ckpt-manifest/1",
+                mpath.display()
+            )
+        );
+        fs::write(&mpath, manifest.replace("\"format\": \"ompcluster-ckpt-manifest/1\",", "")).unwrap();
+        let e = Manifest::read(d, 2).unwrap_err();
+        assert_eq!(e.to_string(), format!("{} has no format field; this build reads format ompcluster-ckpt-manifest/1", mpath.display()));
+
+        fs::write(&ipath, index.replace("ompcluster-ckpt-index/1", "ompcluster-ckpt-index/9")).unwrap();
+        let e = flushed_records(d, 2, 1).unwrap_err();
+        assert!(e.to_string().ends_with("is in format ompcluster-ckpt-index/9, written by another build of the runtime; this build reads format ompcluster-ckpt-index/1"), "{e}");
     }
 
     #[test]

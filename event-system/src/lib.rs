@@ -6,9 +6,12 @@
 //!   messages, fragmented data transfers, and waits that give up when the peer is dead.
 //! * [`heap`]: the symmetric device heap, reserved at the same address on every rank.
 //! * [`elf`]: device images as ELF files, placed at the same address on every rank.
+//! * [`build_id`]: this build's identifier, which ranks compare at start-up with
+//!   [`protocol::PROTOCOL_VERSION`].
 //! * [`worker`]: the event loop that ranks 1..N-1 run instead of `main`, and
 //!   [`LocalDevice`], the same device code for a head that runs regions itself.
 
+pub mod build_id;
 pub mod comm;
 pub mod elf;
 pub mod heap;

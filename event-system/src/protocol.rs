@@ -322,8 +322,10 @@ pub enum Reply {
         /// What the worker printed on its standard output since the last reply that carried
         /// output: the head prints it before the region returns, so it appears in program
         /// order.
+        #[serde(with = "serde_bytes")]
         output: Vec<u8>,
         /// The same for its standard error (printed by the head on its own).
+        #[serde(with = "serde_bytes")]
         errors: Vec<u8>,
         /// Blocks device code allocated during the kernel (in this worker's arena, or given
         /// again from `replay`), held by this worker, in order of allocation.
@@ -335,7 +337,7 @@ pub enum Reply {
         returned: Vec<u32>,
     },
     /// A checkpoint flush is durable: the store's records of it, serialised by the store.
-    Flushed(Vec<u8>),
+    Flushed(#[serde(with = "serde_bytes")] Vec<u8>),
     /// The event failed; the text says why.
     Error(String),
     /// The event could not complete because this rank, a peer of it (the other side of an
@@ -354,24 +356,73 @@ pub enum ProtocolError {
     Invalid(String),
 }
 
-fn options() -> impl bincode::Options {
-    use bincode::Options;
-    bincode::DefaultOptions::new().with_limit(MAX_CONTROL_BYTES).with_fixint_encoding()
+/// Version of the wire protocol: the encoding of [`Envelope`], [`Reply`] and everything they
+/// carry. Every rank sends it, with its build's identifier, in the first exchange of the job
+/// (the plugin's `same_build.rs`), and a job whose ranks differ stops there. Bump it whenever
+/// a message's encoding changes (a field, a variant, their order or type, or the encoder);
+/// README, "Wire protocol", keeps the history:
+///
+/// * 1: bincode 1 (fixed-size integers), before ranks exchanged versions.
+/// * 2: postcard 1 (its documented wire format: variable-length integers, a length before
+///   every sequence); the first exchange of versions and build identifiers.
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// A [`postcard`] output that appends to a vector (the transport's reused send buffer, whose
+/// first byte is already the frame's).
+struct Append<'a>(&'a mut Vec<u8>);
+
+impl postcard::ser_flavors::Flavor for Append<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
+        self.0.push(data);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+        self.0.extend_from_slice(data);
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<()> {
+        Ok(())
+    }
 }
 
-/// Serialise a message at the end of `out`.
+/// Serialise a message at the end of `out` (postcard); one longer than [`MAX_CONTROL_BYTES`]
+/// is refused (nothing is appended).
 pub fn encode_into<T: Serialize>(msg: &T, out: &mut Vec<u8>) -> Result<(), ProtocolError> {
-    use bincode::Options;
-    options().serialize_into(out, msg).map_err(|e| ProtocolError::Malformed(e.to_string()))
+    let start = out.len();
+    if let Err(e) = postcard::serialize_with_flavor(msg, Append(out)) {
+        out.truncate(start);
+        return Err(ProtocolError::Malformed(format!("cannot encode: {e}")));
+    }
+    let len = (out.len() - start) as u64;
+    if len > MAX_CONTROL_BYTES {
+        out.truncate(start);
+        return Err(ProtocolError::Malformed(format!("a message of {len} bytes, over the limit of {MAX_CONTROL_BYTES}")));
+    }
+    Ok(())
 }
 
-/// Deserialise a message, bounded by [`MAX_CONTROL_BYTES`]; trailing bytes are an error.
+/// Deserialise a message (postcard), bounded by [`MAX_CONTROL_BYTES`]; trailing bytes are an
+/// error.
+///
+/// Bounded: no field is read past the input; a length prefix preallocates nothing when it
+/// claims more elements than bytes remain (postcard's size hint), and at most 1 MiB otherwise
+/// (serde's cautious hint); and every element of every message takes at least one byte, so a
+/// length never drives a loop longer than the input.
 pub fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, ProtocolError> {
-    use bincode::Options;
-    options()
-        .reject_trailing_bytes()
-        .deserialize(bytes)
-        .map_err(|e| ProtocolError::Malformed(e.to_string()))
+    if bytes.len() as u64 > MAX_CONTROL_BYTES {
+        return Err(ProtocolError::Malformed(format!("a message of {} bytes, over the limit of {MAX_CONTROL_BYTES}", bytes.len())));
+    }
+    match postcard::take_from_bytes(bytes) {
+        Ok((msg, [])) => Ok(msg),
+        Ok((_, rest)) => Err(ProtocolError::Malformed(format!("{} trailing bytes after the message", rest.len()))),
+        Err(e) => Err(ProtocolError::Malformed(e.to_string())),
+    }
 }
 
 impl Event {
@@ -578,13 +629,48 @@ mod tests {
         let mut padded = bytes.clone();
         padded.push(0);
         assert!(decode::<Envelope>(&padded).is_err());
-        // A length prefix claiming a huge vector is rejected without allocating it.
-        let mut evil = encode(&Envelope { tag: 1, event: Event::Sync }).unwrap();
-        evil.truncate(4);
-        evil.extend_from_slice(&9u32.to_le_bytes()); // variant Execute
-        evil.extend_from_slice(&[0; 8]);
-        evil.extend_from_slice(&u64::MAX.to_le_bytes());
-        assert!(decode::<Envelope>(&evil).is_err());
+        // A length prefix claiming a huge vector is rejected without allocating it: tag 1
+        // (zigzag 2), variant Execute (9), image 0, kernel 0, then the arguments' length, the
+        // largest 10-byte varint.
+        let mut evil = vec![2, 9, 0, 0];
+        evil.extend_from_slice(&[0xff; 9]);
+        evil.push(0x01);
+        assert!(matches!(decode::<Envelope>(&evil), Err(ProtocolError::Malformed(_))));
+        // The same with a length that fits, and no elements behind it.
+        let mut short = vec![2, 9, 0, 0, 0xe8, 0x07];
+        assert!(decode::<Envelope>(&short).is_err());
+        short.extend_from_slice(&[0; 8]);
+        assert!(decode::<Envelope>(&short).is_err());
+        // An input over the control limit is refused before it is read.
+        let huge = vec![0u8; MAX_CONTROL_BYTES as usize + 1];
+        let e = decode::<Reply>(&huge).unwrap_err().to_string();
+        assert!(e.contains("over the limit"), "{e}");
+        // And a message over the limit is not encoded (nothing is appended).
+        let mut out = vec![1u8];
+        assert!(encode_into(&Reply::Data(vec![0; MAX_CONTROL_BYTES as usize]), &mut out).is_err());
+        assert_eq!(out, [1]);
+    }
+
+    /// The wire format is postcard's documented one: these bytes are what a rank of this
+    /// protocol version sends (a change here is a change of the wire: bump
+    /// [`PROTOCOL_VERSION`]).
+    #[test]
+    fn the_wire_format_is_pinned() {
+        let ev = Envelope { tag: -3, event: Event::Retrieve(Region { addr: 0x1000, size: 300 }) };
+        assert_eq!(encode(&ev).unwrap(), [5, 5, 0x80, 0x20, 0xac, 0x02]);
+        let ok = Reply::Executed {
+            changed: vec![true],
+            pointers: vec![FoundPointers::Many],
+            seconds: 1.0,
+            patches: vec![],
+            output: b"hi".to_vec(),
+            errors: vec![],
+            allocated: vec![],
+            freed: vec![],
+            returned: vec![0],
+        };
+        assert_eq!(encode(&ok).unwrap(), [2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f, 0, 2, b'h', b'i', 0, 0, 0, 1, 0]);
+        assert_eq!(PROTOCOL_VERSION, 2, "the pinned bytes above are protocol 2's");
     }
 
     #[test]

@@ -25,6 +25,9 @@
 //! (`Injector::move_delay`), as a preempted thread would. It widens the moment in which a
 //! kernel placed on the source can change the copy before it is sent (see
 //! `Buffers::move_done`).
+//!
+//! Test only: `other_build:rank=R` makes worker R claim another build of the runtime in the
+//! job's first exchange (`same_build.rs`): the job must stop at start-up, naming both builds.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,6 +46,9 @@ pub enum Action {
     /// Test only: every copy between workers waits this many ms before it starts
     /// (`slow:moves=MS`; rank 0, trigger [`Trigger::EveryMove`]). Never sent to a rank.
     SlowMoves(u64),
+    /// Test only: the rank claims another build at start-up (`other_build:rank=R`; trigger
+    /// [`Trigger::AtStart`]). Never sent to a rank.
+    OtherBuild,
 }
 
 impl Action {
@@ -51,7 +57,7 @@ impl Action {
         match self {
             Action::Kill => libc::SIGKILL,
             Action::Stop => libc::SIGSTOP,
-            Action::Panic | Action::SlowMoves(_) => 0,
+            Action::Panic | Action::SlowMoves(_) | Action::OtherBuild => 0,
         }
     }
 }
@@ -74,6 +80,8 @@ pub enum Trigger {
     DuringExit,
     /// Every copy between workers (for [`Action::SlowMoves`] only).
     EveryMove,
+    /// The job's first exchange (for [`Action::OtherBuild`] only).
+    AtStart,
 }
 
 /// One fault.
@@ -95,6 +103,7 @@ impl fmt::Display for Fault {
             Action::Stop => "stop",
             Action::Panic => return write!(f, "{PANIC_DURING_RECOVERY}"),
             Action::SlowMoves(ms) => return write!(f, "slow:moves={ms}"),
+            Action::OtherBuild => return write!(f, "other_build:rank={}", self.rank),
         };
         let t = match self.trigger {
             Trigger::AfterTasks(n) => format!("after_tasks={n}"),
@@ -104,6 +113,7 @@ impl fmt::Display for Fault {
             Trigger::DuringRestore => "during=restore".into(),
             Trigger::DuringExit => "during=exit".into(),
             Trigger::EveryMove => "moves".into(),
+            Trigger::AtStart => "at_start".into(),
         };
         write!(f, "{a}:rank={}:{t}", self.rank)
     }
@@ -138,13 +148,24 @@ pub fn parse(spec: &str, ranks: Option<i32>) -> Result<Vec<Fault>, String> {
             out.push(Fault { action: Action::SlowMoves(ms), rank: 0, trigger: Trigger::EveryMove, fired: AtomicBool::new(false) });
             continue;
         }
+        if parts[0] == "other_build" {
+            let rank = match parts[1..] {
+                [r] => r.strip_prefix("rank=").and_then(|r| r.parse::<i32>().ok()).filter(|&r| r >= 1 && ranks.is_none_or(|n| r < n)),
+                _ => None,
+            };
+            let Some(rank) = rank else {
+                return Err(format!("{item:?}: expected other_build:rank=R with R a worker rank (test only: rank R claims another build of the runtime at start-up)"));
+            };
+            out.push(Fault { action: Action::OtherBuild, rank, trigger: Trigger::AtStart, fired: AtomicBool::new(false) });
+            continue;
+        }
         let [action, rank, trigger] = parts[..] else {
             return Err(format!("{item:?} is not ACTION:rank=R:TRIGGER"));
         };
         let action = match action {
             "kill" => Action::Kill,
             "stop" => Action::Stop,
-            a => return Err(format!("{item:?}: unknown action {a:?} (kill or stop; panic:during=recovery and slow:moves=MS for tests)")),
+            a => return Err(format!("{item:?}: unknown action {a:?} (kill or stop; panic:during=recovery, slow:moves=MS and other_build:rank=R for tests)")),
         };
         let rank: i32 = rank
             .strip_prefix("rank=")
@@ -213,6 +234,11 @@ impl Injector {
             Action::SlowMoves(ms) => Some(std::time::Duration::from_millis(ms)),
             _ => None,
         })
+    }
+
+    /// Test only (`other_build:rank=R`): does `rank` claim another build at start-up?
+    pub fn claims_other_build(&self, rank: i32) -> bool {
+        self.faults.iter().any(|f| f.action == Action::OtherBuild && f.rank == rank)
     }
 
     /// Un-fire a fault that could not be injected now (e.g. recovery of its own rank).
@@ -313,6 +339,21 @@ mod tests {
         assert_eq!(inj.due(|t| matches!(t, Trigger::AfterTasks(_))), vec![(Action::Kill, 2, Trigger::AfterTasks(20))]);
         assert!(!Injector::new(parse("kill:rank=1:during=recovery", None).unwrap()).panic_due_in_recovery());
         assert!(!Injector::default().panic_due_in_recovery());
+    }
+
+    #[test]
+    fn other_build() {
+        let f = parse("other_build:rank=2; kill:rank=1:after_tasks=3", Some(4)).unwrap();
+        assert_eq!((f[0].action, f[0].rank, f[0].trigger), (Action::OtherBuild, 2, Trigger::AtStart));
+        assert_eq!(f[0].to_string(), "other_build:rank=2");
+        let inj = Injector::new(f);
+        assert!(inj.claims_other_build(2) && !inj.claims_other_build(1) && !inj.claims_other_build(0));
+        // Never a signal.
+        assert_eq!(inj.due(|_| true), vec![(Action::Kill, 1, Trigger::AfterTasks(3))]);
+        for bad in ["other_build", "other_build:rank=0", "other_build:rank=4", "other_build:rank=x", "other_build:rank=1:after_ms=3"] {
+            let e = parse(bad, Some(4)).expect_err(bad);
+            assert!(e.contains("other_build:rank=R") && e.contains("test only"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -33,10 +33,16 @@ use xxhash_rust::xxh3::xxh3_64;
 
 /// The log's directory inside the checkpoint persistent directory.
 pub(crate) const LOG_DIR: &str = "resume";
-/// `format` of a resume file.
-const RESUME_FORMAT: &str = "ompcluster-resume/1";
-/// Version of the segment encoding.
-const SEGMENT_FORMAT: u32 = 1;
+/// `format` of a resume file. 2: its segments are [`SEGMENT_FORMAT`] 2 (1: bincode segments).
+/// A resume file of another format is refused, naming both (a resumed job then runs from
+/// the start): bump it whenever the file or the segments it names change.
+const RESUME_FORMAT: &str = "ompcluster-resume/2";
+/// Every segment file starts with these bytes, then [`SEGMENT_FORMAT`] (u32, little-endian),
+/// then the segment (postcard).
+const SEGMENT_MAGIC: &[u8; 8] = b"ompc-log";
+/// Version of the segment encoding: 1 was bincode 1, with no header (its first bytes were
+/// this number, as a u32); 2 is [`SEGMENT_MAGIC`], the version, and postcard 1.
+const SEGMENT_FORMAT: u32 = 2;
 /// Retrieves of at most this many bytes log what the host received; larger ones are given back
 /// from the checkpoint, or the job goes live to compute them.
 pub(crate) const RETRIEVE_LOG_MAX: u64 = 64 << 10;
@@ -127,7 +133,9 @@ pub(crate) struct TaskEntry {
     /// The buffers it changed: address and the pointers found in it.
     pub(crate) writes: Vec<(u64, Pointers)>,
     /// What it printed on standard output and standard error.
+    #[serde(with = "serde_bytes")]
     pub(crate) output: Vec<u8>,
+    #[serde(with = "serde_bytes")]
     pub(crate) errors: Vec<u8>,
     /// Seconds in the kernel.
     pub(crate) kernel_s: f64,
@@ -138,13 +146,17 @@ pub(crate) struct TaskEntry {
 pub(crate) enum Entry {
     Task(TaskEntry),
     /// A retrieve: [`key::retrieved`] and the bytes.
-    Retrieve { key: u64, bytes: Vec<u8> },
+    Retrieve {
+        key: u64,
+        #[serde(with = "serde_bytes")]
+        bytes: Vec<u8>,
+    },
 }
 
+/// A segment's body, after its header ([`SEGMENT_MAGIC`], [`SEGMENT_FORMAT`]).
 #[derive(Deserialize)]
 struct Segment {
-    format: u32,
-    #[allow(dead_code)] // read for the format's sake; the resume file names the checkpoint
+    #[allow(dead_code)] // kept for a reader of the file; the resume file names the checkpoint
     ckpt: u64,
     entries: Vec<Entry>,
 }
@@ -152,9 +164,46 @@ struct Segment {
 /// [`Segment`] as written (the same encoding, without a copy of the entries).
 #[derive(Serialize)]
 struct SegmentOut<'a> {
-    format: u32,
     ckpt: u64,
     entries: &'a [Entry],
+}
+
+impl SegmentOut<'_> {
+    /// The segment file's bytes: the header, then the segment.
+    fn encode(&self) -> Result<Vec<u8>, String> {
+        let mut out = Vec::with_capacity(4096);
+        out.extend_from_slice(SEGMENT_MAGIC);
+        out.extend_from_slice(&SEGMENT_FORMAT.to_le_bytes());
+        postcard::to_extend(self, out).map_err(|e| format!("cannot encode the log: {e}"))
+    }
+}
+
+impl Segment {
+    /// Read a segment file's bytes (`path` for messages): one of another format, or with no
+    /// header, is refused naming both formats, never misread.
+    fn decode(path: &Path, b: &[u8]) -> Result<Segment, String> {
+        let header = SEGMENT_MAGIC.len() + 4;
+        if b.len() < header || b[..SEGMENT_MAGIC.len()] != SEGMENT_MAGIC[..] {
+            // Format 1 (bincode) began with its format number.
+            let what = match b.get(..4) {
+                Some(v) if v == 1u32.to_le_bytes() => "it is in format 1 (bincode), written by a build before format headers".to_string(),
+                _ => "it is no log segment of this runtime".to_string(),
+            };
+            return Err(format!("the log segment {} has no format header: {what}; this build reads format {SEGMENT_FORMAT}", path.display()));
+        }
+        let version = u32::from_le_bytes(b[SEGMENT_MAGIC.len()..header].try_into().expect("4 bytes"));
+        if version != SEGMENT_FORMAT {
+            return Err(format!(
+                "the log segment {} is in format {version}, written by another build of the runtime; this build reads format {SEGMENT_FORMAT}",
+                path.display()
+            ));
+        }
+        match postcard::take_from_bytes::<Segment>(&b[header..]) {
+            Ok((seg, [])) => Ok(seg),
+            Ok((_, rest)) => Err(format!("the log segment {} is damaged: {} bytes after its end", path.display(), rest.len())),
+            Err(e) => Err(format!("the log segment {} is damaged: {e}", path.display())),
+        }
+    }
 }
 
 /// A segment as a resume file names it.
@@ -174,6 +223,28 @@ struct Keyed {
     addr: u64,
     size: u64,
     key: u64,
+}
+
+/// Why a resume file cannot be read.
+#[derive(Debug)]
+enum Unreadable {
+    /// It has no `format` (no resume file of any build).
+    NoFormat,
+    /// It is of another format than [`RESUME_FORMAT`] (another build wrote it).
+    Format(String),
+    /// It does not parse, or its checksum differs.
+    Damaged(String),
+}
+
+impl Unreadable {
+    /// The reason, about `what` (the file, named).
+    fn say(&self, what: &str) -> String {
+        match self {
+            Unreadable::NoFormat => format!("{what} has no format field; this build reads format {RESUME_FORMAT}"),
+            Unreadable::Format(f) => format!("{what} is in format {f}, written by another build of the runtime; this build reads format {RESUME_FORMAT}"),
+            Unreadable::Damaged(e) => format!("{what} is damaged: {e}"),
+        }
+    }
 }
 
 /// `resume/resume-<k>.json`.
@@ -204,11 +275,22 @@ impl ResumeFile {
         serde_json::to_vec_pretty(&self).expect("a resume file serialises")
     }
 
-    fn decode(bytes: &[u8]) -> Result<ResumeFile, String> {
-        let mut f: ResumeFile = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    fn decode(bytes: &[u8]) -> Result<ResumeFile, Unreadable> {
+        // The format first: a file of another format need not parse as this one.
+        #[derive(Deserialize)]
+        struct Format {
+            format: Option<String>,
+        }
+        let format = serde_json::from_slice::<Format>(bytes).map_err(|e| Unreadable::Damaged(e.to_string()))?;
+        match format.format {
+            None => return Err(Unreadable::NoFormat),
+            Some(f) if f != RESUME_FORMAT => return Err(Unreadable::Format(f)),
+            Some(_) => {}
+        }
+        let mut f: ResumeFile = serde_json::from_slice(bytes).map_err(|e| Unreadable::Damaged(e.to_string()))?;
         let said = std::mem::take(&mut f.checksum);
         if checksum(&serde_json::to_vec_pretty(&f).expect("a resume file serialises")) != said {
-            return Err("its checksum differs".into());
+            return Err(Unreadable::Damaged("its checksum differs".into()));
         }
         f.checksum = said;
         Ok(f)
@@ -321,8 +403,7 @@ impl Journal {
                 return Err(format!("the log has no cut for checkpoint {ckpt}"));
             };
             let segment = if cut.entries > 0 {
-                let seg = SegmentOut { format: SEGMENT_FORMAT, ckpt, entries: &i.entries[..cut.entries] };
-                Some(bincode::serialize(&seg).map_err(|e| format!("cannot encode the log: {e}"))?)
+                Some(SegmentOut { ckpt, entries: &i.entries[..cut.entries] }.encode()?)
             } else {
                 None
             };
@@ -453,9 +534,9 @@ impl Loaded {
         let dir = persistent.join(LOG_DIR);
         let path = dir.join(format!("resume-{k}.json"));
         let bytes = std::fs::read(&path).map_err(|e| format!("the log of checkpoint {k} ({}) cannot be read: {e}", path.display()))?;
-        let file = ResumeFile::decode(&bytes).map_err(|e| format!("the log of checkpoint {k} ({}) is damaged: {e}", path.display()))?;
-        if file.format != RESUME_FORMAT || file.checkpoint != k {
-            return Err(format!("the log of checkpoint {k} ({}) is of another format or checkpoint", path.display()));
+        let file = ResumeFile::decode(&bytes).map_err(|e| e.say(&format!("the log of checkpoint {k} ({})", path.display())))?;
+        if file.checkpoint != k {
+            return Err(format!("the log of checkpoint {k} ({}) is of checkpoint {}", path.display(), file.checkpoint));
         }
         let mut tasks = HashMap::default();
         let mut retrieves = HashMap::default();
@@ -468,9 +549,9 @@ impl Loaded {
             if b.len() as u64 != s.bytes || checksum(&b) != s.checksum {
                 return Err(format!("the log segment {} is damaged (length or checksum differs)", p.display()));
             }
-            let seg: Segment = bincode::deserialize(&b).map_err(|e| format!("the log segment {} is damaged: {e}", p.display()))?;
-            if seg.format != SEGMENT_FORMAT || seg.entries.len() as u64 != s.entries {
-                return Err(format!("the log segment {} is of another format", p.display()));
+            let seg = Segment::decode(&p, &b)?;
+            if seg.entries.len() as u64 != s.entries {
+                return Err(format!("the log segment {} holds {} entries, not the {} its resume file says", p.display(), seg.entries.len(), s.entries));
             }
             for e in seg.entries {
                 match e {
@@ -518,7 +599,7 @@ mod tests {
             flips in proptest::collection::vec((proptest::prelude::any::<usize>(), proptest::prelude::any::<u8>()), 0..4),
         ) {
             let _ = ResumeFile::decode(&bytes);
-            let _ = bincode::deserialize::<Segment>(&bytes);
+            let _ = Segment::decode(Path::new("segment-1.bin"), &bytes);
             let file = ResumeFile {
                 format: RESUME_FORMAT.into(),
                 checkpoint: 3,
@@ -546,6 +627,78 @@ mod tests {
         }
     }
 
+    /// A real segment.
+    fn segment_bytes() -> Vec<u8> {
+        let task = TaskEntry { key: 42, kernel: "k".into(), writes: vec![(0x1000, Some(vec![0x2000])), (0x3000, None)], output: b"hi\n".to_vec(), errors: vec![], kernel_s: 0.1 };
+        let entries = [Entry::Task(task), Entry::Retrieve { key: 9, bytes: vec![1, 2, 3] }];
+        SegmentOut { ckpt: 3, entries: &entries }.encode().unwrap()
+    }
+
+    proptest::proptest! {
+        // A segment damaged anywhere (its checksum in the resume file aside): refused with a
+        // message or read, never a panic.
+        #[test]
+        fn fuzz_damaged_segments_are_refused_or_read(
+            flips in proptest::collection::vec((proptest::prelude::any::<usize>(), proptest::prelude::any::<u8>()), 0..6),
+            cut in proptest::prelude::any::<usize>(),
+        ) {
+            let mut b = segment_bytes();
+            for (at, x) in flips {
+                let n = b.len();
+                b[at % n] ^= x;
+            }
+            let keep = cut % (b.len() + 1);
+            for bytes in [&b[..], &b[..keep]] {
+                if let Err(e) = Segment::decode(Path::new("segment-3.bin"), bytes) {
+                    proptest::prop_assert!(e.contains("segment-3.bin"), "{}", e);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_segment_reads_back() {
+        let seg = Segment::decode(Path::new("segment-3.bin"), &segment_bytes()).unwrap();
+        assert_eq!(seg.entries.len(), 2);
+        assert!(matches!(&seg.entries[0], Entry::Task(t) if t.key == 42 && t.output == b"hi\n" && t.writes[1] == (0x3000, None)));
+        assert!(matches!(&seg.entries[1], Entry::Retrieve { key: 9, bytes } if bytes == &[1, 2, 3]));
+    }
+
+    /// A segment as bincode 1 wrote it (format 1: the builds before this one) is refused, not
+    /// misread; so is one of a later format, or anything else.
+    #[test]
+    fn a_segment_of_bincode_1_or_another_format_is_refused() {
+        // SegmentOut { format: 1, ckpt: 3, entries: [Entry::Retrieve { key: 9, bytes: [1, 2, 3] }] }
+        // with bincode 1's defaults: fixed-size little-endian integers, u64 lengths, u32
+        // variant numbers.
+        #[rustfmt::skip]
+        let old: &[u8] = &[
+            1, 0, 0, 0,                 // format 1
+            3, 0, 0, 0, 0, 0, 0, 0,     // ckpt
+            1, 0, 0, 0, 0, 0, 0, 0,     // one entry
+            1, 0, 0, 0,                 // Entry::Retrieve
+            9, 0, 0, 0, 0, 0, 0, 0,     // key
+            3, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3,
+        ];
+        let e = Segment::decode(Path::new("/ck/resume/segment-3.bin"), old).err().unwrap();
+        assert_eq!(
+            e,
+            "the log segment /ck/resume/segment-3.bin has no format header: it is in format 1 (bincode), written by a build before format headers; this build reads format 2"
+        );
+        let mut later = segment_bytes();
+        later[8..12].copy_from_slice(&3u32.to_le_bytes());
+        let e = Segment::decode(Path::new("segment-3.bin"), &later).err().unwrap();
+        assert_eq!(e, "the log segment segment-3.bin is in format 3, written by another build of the runtime; this build reads format 2");
+        for junk in [&b""[..], b"ompc-lo", b"{\"format\": 2}", &[0u8; 64]] {
+            let e = Segment::decode(Path::new("segment-3.bin"), junk).err().unwrap();
+            assert!(e.contains("no format header") && e.contains("reads format 2"), "{e}");
+        }
+        // Trailing bytes are damage.
+        let mut long = segment_bytes();
+        long.push(0);
+        assert!(Segment::decode(Path::new("s"), &long).err().unwrap().contains("1 bytes after its end"));
+    }
+
     #[test]
     fn keys_name_contents_not_order() {
         let a = key::submit(key::zero(64), 0, &[1; 64]);
@@ -560,10 +713,8 @@ mod tests {
         assert_ne!(key::fresh(), key::fresh());
     }
 
-    #[test]
-    fn a_published_log_reads_back_and_damage_is_caught() {
-        let t = tempfile::tempdir().unwrap();
-        let dir = t.path();
+    /// Publish checkpoint 1 in `dir` with its log (two entries, and one after the cut).
+    fn publish_one(dir: &Path) {
         let j = Journal::new(dir, true).unwrap();
         let task = TaskEntry { key: 42, kernel: "k".into(), writes: vec![(0x1000, Some(vec![]))], output: b"hi\n".to_vec(), errors: vec![], kernel_s: 0.1 };
         j.push(Entry::Task(task));
@@ -587,6 +738,50 @@ mod tests {
             saved_unix_ms: 0,
         }]);
         map.publish(dir, 1, std::num::NonZeroUsize::new(2).unwrap()).unwrap();
+    }
+
+    /// The log an older build left (resume file format 1, its segment bincode 1's) is refused
+    /// with a message naming the file and both formats (the resume then runs from the start,
+    /// `cluster/resume.rs`); so is a resume file of this format naming such a segment.
+    #[test]
+    fn a_log_an_older_build_left_is_refused_naming_both_formats() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path();
+        publish_one(dir);
+        let rf = dir.join(LOG_DIR).join("resume-1.json");
+        let good = String::from_utf8(std::fs::read(&rf).unwrap()).unwrap();
+        let old = good.replacen(RESUME_FORMAT, "ompcluster-resume/1", 1);
+        std::fs::write(&rf, &old).unwrap();
+        let e = Loaded::read(dir).err().unwrap();
+        assert_eq!(
+            e,
+            format!(
+                "the log of checkpoint 1 ({}) is in format ompcluster-resume/1, written by another build of the runtime; this build reads format ompcluster-resume/2",
+                rf.display()
+            )
+        );
+        std::fs::write(&rf, good.replacen(&format!("\"format\": \"{RESUME_FORMAT}\",\n"), "", 1)).unwrap();
+        let e = Loaded::read(dir).err().unwrap();
+        assert!(e.ends_with("has no format field; this build reads format ompcluster-resume/2"), "{e}");
+        // A resume file of this format whose segment (checksum and all) is bincode 1's.
+        #[rustfmt::skip]
+        let bincode: &[u8] = &[1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 4];
+        let seg = dir.join(LOG_DIR).join("segment-1.bin");
+        std::fs::write(&seg, bincode).unwrap();
+        let mut f = ResumeFile::decode(good.as_bytes()).unwrap();
+        f.segments[0].bytes = bincode.len() as u64;
+        f.segments[0].checksum = checksum(bincode);
+        f.segments[0].entries = 1;
+        std::fs::write(&rf, f.encode()).unwrap();
+        let e = Loaded::read(dir).err().unwrap();
+        assert!(e.contains("segment-1.bin has no format header: it is in format 1 (bincode)") && e.ends_with("this build reads format 2"), "{e}");
+    }
+
+    #[test]
+    fn a_published_log_reads_back_and_damage_is_caught() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path();
+        publish_one(dir);
         let l = Loaded::read(dir).unwrap();
         assert_eq!((l.checkpoint, l.tasks.len(), l.retrieves.len()), (1, 1, 1), "the entry after the cut is not in checkpoint 1's log");
         assert_eq!(l.tasks[&42].output, b"hi\n");

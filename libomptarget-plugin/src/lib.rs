@@ -22,6 +22,7 @@ pub mod journal;
 pub mod mpi_noise;
 pub mod report;
 mod runtime;
+mod same_build;
 pub mod sigterm;
 mod stack;
 mod startup;

@@ -229,6 +229,30 @@ pub(crate) fn init() -> Result<(), String> {
         std::mem::forget(universe);
         return Err("fewer than 2 ranks: the cluster device is off (use ompcluster-run -np N with N >= 2)".into());
     }
+    // The first exchange: every rank runs the same build (`same_build.rs`). A rank of another
+    // build would misread every message after this one.
+    enter(Stage::SameBuild);
+    {
+        let me = world.rank();
+        let other = cfg.ft_inject.as_deref().and_then(|s| crate::inject::parse(s, Some(world.size())).ok()).is_some_and(|f| {
+            crate::inject::Injector::new(f).claims_other_build(me)
+        });
+        let mine = crate::same_build::Claim::mine(other).words();
+        let mut all = vec![0u64; crate::same_build::WORDS * world.size() as usize];
+        world.all_gather_into(&mine[..], &mut all[..]);
+        if let Err((ranks, report)) = crate::same_build::check(&all) {
+            if me == 0 {
+                // Through the launcher's start-up report (as the watchdog's, `startup.rs`),
+                // else on stderr.
+                if !crate::exit_status::write_startup_failure(2, &ranks, &report) {
+                    eprint!("{report}");
+                }
+            }
+            // Every rank leaves now, waiting for no other (a rank of another build may do
+            // anything next): no hang.
+            leave(2)
+        }
+    }
     enter(Stage::HeapBase);
     let heap = SymmetricHeap::reserve_agreed(cfg.heap_size, |ok| {
         let mine = i32::from(ok);

@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 pub(crate) enum Stage {
     /// `MPI_Init`: MPI's own start, with every rank.
     Mpi = 1,
+    /// The check that every rank runs the same build (the first exchange, `same_build.rs`).
+    SameBuild,
     /// The agreement on the device heap's base (a collective).
     HeapBase,
     /// The runtime's communicator (`MPI_Comm_dup`, a collective).
@@ -41,12 +43,13 @@ pub(crate) enum Stage {
 impl Stage {
     fn of(n: u8) -> Option<Stage> {
         use Stage::*;
-        [Mpi, HeapBase, Communicator, Processes, CheckpointStore, Detector, Started].into_iter().find(|s| *s as u8 == n)
+        [Mpi, SameBuild, HeapBase, Communicator, Processes, CheckpointStore, Detector, Started].into_iter().find(|s| *s as u8 == n)
     }
 
     fn what(self) -> &'static str {
         match self {
             Stage::Mpi => "MPI's start-up (MPI_Init)",
+            Stage::SameBuild => "the check that every rank runs the same build",
             Stage::HeapBase => "the agreement on the device heap's base",
             Stage::Communicator => "the creation of the runtime's communicator",
             Stage::Processes => "the exchange of hosts and process ids",

@@ -318,6 +318,24 @@ fn resident_blocks_spread_over_the_workers() {
     }
 }
 
+/// Issue 34's stencil as a user wrote it (`halo_stencil.c`): blocks kept on the device, each
+/// step's edges read back and halos pushed with `target update`, one `nowait` region per block
+/// with `depend(inout)`. Each of the 3 workers runs 15-60% of the regions in every run, with
+/// synchronous updates and with `nowait` updates that depend on the block.
+#[test]
+fn halo_stencil_blocks_spread_over_the_workers() {
+    let prog = compile("halo_stencil.c");
+    for mode in ["sync", "depend"] {
+        let (o, r) = run_with_report(4, &prog, &["6", "65536", "400", mode], &[]);
+        assert!(o.status.success() && stdout(&o).contains("result correct"), "{}", describe(&o));
+        assert_eq!(r.tasks_executed, 2400, "{r:?}");
+        for w in ["1", "2", "3"] {
+            let n = r.counts.tasks_per_worker.get(w).copied().unwrap_or(0);
+            assert!((360..=1440).contains(&n), "{mode}: worker {w} ran {n} of 2400 regions: {r:?}");
+        }
+    }
+}
+
 /// Regions released by a finished one run at once, not one after another: libomp 16 queues
 /// them on the hidden helper thread that ran the finished region and lets the other helpers
 /// sleep, so without the runtime waking them each fan-out of `fan_out.c` ran one region at a

@@ -67,3 +67,45 @@ fn a_worker_killed_or_frozen_while_the_job_starts_never_hangs_it() {
     }
     assert!(in_startup > 0, "no hit fell in start-up: the test tested nothing");
 }
+
+/// A rank of another build of the runtime (a stale build on one node) is refused in the job's
+/// first exchange (the plugin's `same_build.rs`): the job ends at once, non-zero, with one line
+/// naming the rank, both protocol versions and both build ids, the program never started, and
+/// no process is left (`Job::wait` checks). Made with the test-only
+/// `OMPCLUSTER_FT_INJECT=other_build:rank=2` (rank 2 claims its build id with every bit
+/// flipped), with fault tolerance on and off.
+#[test]
+fn a_rank_of_another_build_is_refused_at_start_up() {
+    let prog = compile("sleepy.c");
+    for ft in [None, Some(("OMPCLUSTER_FT_DISABLE", "1"))] {
+        let mut envs = vec![("OMPCLUSTER_FT_INJECT", "other_build:rank=2")];
+        envs.extend(ft);
+        let what = format!("-np 4, rank 2 of another build, {}", if ft.is_some() { "fault tolerance off" } else { "fault tolerance on" });
+        let t0 = Instant::now();
+        let o = Job::spawn(4, &prog, &["4", "1"], &envs).wait(Duration::from_secs(60));
+        let took = t0.elapsed();
+        let err = stderr(&o);
+        eprintln!("{what}: ended after {took:?} with {}", o.status);
+        assert!(!o.status.success(), "{what}: the job succeeded\n{}", describe(&o));
+        assert!(!stdout(&o).contains("sleepy: started"), "{what}: the program ran\n{}", describe(&o));
+        let lines: Vec<&str> = err.lines().filter(|l| l.contains("another build of the runtime")).collect();
+        assert_eq!(lines.len(), 1, "{what}: not one line naming the other build\n{}", describe(&o));
+        // "ompcluster: rank 2 runs another build of the runtime (protocol P, build X) than
+        // rank 0 (protocol P, build Y): install one build on every node"
+        let line = lines[0];
+        let rest = line.strip_prefix("ompcluster: rank 2 runs another build of the runtime (protocol ").unwrap_or_else(|| panic!("{what}: {line}"));
+        let (theirs, ours) = rest.split_once(") than rank 0 (protocol ").unwrap_or_else(|| panic!("{what}: {line}"));
+        let ours = ours.strip_suffix("): install one build on every node").unwrap_or_else(|| panic!("{what}: {line}"));
+        let parse = |s: &str| -> (String, String) {
+            let (p, b) = s.split_once(", build ").unwrap_or_else(|| panic!("{what}: {line}"));
+            (p.to_string(), b.to_string())
+        };
+        let ((p2, b2), (p0, b0)) = (parse(theirs), parse(ours));
+        assert_eq!(p2, p0, "{what}: {line}");
+        assert!(b0.len() >= 32 && b0.chars().all(|c| c.is_ascii_hexdigit()), "{what}: {line}");
+        let flipped: String = (0..b0.len() / 2).map(|i| format!("{:02x}", !u8::from_str_radix(&b0[2 * i..2 * i + 2], 16).unwrap())).collect();
+        assert_eq!(b2, flipped, "{what}: rank 2's build is not its claim\n{line}");
+        // At once: no start-up bound (60 s) nor heartbeat timeout waited for.
+        assert!(took < Duration::from_secs(20), "{what}: took {took:?}\n{}", describe(&o));
+    }
+}

@@ -75,6 +75,16 @@ struct Status {
     startup: bool,
 }
 
+/// If the job did not start, print rank 0's account (see the plugin's `startup.rs` and
+/// `same_build.rs`), here: mpirun, stuck too, may never pass on what rank 0 prints.
+fn print_startup_report(status_file: Option<&Path>, st: &Status) {
+    if st.startup {
+        if let Some(report) = status_file.and_then(|f| std::fs::read_to_string(f.with_file_name("startup-report")).ok()) {
+            eprint!("{report}");
+        }
+    }
+}
+
 /// Wait for mpirun to end. Once the status file says how the program ended (an exit status,
 /// or the signal it died of) and the job is still running `grace` later (or
 /// [`UNREACHABLE_GRACE`] later, if dead ranks out of the head's reach remain), ask mpirun to
@@ -88,6 +98,13 @@ fn wait_for_job(mut child: std::process::Child, status_file: Option<&Path>, grac
     let mut term_since: Option<Instant> = None;
     loop {
         if let Some(st) = child.try_wait()? {
+            if ended.is_none() {
+                // The job ended before this loop saw the status (the ranks left at once, as
+                // when they run different builds): rank 0's account still goes out.
+                if let Some(st) = status_file.and_then(read_status).filter(|st| st.startup) {
+                    print_startup_report(status_file, &st);
+                }
+            }
             return Ok(st);
         }
         if TERM.swap(false, std::sync::atomic::Ordering::Relaxed) {
@@ -101,13 +118,7 @@ fn wait_for_job(mut child: std::process::Child, status_file: Option<&Path>, grac
         if ended.is_none() {
             // "started" until the head writes how the program ended.
             if let Some(st) = status_file.and_then(read_status).filter(|st| !st.how.is_empty() && st.how != "started") {
-                if st.startup {
-                    // Rank 0's account (see the plugin's `startup.rs`), printed here: mpirun,
-                    // stuck too, may never pass on what rank 0 prints.
-                    if let Some(report) = status_file.and_then(|f| std::fs::read_to_string(f.with_file_name("startup-report")).ok()) {
-                        eprint!("{report}");
-                    }
-                }
+                print_startup_report(status_file, &st);
                 ended = Some((Instant::now(), st));
             }
         }

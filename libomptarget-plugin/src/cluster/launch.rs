@@ -160,15 +160,22 @@ impl<'a> Launcher<'a> {
                         })
                         .collect();
                     let pins: BTreeSet<i32> = reached.iter().filter_map(|(b, ..)| b.writing.map(|(w, _)| w)).collect();
-                    // A worker whose copy of a buffer is in use by a running kernel and is not
-                    // the current version cannot take the current version now.
-                    let busy_copy = |w: i32| reached.iter().any(|(b, ..)| !b.held_by(w) && b.using.get(&w).is_some_and(|&n| n > 0));
+                    // A worker whose copy of a buffer a kernel executes on is not the current
+                    // version cannot take the current version now.
+                    let busy_copy = |w: i32| reached.iter().any(|(b, ..)| b.running_unheld(w));
+                    // A worker whose copy of a buffer a region placed there is waiting for (its
+                    // move is on its way or about to be) lacks nothing for it: the region
+                    // is placed there once the copy arrived (it waits below), as a region
+                    // placed on a copy it holds. (Left out, as an earlier version did, a
+                    // matmul's regions placed while others waited for the same input went
+                    // elsewhere and moved it again.)
+                    let arriving = |w: i32| reached.iter().any(|(b, ..)| b.used_unheld(w));
                     let allowed = |w: i32| pins.is_empty() || pins.contains(&w);
                     let candidates: Vec<Candidate> = self
                         .targets()
                         .filter(|&w| allowed(w) && !busy_copy(w))
                         .map(|w| {
-                            let missing = reached.iter().filter(|(b, ..)| !b.held_by(w));
+                            let missing = reached.iter().filter(|(b, ..)| !b.held_by(w) && !b.used_unheld(w));
                             Candidate {
                                 rank: w,
                                 missing_bytes: missing.clone().map(|(b, ..)| b.size).sum(),
@@ -180,24 +187,26 @@ impl<'a> Launcher<'a> {
                     // It reaches buffers being written on two workers, or every worker it may run
                     // on has a copy in use by a running kernel: wait for one to finish.
                     let wait = pins.len() > 1 || (candidates.is_empty() && self.targets().any(|w| allowed(w) && busy_copy(w)));
-                    if wait {
-                        None
-                    } else {
-                        let w = self.offload.sched.choose(&candidates).ok_or(ClusterError::NoWorker)?;
-                        let reach: Vec<(u64, u64, u64, u64)> = reached.iter().map(|(b, ..)| (b.addr, b.size, b.id, b.version)).collect();
-                        let reach_args: Vec<u64> = reached.iter().map(|&(_, m, _)| m).collect();
-                        // The buffers it may write (see `WriteSet`).
-                        let may_write: Vec<bool> = reached
-                            .iter()
-                            .map(|&(_, args, from)| match history {
-                                None => true,
-                                Some(h) => from || args & h.args != 0 || (h.other && args == 0),
-                            })
-                            .collect();
-                        let assume_written: Vec<bool> = reached.iter().map(|&(.., from)| from).collect();
-                        // Its content key, for the log (`journal.rs`).
-                        let task_key = self.durability.keyed().then(|| kernel.region_key(args, reached.iter().map(|(b, ..)| *b)));
-                        Some((w, reach, assume_written, may_write, reach_args, task_key))
+                    let chosen = if wait { None } else { Some(self.offload.sched.choose(&candidates).ok_or(ClusterError::NoWorker)?) };
+                    match chosen {
+                        None => None,
+                        Some(w) if arriving(w) => None,
+                        Some(w) => {
+                            let reach: Vec<(u64, u64, u64, u64)> = reached.iter().map(|(b, ..)| (b.addr, b.size, b.id, b.version)).collect();
+                            let reach_args: Vec<u64> = reached.iter().map(|&(_, m, _)| m).collect();
+                            // The buffers it may write (see `WriteSet`).
+                            let may_write: Vec<bool> = reached
+                                .iter()
+                                .map(|&(_, args, from)| match history {
+                                    None => true,
+                                    Some(h) => from || args & h.args != 0 || (h.other && args == 0),
+                                })
+                                .collect();
+                            let assume_written: Vec<bool> = reached.iter().map(|&(.., from)| from).collect();
+                            // Its content key, for the log (`journal.rs`).
+                            let task_key = self.durability.keyed().then(|| kernel.region_key(args, reached.iter().map(|(b, ..)| *b)));
+                            Some((w, reach, assume_written, may_write, reach_args, task_key))
+                        }
                     }
                 };
                 let Some((w, reach, assume_written, may_write, reach_args, task_key)) = placed else {

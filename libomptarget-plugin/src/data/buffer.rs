@@ -211,6 +211,19 @@ impl Buffer {
         self.version == 0 || self.holders.contains(&r)
     }
 
+    /// `w`'s copy is not the current version and a kernel placed on `w` uses it: it is on its
+    /// way there for that kernel (or about to be), or, if that kernel already executes, it
+    /// is an older version no other may be moved over.
+    pub(crate) fn used_unheld(&self, w: i32) -> bool {
+        !self.held_by(w) && self.using.get(&w).is_some_and(|&n| n > 0)
+    }
+
+    /// A kernel executes on `w`'s copy and that copy is not the current version (see
+    /// [`Buffer::used_unheld`]).
+    pub(crate) fn running_unheld(&self, w: i32) -> bool {
+        !self.held_by(w) && self.running.get(&w).is_some_and(|&n| n > 0)
+    }
+
     /// The version rank `r`'s copy holds, if it holds a known one.
     pub(crate) fn version_on(&self, r: i32) -> Option<u64> {
         if self.holders.contains(&r) {
