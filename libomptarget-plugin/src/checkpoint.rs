@@ -1,11 +1,12 @@
 //! Consistent, incremental checkpoints of device data, orchestrated by the head.
 //!
 //! Design note (concurrency). Every offloading request of the head runs under the read side
-//! of `Cluster::gate`; a checkpoint takes the write side, so new requests wait and the ones in
-//! flight (kernels included) finish first. While the gate is held the head only decides who
-//! saves what (the holder of each changed buffer's current version) and posts a CHECKPOINT
-//! event to each saving worker; then it releases the gate. The saves themselves run after the
-//! pause, yet each buffer is saved exactly as it was at the pause:
+//! of the gate (`cluster::Requests::enter`); a checkpoint takes the write side, so new
+//! requests wait and the ones in flight (kernels included) finish first. While the gate is
+//! held the head only decides who saves what (the holder of each changed buffer's current
+//! version) and posts a CHECKPOINT event to each saving worker; then it releases the gate.
+//! The saves themselves run after the pause, yet each buffer is saved exactly as it was at
+//! the pause:
 //! - a worker saves on its polling thread, before it looks at any later event, and only later
 //!   events (a kernel, a transfer, a delete) can change the copies it holds;
 //! - the head saves its staged copies on the background thread, and whoever would change or

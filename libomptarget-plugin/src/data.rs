@@ -34,6 +34,11 @@ impl Place {
             Place::Worker(r)
         }
     }
+
+    /// Is it a worker (not the head)?
+    pub(crate) fn is_worker(self) -> bool {
+        matches!(self, Place::Worker(_))
+    }
 }
 
 /// Unallocated device addresses left before every buffer (virtual space only). A pointer that
@@ -86,7 +91,7 @@ pub(crate) struct Buffers {
     next_id: u64,
     /// Versions the head keeps apart from its copies of the buffers: its copy of one was
     /// overwritten (or a recovery rescued it from a worker) while it still fed the current
-    /// version of another buffer (`Cluster::lineage_needs`); the only place lineage can still
+    /// version of another buffer (`HeadCopies::lineage_needs`); the only place lineage can still
     /// find them.
     kept: HashMap<task_graph::Access, Arc<Vec<u8>>>,
     /// Bytes the head keeps only for recovery: its copies of older versions, retired
@@ -199,7 +204,7 @@ impl Buffers {
         self.track(addr, |b| {
             let old = b.version;
             for r in std::mem::take(&mut b.holders) {
-                if !holders.contains(&r) && (r != HEAD || budget_ok) && old > 0 {
+                if !holders.contains(&r) && (Place::of(r).is_worker() || budget_ok) && old > 0 {
                     b.stale.insert(r, old);
                 }
             }
@@ -436,9 +441,7 @@ impl Buffers {
     /// budget), its range stays allocated. The caller has taken it out with
     /// [`Buffers::remove`] and released the workers' copies.
     pub(crate) fn retire(&mut self, mut b: Buffer) {
-        b.holders.retain(|&r| r == HEAD);
-        b.stale.retain(|&r, _| r == HEAD);
-        b.backed.retain(|&r| r == HEAD);
+        b.keep_head_only();
         b.incoming.clear();
         self.retained += b.span;
         self.retired.insert(b.id, b);

@@ -1,4 +1,4 @@
-//! Buddy copies: a second copy, on the head, of versions that only workers hold.
+//! Buddy copies ([`Buddy`]): a second copy, on the head, of versions that only workers hold.
 //!
 //! Versions are immutable, so a copy of version v taken at any time is as good as the worker's
 //! for lineage: once the head holds v, a failure of the worker can cost at most the tasks that
@@ -26,10 +26,10 @@
 //! * Writing the head's copy happens under the buffer lock, after any checkpoint still
 //!   saving that copy is done, and after keeping the version it replaces apart if lineage
 //!   still needs it (as any write of the head's copy does).
-//! * After each pass it prunes the task record if due (`Cluster::prune`: the walk holds only
+//! * After each pass it prunes the task record if due (`Pruner::prune`: the walk holds only
 //!   the record's lock), which the copies just made let forget what came before them; a
 //!   region prunes only if the record has grown to twice the threshold meanwhile.
-//! * Shutdown waits for a batch in progress (`Cluster::buddy_busy`), so that no MPI call of
+//! * Shutdown waits for a batch in progress (`Tolerance::buddy_busy`), so that no MPI call of
 //!   this thread outlives the workers or MPI itself.
 //! * Bandwidth: after a batch that took `t` it waits `t * (100 - share) / share`
 //!   (`OMPCLUSTER_FT_BUDDY_SHARE`, percent), so it spends at most that share of its time
@@ -37,52 +37,67 @@
 //!   most `OMPCLUSTER_FT_BUDDY_MEMORY` bytes of buffers; the head's older copies count
 //!   against `OMPCLUSTER_FT_RETAIN` as before.
 
-use super::{Cluster, Result};
+use super::durability::Durability;
+use super::head_copies::HeadCopies;
+use super::ledger::Ledger;
+use super::link::Link;
+use super::meter::Meter;
+use super::movement::Movement;
+use super::offload::Offload;
+use super::prune::Pruner;
+use super::tolerance::Tolerance;
+use super::{Result, Stopped};
+use crate::config::Config;
 use crate::data::HEAD;
-use event_system::Liveness;
+use crate::inject::Injector;
 use event_system::protocol::Region;
 use ft_handler::buddy::{BuddyPolicy, Candidate};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 pub use run_report::BuddyStats;
 
-impl Cluster {
-    /// The buddy schedule (`ft_handler::buddy`) from the settings.
-    fn buddy_policy(&self) -> BuddyPolicy {
-        BuddyPolicy::new(Duration::from_millis(self.cfg.buddy_interval_ms), self.cfg.buddy_share_percent, self.cfg.buddy_memory)
-    }
+/// The buddy schedule (`ft_handler::buddy`) from the settings.
+pub(super) fn policy(cfg: &Config) -> BuddyPolicy {
+    BuddyPolicy::new(Duration::from_millis(cfg.buddy_interval_ms), cfg.buddy_share_percent, cfg.buddy_memory)
+}
 
+view! {
+    /// Buddy copies: the thread reads every part (liveness, the buffers, the regions in flight,
+    /// checkpoints, the settings), copies through [`Movement`], writes the head's copies through
+    /// [`HeadCopies`] and prunes through [`Pruner`], under the gate and its own `buddy_busy`: it
+    /// borrows the whole cluster.
+    pub(super) struct Buddy { link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped }
+    also { tolerance.inject: Injector }
+}
+
+impl Buddy<'static> {
     /// Start the buddy thread, if buddy copies are on.
-    pub(super) fn start_buddy(&'static self) -> std::io::Result<()> {
-        if !self.retains() || !self.buddy_policy().enabled() {
+    pub(super) fn start(self) -> std::io::Result<()> {
+        if !self.ledger.retains() || !policy(self.cfg).enabled() {
             return Ok(());
         }
         std::thread::Builder::new().name("ompc-ft-buddy".into()).spawn(move || self.buddy_loop()).map(|_| ())
     }
+}
 
+impl<'a> Buddy<'a> {
     fn buddy_loop(&self) {
-        let policy = self.buddy_policy();
+        let policy = policy(self.cfg);
         loop {
             std::thread::sleep(policy.interval);
-            if self.stopped.load(Ordering::Acquire) || self.local().is_some() {
+            if self.stopped.is_set() || self.offload.local().is_some() {
                 return;
             }
             self.buddy_pass(&policy);
             // The copies just made let the record forget what came before them: pruned here,
-            // off the offloading threads' path (see `Cluster::maybe_prune`), like a region,
+            // off the offloading threads' path (see `Pruner::maybe_prune`), like a region,
             // under the gate's read side.
             let _busy = self.tolerance.buddy_busy.lock();
             let _gate = self.tolerance.ft.enter();
-            if self.check_running().is_ok() {
-                self.prune();
+            if self.stopped.check().is_ok() {
+                Pruner::of(*self).prune();
             }
         }
-    }
-
-    /// Does the buddy thread prune the task record (see `Cluster::maybe_prune`)?
-    pub(super) fn buddy_prunes(&self) -> bool {
-        self.retains() && self.buddy_policy().enabled() && self.local().is_none()
     }
 
     /// Copy to the head every version that only workers hold, furthest behind first, in
@@ -93,10 +108,10 @@ impl Cluster {
             let mut head_bytes = 0;
             let mut todo = Vec::new();
             for b in bufs.iter() {
-                if b.backed.contains(&HEAD) {
+                if b.staged() {
                     head_bytes += b.span;
                 }
-                if b.deleted || b.version <= b.pristine_version() || b.holders.is_empty() || b.holders.contains(&HEAD) {
+                if b.deleted || b.version <= b.pristine_version() || b.holders.is_empty() || b.on_head() {
                     continue;
                 }
                 if self.durability.ckpt.as_ref().is_some_and(|c| c.holds(b.id, b.version)) {
@@ -113,7 +128,7 @@ impl Cluster {
             v.into()
         };
         while !todo.is_empty() {
-            if self.stopped.load(Ordering::Acquire) {
+            if self.stopped.is_set() {
                 return;
             }
             let t0 = Instant::now();
@@ -133,7 +148,7 @@ impl Cluster {
         // Shutdown waits for a batch in progress (its MPI calls) before it stops the workers.
         let _busy = self.tolerance.buddy_busy.lock();
         let _gate = self.tolerance.ft.enter();
-        self.check_running()?;
+        self.stopped.check()?;
         // (candidate, version, region)
         let mut picked: Vec<(Candidate, u64, Region)> = Vec::new();
         let mut src = None;
@@ -147,7 +162,7 @@ impl Cluster {
                     break;
                 }
                 let Some(b) = bufs.get_mut(c.key).filter(|b| b.id == c.id && !b.deleted) else { continue };
-                if b.holders.contains(&HEAD) || b.incoming.contains(&HEAD) || b.holding.contains_key(&HEAD) || b.host_writes > 0 || b.buddy_reading.is_some() {
+                if b.on_head() || b.incoming.contains(&HEAD) || b.holding.contains_key(&HEAD) || b.host_writes > 0 || b.buddy_reading.is_some() {
                     continue;
                 }
                 // A region in flight that can reach it, anywhere, may have to merge its changes
@@ -157,7 +172,7 @@ impl Cluster {
                     continue;
                 }
                 let v = b.version;
-                let clean = |r: &i32| *r != HEAD && !self.link.live.is_dead(*r) && b.clean_copy(*r, v) && !b.holding.contains_key(r) && !b.incoming.contains(r);
+                let clean = |r: &i32| self.link.is_live_worker(*r) && b.clean_copy(*r, v) && !b.holding.contains_key(r) && !b.incoming.contains(r);
                 let from = match src {
                     Some(s) if clean(&s) => s,
                     // Another worker's: for a later batch.
@@ -166,12 +181,12 @@ impl Cluster {
                         continue;
                     }
                     Some(_) => continue,
-                    None => match b.holders.iter().copied().filter(clean).min_by_key(|&r| self.offload.in_flight[r as usize].load(Ordering::Relaxed)) {
+                    None => match b.holders.iter().copied().filter(clean).min_by_key(|&r| self.offload.in_flight(r)) {
                         Some(r) => r,
                         None => continue,
                     },
                 };
-                if !b.backed.contains(&HEAD) {
+                if !b.staged() {
                     if !policy.admits(*head_bytes, b.span) {
                         self.tolerance.buddy_stats.lock().over_budget += 1;
                         continue;
@@ -189,7 +204,7 @@ impl Cluster {
         let Some(src) = src else { return Ok(0) };
         let t0 = Instant::now();
         let regions: Vec<Region> = picked.iter().map(|p| p.2).collect();
-        let fetched = self.fetch_many(&regions, src);
+        let fetched = Movement::of(*self).fetch_many(&regions, src);
         let mut bufs = self.ledger.buffers.lock();
         for (c, ..) in &picked {
             if let Some(b) = bufs.get_mut(c.key).filter(|b| b.id == c.id) {
@@ -202,26 +217,26 @@ impl Cluster {
         let mut copied_bytes = 0;
         for ((c, version, region), bytes) in picked.iter().zip(fetched) {
             let still = bufs.get(c.key).is_some_and(|b| {
-                b.id == c.id && b.version_on(src) == Some(*version) && !b.holders.contains(&HEAD) && !b.holding.contains_key(&HEAD)
+                b.id == c.id && b.version_on(src) == Some(*version) && !b.on_head() && !b.holding.contains_key(&HEAD)
             });
             if !still {
                 continue;
             }
-            self.stage_on_head(&mut bufs, c.key)?;
-            self.keep_head_version_before(&mut bufs, c.key, Some(*version));
-            self.before_changing_staged(c.key);
+            HeadCopies::of(*self).stage_on_head(&mut bufs, c.key)?;
+            HeadCopies::of(*self).keep_head_version_before(&mut bufs, c.key, Some(*version));
+            self.durability.before_changing_staged(c.key);
             // SAFETY: the head backed this buffer's pages just above; nothing reads the head's
             // copy meanwhile: it holds no current version (so no request sends from it), a
             // checkpoint saving it is done (waited above), and recovery cannot run (the gate
             // is held).
-            unsafe { self.write_on_head(c.key, &bytes) };
+            unsafe { self.offload.write_on_head(c.key, &bytes) };
             bufs.install(c.id, HEAD, *version);
             if let Some(b) = bufs.get_mut(c.key) {
                 b.buddy = Some(*version);
             }
             copied += 1;
             copied_bytes += region.size;
-            self.log(format_args!("BUDDY buffer {} version {} copied from {src} to the head ({} bytes)", c.id, version, region.size));
+            self.meter.log(format_args!("BUDDY buffer {} version {} copied from {src} to the head ({} bytes)", c.id, version, region.size));
         }
         drop(bufs);
         let mut s = self.tolerance.buddy_stats.lock();

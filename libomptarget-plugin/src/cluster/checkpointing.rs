@@ -1,27 +1,46 @@
-//! Taking a consistent checkpoint: the pause, the plan of who saves what, and the collection
-//! of the savers' answers in the background (design note in `crate::checkpoint`).
-use super::{link, Cluster, ClusterError, Result};
+//! Taking a consistent checkpoint ([`Checkpoints`]): the pause, the plan of who saves what,
+//! and the collection of the savers' answers in the background (design note in
+//! `crate::checkpoint`); and having a worker restore a checkpointed version (re-runs,
+//! resuming).
+
+use super::durability::Durability;
+use super::faults::Faults;
+use super::ledger::Ledger;
+use super::link::{self, Link};
+use super::meter::Meter;
+use super::movement::Movement;
+use super::offload::Offload;
+use super::tolerance::Tolerance;
+use super::{ClusterError, Result};
 use crate::checkpoint::{Checkpointer, SaveItem};
-use crate::data::HEAD;
+use crate::data::{Place, HEAD};
+use crate::inject::Injector;
 use event_system::protocol::{Event, Region, Reply};
 use ft_handler::State;
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 use timeline::Cat;
 
-impl Cluster {
+view! {
+    /// Checkpoints: a consistent cut of the whole state, so it borrows every part: the gate
+    /// (`Tolerance`), the versions to save (`Ledger`), who saves them (`Link`, and `Offload` for
+    /// the least busy holder), the store and the log (`Durability`), and the `Meter`.
+    pub(super) struct Checkpoints { link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, durability: Durability, meter: Meter }
+    also { tolerance.inject: Injector }
+}
+
+impl<'a> Checkpoints<'a> {
     /// Have worker `w` read a checkpointed version (`rec` says where it is) straight into its
     /// copy at `region`, which must be backed there: the head neither reads it nor sends it.
-    /// Several may be posted before their answers are awaited ([`Cluster::restored`]).
+    /// Several may be posted before their answers are awaited ([`Checkpoints::restored`]).
     pub(super) fn post_restore(&self, w: i32, region: Region, rec: &ckpt_veloc::RegionRecord) -> Result<i32> {
-        self.inject_due(|t| *t == crate::inject::Trigger::DuringRestore);
+        Faults::of(*self).inject_due(|t| *t == crate::inject::Trigger::DuringRestore);
         let record = serde_json::to_vec(rec).map_err(|e| ClusterError::Worker { rank: w, msg: format!("cannot encode a checkpoint record: {e}") })?;
         self.link.post(w, Event::Restore { region, record })
     }
 
-    /// The answer to [`Cluster::post_restore`]: `Ok(Err(why))` if the copy is unusable
+    /// The answer to [`Checkpoints::post_restore`]: `Ok(Err(why))` if the copy is unusable
     /// (damaged, missing: the worker checked it against its checksum).
     pub(super) fn restored(&self, w: i32, tag: i32) -> Result<std::result::Result<(), String>> {
         match self.link.comm.recv_msg::<Reply>(w, tag, self.link.live.as_ref())? {
@@ -34,9 +53,9 @@ impl Cluster {
     /// SIGTERM (`crate::sigterm`): take a checkpoint now, whatever the interval, and wait
     /// until it is published. Nothing while fast-forwarding (versions no rank holds cannot
     /// be saved: a resume of this job starts from the checkpoint this one resumed from).
-    pub(crate) fn final_checkpoint(&self) {
+    pub(super) fn final_checkpoint(&self) {
         let Some(cp) = &self.durability.ckpt else { return };
-        if self.fast_forward() {
+        if self.durability.fast_forward() {
             eprintln!("ompcluster: SIGTERM while fast-forwarding a resumed job: no final checkpoint");
             return;
         }
@@ -50,9 +69,9 @@ impl Cluster {
     /// background (design note in `checkpoint.rs`).
     pub(super) fn checkpoint(&self, cp: &Checkpointer, force: bool) {
         let t0 = Instant::now();
-        let traced = self.trace_now();
+        let traced = self.meter.trace_now();
         let gate = self.tolerance.ft.exclusive(State::Checkpointing);
-        if !force && !cp.due(self.ledger.device_bytes.load(Ordering::Relaxed)) {
+        if !force && !cp.due(self.ledger.device_bytes()) {
             return; // another thread took it while we waited
         }
         // A failure not yet recovered from: no checkpoint now (a buffer whose only holders
@@ -71,7 +90,7 @@ impl Cluster {
                 if self.durability.journal.is_some() {
                     keys.push((b.id, b.addr, b.size, b.key));
                 }
-                match self.current_holder(b) {
+                match Movement::of(*self).current_holder(b) {
                     Some(r) => plan.entry(r).or_default().push((b.id, b.addr, b.size, b.version)),
                     // A rank died since the check above: as above, not now.
                     None => return,
@@ -91,7 +110,7 @@ impl Cluster {
         }
         let mut posted = Vec::new();
         let mut post_failed = None;
-        for (&r, items) in plan.iter().filter(|(&r, _)| r != HEAD) {
+        for (&r, items) in plan.iter().filter(|(&r, _)| Place::of(r).is_worker()) {
             let regions = items.iter().map(|&(id, addr, size, _)| (id, Region { addr, size })).collect();
             match self.link.post(r, Event::Checkpoint { ckpt, regions }) {
                 Ok(tag) => posted.push((r, tag)),
@@ -103,17 +122,17 @@ impl Cluster {
                 }
             }
         }
-        self.inject_due(|t| *t == crate::inject::Trigger::DuringCheckpoint);
+        Faults::of(*self).inject_due(|t| *t == crate::inject::Trigger::DuringCheckpoint);
         let head_items = plan.get(&HEAD).cloned().unwrap_or_default();
         let items: Vec<SaveItem> = plan.values().flatten().copied().collect();
         let pause = t0.elapsed();
-        self.trace(traced, Cat::Checkpoint, HEAD, format!("checkpoint {ckpt}"), || {
+        self.meter.trace(traced, Cat::Checkpoint, HEAD, format!("checkpoint {ckpt}"), || {
             let bytes: u64 = items.iter().map(|&(_, _, size, _)| size).sum();
             vec![("buffers", json!(items.len())), ("bytes", json!(bytes))]
         });
         let (comm, live, trace) = (self.link.comm.clone(), self.link.live.clone(), self.meter.trace.clone());
-        let paused = self.trace_now();
-        self.log(format_args!("CHECKPOINT {ckpt}: {} regions, pause {:.3} ms", items.len(), pause.as_secs_f64() * 1e3));
+        let paused = self.meter.trace_now();
+        self.meter.log(format_args!("CHECKPOINT {ckpt}: {} regions, pause {:.3} ms", items.len(), pause.as_secs_f64() * 1e3));
         cp.end_pause(ckpt, &items, head_items, pause, self.durability.journal.clone(), move |own_flush, saved| {
             // Each worker answers twice on its tag: saved (Ok), then flushed (Flushed). Every
             // answer is collected, even after a failure, so that none is left behind.

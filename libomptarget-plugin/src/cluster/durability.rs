@@ -7,14 +7,14 @@
 //! the gate, then `replay`, then `adoptable`, then the ledger's `buffers`; `resume_record` is
 //! innermost.
 
-use super::resume::Replay;
 use super::ResumeRecord;
+use super::resume::Replay;
 use crate::checkpoint::Checkpointer;
-use crate::journal::{Checkpointed, Journal};
+use crate::journal::{Checkpointed, Entry, Journal, TaskEntry};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Checkpoints, the log and resuming.
 pub(super) struct Durability {
@@ -23,11 +23,11 @@ pub(super) struct Durability {
     pub(super) journal: Option<Arc<Journal>>,
     /// A resumed job's fast-forward (`resume.rs`), and whether it is still fast-forwarding.
     pub(super) replay: Mutex<Replay>,
-    pub(super) replaying: AtomicBool,
+    replaying: AtomicBool,
     /// Versions get content keys (`journal.rs`): with the log, or when resuming.
-    pub(super) keyed: bool,
+    keyed: bool,
     /// A resumed job (`OMPCLUSTER_RESUME=1` with a log to fast-forward through).
-    pub(super) resumed: bool,
+    resumed: bool,
     /// What the checkpoint a resumed job resumed from holds, by address (`resume.rs`).
     pub(super) adoptable: Mutex<HashMap<u64, Checkpointed>>,
     /// What a resumed job did, for the report.
@@ -50,6 +50,41 @@ impl Durability {
             adoptable: Mutex::new(adoptable),
             replay: Mutex::new(replay),
             resume_record: Mutex::new(resume_record),
+        }
+    }
+
+    /// Is the job fast-forwarding?
+    pub(super) fn fast_forward(&self) -> bool {
+        self.replaying.load(Ordering::Acquire)
+    }
+
+    /// Fast-forwarding is over (`resume.rs`).
+    pub(super) fn stop_fast_forward(&self) {
+        self.replaying.store(false, Ordering::Release);
+    }
+
+    /// Do versions get content keys (`journal.rs`)?
+    pub(super) fn keyed(&self) -> bool {
+        self.keyed
+    }
+
+    /// Is this a resumed job?
+    pub(super) fn resumed(&self) -> bool {
+        self.resumed
+    }
+
+    /// Wait until a checkpoint in progress has saved the head's staged copy of the buffer at
+    /// `addr` (if it is saving it): call before changing or freeing that copy.
+    pub(super) fn before_changing_staged(&self, addr: u64) {
+        if let Some(cp) = &self.ckpt {
+            cp.head_pending.wait(addr);
+        }
+    }
+
+    /// The log entry of a region that ran cleanly (see `launch.rs`).
+    pub(super) fn log_task(&self, t: TaskEntry) {
+        if let Some(j) = &self.journal {
+            j.push(Entry::Task(t));
         }
     }
 }

@@ -1,16 +1,45 @@
-//! The one EXECUTE client. Every kernel run, a launch's (`launch.rs`) or a recovery's re-run
-//! (`recovery.rs`), is described by one [`Execute`], sent by [`Cluster::post_execute`] and its
-//! reply received by [`Cluster::await_executed`], which validates it ([`check_reply`]) before
-//! anything in it is used. Posting and awaiting are separate so that a caller can have several
-//! EXECUTEs in flight on one worker (a recovery's chain) and await them in order.
-//! [`Cluster::execute`] does both, and runs on the head itself once no worker is left.
+//! The one EXECUTE client, [`Executor`]. Every kernel run, a launch's (`launch.rs`) or a
+//! recovery's re-run (`rerun.rs`), is described by one [`Execute`], sent by
+//! [`Executor::post_execute`] and its reply received by [`Executor::await_executed`], which
+//! validates it ([`check_reply`]) before anything in it is used. Posting and awaiting are
+//! separate so that a caller can have several EXECUTEs in flight on one worker (a recovery's
+//! chain) and await them in order. [`Executor::execute`] does both, and runs the kernel on the
+//! head itself once no worker is left ([`Executor::run_here`]; `on_head.rs` loads the images
+//! there).
 //!
 //! What a run on a worker printed is printed here, once, in program order, unless the run is
 //! `quiet` (a re-run: its first run printed it); a run on the head prints on its own stdout.
 
-use super::{Cluster, ClusterError, Executed, Result};
-use crate::data::Place;
+use super::durability::Durability;
+use super::link::Link;
+use super::meter::Meter;
+use super::offload::Offload;
+use super::{ClusterError, Result};
+use crate::data::{Place, HEAD};
 use event_system::protocol::{Event, FoundPointers, Patch, Region, Reply, StdStream, MAX_SEND_BACK};
+
+/// A worker's report of a kernel run (see `Reply::Executed`; its output is printed already).
+pub(super) struct Executed {
+    /// Per region: did it change?
+    pub(super) changed: Vec<bool>,
+    /// Device pointers found in each changed region.
+    pub(super) pointers: Vec<FoundPointers>,
+    /// Seconds in the kernel.
+    pub(super) seconds: f64,
+    /// When the EXECUTE left and the reply came, on the trace's clock (if one is recorded).
+    pub(super) traced: Option<(f64, f64)>,
+    /// Changes to image data regions: (region index, runs).
+    pub(super) patches: Vec<(u32, Patch)>,
+    /// Blocks device code allocated.
+    pub(super) allocated: Vec<event_system::protocol::Allocated>,
+    /// Blocks allocated before that it freed.
+    pub(super) freed: Vec<u64>,
+    /// Regions whose new contents came back with the reply: (region index, bytes).
+    pub(super) returned: Vec<(usize, Vec<u8>)>,
+    /// What it printed (kept only for the log, `journal.rs`).
+    pub(super) output: Vec<u8>,
+    pub(super) errors: Vec<u8>,
+}
 
 /// One kernel run to ask of a rank: kernel `kernel` of image `image` with argument values
 /// `args`, over `regions` (present on that rank).
@@ -45,15 +74,22 @@ pub(super) struct Posted {
     since: Option<f64>,
 }
 
-impl Cluster {
+view! {
+    /// The EXECUTE client: borrows the link (the EXECUTE and its reply), the meter (the trace),
+    /// the durability (a region's output is kept for the log; the head's copies wait for a
+    /// checkpoint saving them) and the offload (the head's own device, libomp's messages seen).
+    pub(super) struct Executor { link: Link, offload: Offload, durability: Durability, meter: Meter }
+}
+
+impl<'a> Executor<'a> {
     /// Run `run` on `w` (a worker, or the head once it runs regions itself) and wait for its
     /// report.
     pub(super) fn execute(&self, w: i32, run: Execute<'_>) -> Result<Executed> {
         match Place::of(w) {
             Place::Head => {
-                let since = self.trace_now();
+                let since = self.meter.trace_now();
                 let mut ran = self.run_here(run.image, run.kernel, run.args, &run.regions, &run.assume_written, run.quiet)?;
-                ran.traced = since.zip(self.trace_now());
+                ran.traced = since.zip(self.meter.trace_now());
                 Ok(ran)
             }
             Place::Worker(w) => {
@@ -63,11 +99,11 @@ impl Cluster {
         }
     }
 
-    /// Send `run` to worker `w`; its reply is awaited by [`Cluster::await_executed`].
+    /// Send `run` to worker `w`; its reply is awaited by [`Executor::await_executed`].
     pub(super) fn post_execute(&self, w: i32, run: Execute<'_>) -> Result<Posted> {
         let n = run.regions.len();
         assert!(run.assume_written.len() == n && run.send_back.len() == n, "one flag per region");
-        let since = self.trace_now();
+        let since = self.meter.trace_now();
         let sizes = run.regions.iter().map(|r| r.size).collect();
         let posted = Posted { rank: w, tag: 0, sizes, assume_written: run.assume_written.clone(), send_back: run.send_back.clone(), quiet: run.quiet, since };
         let event = Event::Execute {
@@ -132,7 +168,34 @@ impl Cluster {
             }
             back.push((i, bytes));
         }
-        Ok(Executed { changed, pointers, seconds, patches, allocated, freed, traced: p.since.zip(self.trace_now()), returned: back, output, errors })
+        Ok(Executed { changed, pointers, seconds, patches, allocated, freed, traced: p.since.zip(self.meter.trace_now()), returned: back, output, errors })
+    }
+
+    /// Run kernel `index` of `image` on the head over `regions` (staged here), as a worker
+    /// runs an EXECUTE. With `quiet`, what it prints is dropped (a re-run during recovery:
+    /// its first run printed it).
+    pub(super) fn run_here(&self, image: u32, index: u32, args: &[u64], regions: &[Region], assume_written: &[bool], quiet: bool) -> Result<Executed> {
+        let dev = self.offload.local().ok_or(ClusterError::NoWorker)?;
+        for r in regions {
+            self.durability.before_changing_staged(r.addr);
+        }
+        let _quiet = if quiet { Some(QuietStdout::new().map_err(|e| ClusterError::Worker { rank: HEAD, msg: format!("cannot silence stdout: {e}") })?) } else { None };
+        // SAFETY: the caller made every region present on the head (staged at its device
+        // address, or an image's data loaded here) and keeps the buffers while it runs;
+        // libomptarget generated `args` for this kernel (or the record kept them).
+        let ran = unsafe { dev.execute(image, index, args, regions, assume_written) }.map_err(|msg| ClusterError::Worker { rank: HEAD, msg })?;
+        Ok(Executed {
+            changed: ran.changed,
+            pointers: ran.pointers,
+            seconds: ran.seconds,
+            patches: ran.patches,
+            allocated: ran.allocated,
+            freed: ran.freed,
+            traced: None,
+            returned: Vec::new(),
+            output: Vec::new(),
+            errors: Vec::new(),
+        })
     }
 
     /// What worker `w`'s region printed on stderr, less libomp's messages that another
@@ -162,6 +225,45 @@ impl Cluster {
             .flatten()
             .copied()
             .collect()
+    }
+}
+
+/// The process's standard output goes to /dev/null while this lives (C streams flushed on
+/// both ends). Only recovery uses it, while it holds every offloading thread.
+struct QuietStdout {
+    saved: libc::c_int,
+}
+
+impl QuietStdout {
+    fn new() -> std::io::Result<Self> {
+        let null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
+        // SAFETY: flushing C streams, then duplicating descriptors this process owns
+        // (1, and `null` which stays open until the end of this function).
+        unsafe {
+            libc::fflush(std::ptr::null_mut());
+            let saved = libc::dup(1);
+            if saved < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 1) < 0 {
+                let e = std::io::Error::last_os_error();
+                libc::close(saved);
+                return Err(e);
+            }
+            Ok(QuietStdout { saved })
+        }
+    }
+}
+
+impl Drop for QuietStdout {
+    fn drop(&mut self) {
+        // SAFETY: flushing C streams, then putting back the descriptor saved in `new`, which
+        // this value owns.
+        unsafe {
+            libc::fflush(std::ptr::null_mut());
+            libc::dup2(self.saved, 1);
+            libc::close(self.saved);
+        }
     }
 }
 

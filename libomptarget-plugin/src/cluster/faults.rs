@@ -1,21 +1,32 @@
-//! Injecting the faults of `OMPCLUSTER_FT_INJECT` (grammar in `crate::inject`).
-use super::Cluster;
-use crate::inject::Trigger;
+//! Injecting the faults of `OMPCLUSTER_FT_INJECT` (grammar in `crate::inject`): [`Faults`].
+//!
+//! Threads: any thread that reaches a trigger (offloading threads, the handler, checkpoints,
+//! shutdown), and `ompc-ft-inject` for the faults triggered by time, started here.
+
+use super::link::Link;
+use super::meter::Meter;
+use crate::inject::{Injector, Trigger};
 use event_system::Liveness;
 use event_system::protocol::Event;
 
-impl Cluster {
+view! {
+    /// Injecting faults: borrows the link (to tell a victim), the meter (the clock, the log) and
+    /// the fault injector of `Tolerance` (what is due, and when each fault was injected).
+    pub(super) struct Faults { link: Link, meter: Meter, inject: Injector }
+}
+
+impl<'a> Faults<'a> {
     /// Inject the faults whose trigger `due` accepts.
     pub(super) fn inject_due(&self, due: impl Fn(&Trigger) -> bool) {
-        if self.tolerance.inject.is_empty() {
+        if self.inject.is_empty() {
             return;
         }
-        for (action, rank, trigger) in self.tolerance.inject.due(due) {
+        for (action, rank, trigger) in self.inject.due(due) {
             if self.link.live.is_dead(rank) || rank >= self.link.comm.size() {
                 continue;
             }
-            self.log(format_args!("INJECT {action:?} into rank {rank}"));
-            self.tolerance.inject.injected(rank);
+            self.meter.log(format_args!("INJECT {action:?} into rank {rank}"));
+            self.inject.injected(rank);
             let event = Event::Inject { signal: action.signal(), at_exit: trigger == Trigger::DuringExit };
             if let Err(e) = self.link.post(rank, event) {
                 eprintln!("ompcluster: could not inject {action:?} into rank {rank}: {e}");
@@ -23,9 +34,16 @@ impl Cluster {
         }
     }
 
+    /// Seconds from the injection of `rank`'s fault to now, if one was injected.
+    pub(super) fn since_injected(&self, rank: i32) -> Option<f64> {
+        self.inject.injected_at(rank).map(|t| t.elapsed().as_secs_f64())
+    }
+}
+
+impl Faults<'static> {
     /// Faults triggered by time: one thread sleeps until each is due.
-    pub(super) fn start_timed_faults(&'static self) {
-        let mut delays = self.tolerance.inject.timed();
+    pub(super) fn start_timed(self) {
+        let mut delays = self.inject.timed();
         if delays.is_empty() {
             return;
         }
@@ -42,10 +60,5 @@ impl Cluster {
         if let Err(e) = spawned {
             eprintln!("ompcluster: cannot start the fault injection thread: {e}");
         }
-    }
-
-    /// Seconds from the injection of `rank`'s fault to now, if one was injected.
-    pub(super) fn since_injected(&self, rank: i32) -> Option<f64> {
-        self.tolerance.inject.injected_at(rank).map(|t| t.elapsed().as_secs_f64())
     }
 }

@@ -1,29 +1,42 @@
-//! The head's own copies of buffers: staging a version there (host submits land in it, and
-//! recovery and checkpoints read it), keeping an older version apart when a newer one replaces
-//! it while recovery may still need it, and giving the pages back when a buffer goes. What is
-//! kept is bounded by the retention budget (`OMPCLUSTER_FT_RETAIN`, `data.rs`).
+//! The head's own copies of buffers ([`HeadCopies`]): staging a version there (host submits
+//! land in it, and recovery and checkpoints read it), keeping an older version apart when a
+//! newer one replaces it while recovery may still need it, and giving the pages back when a
+//! buffer goes. What is kept is bounded by the retention budget (`OMPCLUSTER_FT_RETAIN`,
+//! `data.rs`).
 //!
 //! Threads: offloading threads, the handler (recovery installs inputs on the head), the buddy
 //! thread; each under the ledger's `buffers` lock where it says so.
 
-use super::{Cluster, ClusterError, Result};
+use super::durability::Durability;
+use super::ledger::Ledger;
+use super::link::Link;
+use super::meter::Meter;
+use super::offload::Offload;
+use super::{ClusterError, Result};
 use crate::data::{Buffer, Buffers, HEAD};
-use event_system::Liveness;
 use event_system::comm::CommError;
 use event_system::protocol::{Event, Region};
 use std::sync::Arc;
 use task_graph::Access;
 
-impl Cluster {
+view! {
+    /// The head's own copies: borrows the ledger (versions, what is kept apart, the record that
+    /// says what lineage needs), the offload (the head's pages, its own device), the durability
+    /// (what checkpoints hold; a checkpoint saving a copy), the link (a block's range given back
+    /// to its arena's worker) and the meter (the log).
+    pub(super) struct HeadCopies { link: Link, ledger: Ledger, offload: Offload, durability: Durability, meter: Meter }
+}
+
+impl<'a> HeadCopies<'a> {
     /// Give back the head's pages of a removed buffer, then its address range (a block of
     /// device code's, to the rank whose arena it is in).
     pub(super) fn release_head_copy(&self, b: &Buffer) -> Result<()> {
-        if b.backed.contains(&HEAD) {
-            self.before_changing_staged(b.addr);
+        if b.staged() {
+            self.durability.before_changing_staged(b.addr);
             self.offload.heap.release(b.addr, b.span)?;
         }
         match b.arena_of {
-            Some(owner) if owner != HEAD && !self.link.live.is_dead(owner) => {
+            Some(owner) if self.link.is_live_worker(owner) => {
                 match self.link.post(owner, Event::Reclaim(Region { addr: b.addr, size: b.span })) {
                     Ok(_) | Err(ClusterError::Comm(CommError::PeerDead(_))) => {}
                     Err(e) => return Err(e),
@@ -36,16 +49,8 @@ impl Cluster {
         Ok(())
     }
 
-    /// Wait until a checkpoint in progress has saved the head's staged copy of the buffer at
-    /// `addr` (if it is saving it): call before changing or freeing that copy.
-    pub(super) fn before_changing_staged(&self, addr: u64) {
-        if let Some(cp) = &self.durability.ckpt {
-            cp.head_pending.wait(addr);
-        }
-    }
-
     /// The head's copy of the buffer at `addr` is about to be overwritten: if it holds a
-    /// version that re-running recorded tasks may need ([`Cluster::lineage_needs`]) and that
+    /// version that re-running recorded tasks may need ([`HeadCopies::lineage_needs`]) and that
     /// no checkpoint holds, keep that version apart first, within the retention budget. Over
     /// the budget it is not kept, and a later loss that needs it is reported unrecoverable.
     /// Not once the head runs the regions itself (nothing can be lost any more).
@@ -53,14 +58,14 @@ impl Cluster {
         self.keep_head_version_before(bufs, addr, None);
     }
 
-    /// [`Cluster::keep_head_version`], knowing that what replaces the head's version is the
+    /// [`HeadCopies::keep_head_version`], knowing that what replaces the head's version is the
     /// buffer's later version `replaced_by` (a buddy copy): a version that feeds nothing but
     /// the buffer's own versions up to that one is not needed, found without a walk.
     pub(super) fn keep_head_version_before(&self, bufs: &mut Buffers, addr: u64, replaced_by: Option<u64>) {
-        if !self.retains() || self.local().is_some() {
+        if !self.ledger.retains() || self.offload.local().is_some() {
             return;
         }
-        let Some(b) = bufs.get(addr).filter(|b| b.backed.contains(&HEAD)) else { return };
+        let Some(b) = bufs.get(addr).filter(|b| b.staged()) else { return };
         let Some(version) = b.version_on(HEAD).filter(|&v| v > 0) else { return };
         if replaced_by.is_some_and(|to| to > version && self.ledger.graph.lock().feeds_only_itself(b.id, version, to)) {
             return;
@@ -73,7 +78,7 @@ impl Cluster {
         // (writers of the head's copy hold it, or the gate exclusively, around this call).
         let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, b.size as usize) }.to_vec();
         if bufs.keep(a, Arc::new(bytes)) {
-            self.log(format_args!("KEEP buffer {} version {} apart (it feeds the current version of another buffer)", a.buffer, a.version));
+            self.meter.log(format_args!("KEEP buffer {} version {} apart (it feeds the current version of another buffer)", a.buffer, a.version));
         }
     }
 
@@ -96,7 +101,7 @@ impl Cluster {
 
     pub(super) fn stage_on_head(&self, bufs: &mut Buffers, addr: u64) -> Result<()> {
         let b = bufs.get_mut(addr).expect("caller holds a live buffer");
-        if !b.backed.contains(&HEAD) {
+        if !b.staged() {
             self.offload.heap.back(b.addr, b.span)?;
             b.backed.insert(HEAD);
         }

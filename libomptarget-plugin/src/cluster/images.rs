@@ -1,11 +1,33 @@
-//! Device images: every worker loads each image at the same address of the symmetric heap.
-use super::{Cluster, ClusterError, ImageSource, ImageTables, Kernel, Result};
+//! Device images ([`Images`]): every worker loads each image at the same address of the
+//! symmetric heap.
+use super::durability::Durability;
+use super::failures::Failures;
+use super::head_copies::HeadCopies;
+use super::ledger::Ledger;
+use super::link::Link;
+use super::meter::Meter;
+use super::movement::Movement;
+use super::offload::Offload;
+use super::offload::{ImageSource, ImageTables, Kernel};
+use super::on_head::OnHead;
+use super::requests::Requests;
+use super::tolerance::Tolerance;
+use super::{ClusterError, Result, Stopped};
+use crate::config::Config;
 use crate::data::HEAD;
+use crate::inject::Injector;
 use event_system::protocol::{Event, Region};
 use parking_lot::Mutex;
 use std::sync::Arc;
 
-impl Cluster {
+view! {
+    /// Loading device images: in a request's frame, on every worker and (recovery on) kept on
+    /// the head, where a worker's death is noticed as a failure: it borrows the whole cluster.
+    pub(super) struct Images { link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped }
+    also { tolerance.inject: Injector }
+}
+
+impl<'a> Images<'a> {
     /// Send a device image to every worker and build libomptarget's entry table.
     ///
     /// The image gets a range of the symmetric heap, and every worker loads it there, so its
@@ -15,8 +37,8 @@ impl Cluster {
     /// after loading and moved like any buffer once a kernel changes it.
     ///
     /// `entries` are the image's offload entries (names valid for the program's lifetime).
-    pub(crate) fn load_binary(&self, image: &[u8], entries: &[crate::ctypes::OffloadEntry]) -> Result<*mut crate::ctypes::TargetTable> {
-        let _gate = self.enter()?;
+    pub(super) fn load_binary(&self, image: &[u8], entries: &[crate::ctypes::OffloadEntry]) -> Result<*mut crate::ctypes::TargetTable> {
+        let _gate = Requests::of(*self).enter()?;
         let mut images = self.offload.images.lock();
         let idx = images.len() as u32;
         if idx >= event_system::protocol::MAX_IMAGES {
@@ -74,13 +96,13 @@ impl Cluster {
             }
         }
         let source = ImageSource {
-            bytes: self.tolerance.recovery.then(|| image.into()),
+            bytes: self.tolerance.recovery().then(|| image.into()),
             base,
             extent,
             kernels: kernels.clone(),
             data: data.map(|(start, _)| base + start),
         };
-        if let Some(dev) = self.local() {
+        if let Some(dev) = self.offload.local() {
             // The head runs the regions itself: it loads the image here too.
             if let Some((start, end)) = data {
                 // Loading gives it its initial data (version 1) here.
@@ -89,7 +111,7 @@ impl Cluster {
                 b.version = 1;
                 b.key = crate::journal::key::image(image_key, b.addr, b.size);
             }
-            self.load_here(dev, idx, &source)?;
+            OnHead::of(*self).load_here(dev, idx, &source)?;
         } else if loaded.is_empty() {
             return Err(ClusterError::NoWorker);
         } else if let Some((start, end)) = data {
@@ -102,15 +124,15 @@ impl Cluster {
             b.key = crate::journal::key::image(image_key, b.addr, b.size);
             b.holders = loaded.iter().copied().collect();
             b.backed = b.holders.clone();
-            if self.retains() {
+            if self.ledger.retains() {
                 // The head keeps the initial data too: no task produced it, so recovery can
                 // only take it from a copy.
-                self.stage_on_head(&mut bufs, addr)?;
+                HeadCopies::of(*self).stage_on_head(&mut bufs, addr)?;
                 drop(bufs);
                 self.keep_initial_data(addr, end - start, &loaded)?;
             }
         }
-        self.log(format_args!(
+        self.meter.log(format_args!(
             "LOAD_BINARY image {idx}: {} bytes at {base:#x}+{extent:#x}, {} kernels, {globals} globals, data {data:x?}",
             image.len(),
             kernels.len()
@@ -131,7 +153,7 @@ impl Cluster {
         for &w in loaded {
             // SAFETY: the head backed this range (`stage_on_head`) and nothing else uses it:
             // the image is not visible to the program before this call returns.
-            let got = unsafe { self.retrieve_into(Region { addr, size }, w, addr as *mut u8) };
+            let got = unsafe { Movement::of(*self).retrieve_into(Region { addr, size }, w, addr as *mut u8) };
             match got {
                 Ok(()) => {
                     self.ledger.buffers.lock().add_holder(addr, HEAD);
@@ -146,7 +168,7 @@ impl Cluster {
     /// `Ok` if `e` says a rank died while recovery is on (the rank is fenced and the handler
     /// told; the caller goes on without it), else `Err(e)`.
     pub(super) fn unless_dead(&self, e: ClusterError) -> Result<()> {
-        match self.tolerance.recovery.then(|| self.dead_peer(&e)).flatten() {
+        match self.tolerance.recovery().then(|| Failures::of(*self).dead_peer(&e)).flatten() {
             Some(_) => Ok(()),
             None => Err(e),
         }

@@ -1,4 +1,5 @@
-//! Kernel launches: placement, data movement, EXECUTE, and the record of what the kernel wrote.
+//! Kernel launches ([`Launcher`]): placement, data movement, EXECUTE, and the record of what
+//! the kernel wrote.
 //!
 //! Regions running at the same time share one device memory under the stock plugin; here
 //! each worker has its own copy of a buffer. So that concurrent regions that write one buffer
@@ -15,10 +16,25 @@
 //! A prediction can be wrong (a write that depends on the data): then two regions changed one
 //! buffer in two copies, which are merged, or one of which is undone and run again
 //! (`merge.rs`).
-use super::execute::Execute;
-use super::merge::{Run, Snap, needs_merge};
-use super::{Cluster, ClusterError, Executed, Kernel, Result, SHORT_KERNEL_NS, resume};
+use super::blocks::Blocks;
+use super::durability::Durability;
+use super::execute::{Executed, Execute, Executor};
+use super::faults::Faults;
+use super::ledger::Ledger;
+use super::link::Link;
+use super::memory::Memory;
+use super::merge::{Merger, Run, Snap, needs_merge};
+use super::meter::Meter;
+use super::movement::Movement;
+use super::offload::{Kernel, Offload, WriteSet, SHORT_KERNEL_NS};
+use super::prune::Pruner;
+use super::requests::Requests;
+use super::resume::{self, Resumer};
+use super::tolerance::Tolerance;
+use super::{ClusterError, Result, Stopped};
+use crate::config::Config;
 use crate::data::{Buffer, Buffers, Place, PointsTo, HEAD};
+use crate::inject::Injector;
 use event_system::protocol::{FoundPointers, MAX_SEND_BACK, Patch, Region};
 use rustc_hash::FxHashMap as HashMap;
 use scheduler::Candidate;
@@ -28,15 +44,6 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 use task_graph::{Access, TaskRecord};
 use timeline::Cat;
-
-/// What the runs of one kernel changed so far: the arguments whose buffers changed (an
-/// [`arg_mask`]), and whether it changed a buffer it reaches otherwise (its image's globals
-/// and statics, a buffer through a pointer stored in another).
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct WriteSet {
-    args: u64,
-    other: bool,
-}
 
 /// The bit that stands for argument `i` in a set of arguments: its own below 63, one shared
 /// by all the others (a kernel with more arguments is then predicted coarser, never wrong).
@@ -49,29 +56,38 @@ fn arg_mask(i: usize) -> u64 {
 const LEARNING_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A `nowait` region whose kernel's last run took less than this runs on the thread that
-/// launches it (see [`Cluster::expect_short`]): 32,768 regions of a 1024/32 blocked matmul on 3
+/// launches it (see [`Launcher::expect_short`]): 32,768 regions of a 1024/32 blocked matmul on 3
 /// workers took 2.1 times as long when each was handed to a region thread.
 const ASYNC_FROM_NS: u64 = 1_000_000;
 
 /// Most times a region runs again because its change could not be merged (see `launch`).
 const MAX_RUNS_AGAIN: u32 = 32;
 
-impl Cluster {
+view! {
+    /// Launching a region: it needs nearly everything (placement reads the liveness, the idle
+    /// spares and the head's own device; it runs in a request's frame, moves data, runs the
+    /// kernel, records versions and the task, merges, prunes, injects faults), so it borrows the
+    /// whole cluster.
+    pub(super) struct Launcher { link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped }
+    also { tolerance.inject: Injector }
+}
+
+impl<'a> Launcher<'a> {
     /// Run the kernel `entry` (a token from `load_binary`) with argument values `args`;
     /// `begins[i]` is the device begin of argument i's mapped section, `hosts[i]` its host
     /// pointer (0 for by-value arguments): see [`Buffers::by_translation`] for why both.
     /// `mapped_from[i]` says argument i was mapped `from` (its buffer is surely written).
-    pub(crate) fn launch(&self, entry: usize, args: &[u64], begins: &[u64], hosts: &[u64], mapped_from: &[bool]) -> Result<()> {
-        if self.fast_forward() {
+    pub(super) fn launch(&self, entry: usize, args: &[u64], begins: &[u64], hosts: &[u64], mapped_from: &[bool]) -> Result<()> {
+        if self.durability.fast_forward() {
             // A resumed job: the log may hold this region (`resume.rs`).
             let kernel = self.offload.kernels.read().get(&entry).cloned().ok_or(ClusterError::UnknownKernel(entry))?;
-            if let resume::Skip::Done = self.skip_launch(&kernel, args, begins, hosts)? {
+            if let resume::Skip::Done = Resumer::of(*self).skip_launch(&kernel, args, begins, hosts)? {
                 return Ok(());
             }
         }
         let mut again = 0;
         loop {
-            match self.resilient(|| self.launch_once(entry, args, begins, hosts, mapped_from)) {
+            match Requests::of(*self).resilient(|| self.launch_once(entry, args, begins, hosts, mapped_from)) {
                 // Its change could not be merged with a region's that ran at the same time on
                 // another worker: run it again over that one's (it is now known to write the
                 // buffer, so it shares a worker with the next writers).
@@ -86,12 +102,19 @@ impl Cluster {
     /// `nowait`: its last run was shorter than [`ASYNC_FROM_NS`], so handing it to a region
     /// thread would cost more than holding the caller (`queues.rs`). Unknown kernels and
     /// unknown tokens run on a region thread.
-    pub(crate) fn expect_short(&self, entry: usize) -> bool {
+    pub(super) fn expect_short(&self, entry: usize) -> bool {
         self.offload.kernels.read().get(&entry).is_some_and(|k| k.last_ns.load(Ordering::Relaxed) < ASYNC_FROM_NS)
     }
 
+    /// Where target regions can run: the live workers but idle spares, or the head itself
+    /// once it runs them (no worker left). Asked at every launch: no allocation.
+    pub(super) fn targets(&self) -> impl Iterator<Item = i32> + '_ {
+        let on_head = self.offload.local().is_some();
+        self.link.workers().filter(move |&r| !on_head && !self.tolerance.is_idle_spare(r)).chain(on_head.then_some(HEAD))
+    }
+
     fn launch_once(&self, entry: usize, args: &[u64], begins: &[u64], hosts: &[u64], mapped_from: &[bool]) -> Result<()> {
-        let _gate = self.enter()?;
+        let _gate = Requests::of(*self).enter()?;
         let t0 = self.meter.start.elapsed().as_secs_f64();
         let kernel = self.offload.kernels.read().get(&entry).cloned().ok_or(ClusterError::UnknownKernel(entry))?;
         // What can it reach, where is it, and where must it run? Placement and the marking of
@@ -157,7 +180,7 @@ impl Cluster {
                                 rank: w,
                                 missing_bytes: missing.clone().map(|(b, ..)| b.size).sum(),
                                 missing_buffers: missing.count() as u32,
-                                in_flight: self.offload.in_flight[w as usize].load(Ordering::Relaxed),
+                                in_flight: self.offload.in_flight(w),
                             }
                         })
                         .collect();
@@ -181,7 +204,7 @@ impl Cluster {
                                 .collect();
                             let assume_written: Vec<bool> = reached.iter().map(|&(.., from)| from).collect();
                             // Its content key, for the log (`journal.rs`).
-                            let task_key = self.durability.keyed.then(|| kernel.region_key(args, reached.iter().map(|(b, ..)| *b)));
+                            let task_key = self.durability.keyed().then(|| kernel.region_key(args, reached.iter().map(|(b, ..)| *b)));
                             Some((w, reach, assume_written, may_write, reach_args, task_key))
                         }
                     }
@@ -203,14 +226,14 @@ impl Cluster {
                     kernel.learning.fetch_add(1, Ordering::Relaxed);
                 }
                 // Counted under the lock, so that the next placement sees it.
-                self.offload.in_flight[w as usize].fetch_add(1, Ordering::Relaxed);
+                self.offload.start_running(w);
                 break (w, reach, assume_written, may_write, reach_args, learning, task_key);
             }
         };
-        let running: u32 = self.offload.in_flight.iter().map(|n| n.load(Ordering::Relaxed)).sum();
+        let running: u32 = self.offload.all_in_flight();
         self.meter.stats.note_in_flight(running);
         // (A region on a region thread holds no helper: nothing to wake for it.)
-        if let Some(waker) = self.offload.waker.as_ref().filter(|_| !crate::queues::on_region_thread()) {
+        if let Some(waker) = self.offload.waker().filter(|_| !crate::queues::on_region_thread()) {
             waker.nudge(running < self.targets().count() as u32);
         }
         // The buffers it maps `from` that libomptarget retrieved after its earlier runs come
@@ -224,7 +247,7 @@ impl Cluster {
             .collect();
         let mut snaps = Vec::new();
         let result = self.run_on(w, &kernel, args, &reach, assume_written.clone(), send_back, &mut snaps);
-        self.offload.in_flight[w as usize].fetch_sub(1, Ordering::Relaxed);
+        self.offload.stop_running(w);
         // The kernel is done with its copies (`changed`: which it changed; all, if unknown).
         // Returns the buffers the program deleted meanwhile that no region uses any more.
         // Called once on every path, under the `buffers` lock, and followed by a wake-up.
@@ -237,7 +260,7 @@ impl Cluster {
             for (j, ((a, ..), m)) in reach.iter().zip(&marked).enumerate() {
                 let torn = bufs.kernel_done(*a, w, changed.is_none_or(|c| c[j]));
                 if !torn.is_empty() {
-                    self.log(format_args!("TORN {a:#x} on {torn:?}: copied from {w} while this kernel changed it, so no version"));
+                    self.meter.log(format_args!("TORN {a:#x} on {torn:?}: copied from {w} while this kernel changed it, so no version"));
                 }
                 let Some(b) = bufs.get_mut(*a) else { continue };
                 if *m {
@@ -257,7 +280,7 @@ impl Cluster {
             let unchanged = vec![false; reach.len()];
             let deleted = release_writes(&mut self.ledger.buffers.lock(), snaps.is_empty().then_some(&unchanged[..]));
             self.ledger.moved.notify_all();
-            self.finish_deletes(deleted)?;
+            Memory::of(*self).finish_deletes(deleted)?;
         }
         let Executed { changed, pointers, seconds: kernel_s, patches, allocated, freed, traced, returned, output, errors } = result?;
         // It ran over the versions it was placed over, allocated and freed nothing, and ran
@@ -307,12 +330,12 @@ impl Cluster {
                     break bufs;
                 }
                 drop(bufs);
-                match self.merge_concurrent_changes(&Run { w, reach: &reach, changed: &changed, snaps: &snaps }, &kernel, &patches, &merged) {
+                match Merger::of(*self).merge_concurrent_changes(&Run { w, reach: &reach, changed: &changed, snaps: &snaps }, &kernel, &patches, &merged) {
                     Ok(m) => merged.extend(m),
                     Err(e) => {
                         let deleted = release_writes(&mut self.ledger.buffers.lock(), Some(&changed));
                         self.ledger.moved.notify_all();
-                        self.finish_deletes(deleted)?;
+                        Memory::of(*self).finish_deletes(deleted)?;
                         return Err(e);
                     }
                 }
@@ -366,7 +389,7 @@ impl Cluster {
                         }
                     }
                     *b.commits_from.entry(w).or_default() += 1;
-                    let (addr, id, span, staged) = (b.addr, b.id, b.span, b.backed.contains(&HEAD));
+                    let (addr, id, span, staged) = (b.addr, b.id, b.span, b.staged());
                     let made_by = b.made_by;
                     // Bytes sent back for the version this one replaces, never retrieved: the
                     // kernel that sent them guessed wrong.
@@ -386,7 +409,7 @@ impl Cluster {
                     if staged && bufs.get(addr).is_some_and(|b| b.version_on(HEAD).is_none()) {
                         // The head keeps no version of it (over the retention budget): give
                         // the staged copy's memory back (it stays mapped).
-                        self.before_changing_staged(addr);
+                        self.durability.before_changing_staged(addr);
                         let _ = self.offload.heap.discard(addr, span);
                     }
                     writes.push(Access { buffer: id, version: v });
@@ -407,9 +430,9 @@ impl Cluster {
                         written.push((addr, ptrs));
                     }
                 }
-                self.log_task(crate::journal::TaskEntry { key, kernel: kernel.name.to_string(), writes: written, output, errors, kernel_s });
+                self.durability.log_task(crate::journal::TaskEntry { key, kernel: kernel.name.to_string(), writes: written, output, errors, kernel_s });
             }
-            let allocs = self.adopt_blocks(&mut bufs, w, allocated, &mut reads, &mut writes);
+            let allocs = Blocks::of(*self).adopt_blocks(&mut bufs, w, allocated, &mut reads, &mut writes);
             let record = TaskRecord {
                 id: 0,
                 kernel: kernel.name.clone(),
@@ -449,12 +472,12 @@ impl Cluster {
         for (addr, runs) in merges {
             for (off, bytes) in runs {
                 // SAFETY: `bytes` is a readable local vector; the gate is held (`_gate`).
-                unsafe { self.submit_inner(addr + off, bytes.as_ptr(), bytes.len() as u64)? };
+                unsafe { Memory::of(*self).submit_inner(addr + off, bytes.as_ptr(), bytes.len() as u64)? };
             }
             if let (Some(b), Some(r)) = (self.ledger.buffers.lock().get(addr), unrecorded.as_mut()) {
                 r.writes.push(Access { buffer: b.id, version: b.version });
             }
-            self.log(format_args!("MERGE image data {addr:#x}: changes of {} on {w} applied to the current copies", kernel.name));
+            self.meter.log(format_args!("MERGE image data {addr:#x}: changes of {} on {w} applied to the current copies", kernel.name));
         }
         self.offload.sched.task_finished(kernel_s);
         kernel.last_ns.store((kernel_s * 1e9) as u64, Ordering::Relaxed);
@@ -470,14 +493,14 @@ impl Cluster {
         // What it freed of what device code allocated before (after the record: a re-run of
         // a task that read it may still need it, see `delete`).
         for addr in freed {
-            self.free_block(w, addr)?;
+            Blocks::of(*self).free_block(w, addr)?;
         }
-        self.finish_deletes(deleted)?;
-        self.maybe_prune();
-        self.inject_due(|t| matches!(t, crate::inject::Trigger::AfterTasks(n) if *n <= done + 1));
-        if self.cfg.verbose {
+        Memory::of(*self).finish_deletes(deleted)?;
+        Pruner::of(*self).maybe_prune();
+        Faults::of(*self).inject_due(|t| matches!(t, crate::inject::Trigger::AfterTasks(n) if *n <= done + 1));
+        if self.meter.verbose() {
             let took = self.meter.start.elapsed().as_secs_f64() - t0;
-            self.log(format_args!("EXECUTE {} on {w}: {:.3} ms in kernel, {:.3} ms total", kernel.name, kernel_s * 1e3, took * 1e3));
+            self.meter.log(format_args!("EXECUTE {} on {w}: {:.3} ms in kernel, {:.3} ms total", kernel.name, kernel_s * 1e3, took * 1e3));
         }
         Ok(())
     }
@@ -495,8 +518,8 @@ impl Cluster {
     ) -> Result<Executed> {
         // The inputs from the head go out together, their answers are awaited together.
         let mut pending = Vec::new();
-        let started = self.start_moves(reach.iter().map(|r| r.0), w, &mut pending);
-        let finished = self.finish_moves(&mut pending);
+        let started = Movement::of(*self).start_moves(reach.iter().map(|r| r.0), w, &mut pending);
+        let finished = Movement::of(*self).finish_moves(&mut pending);
         started?;
         finished?;
         let regions: Vec<Region> = reach.iter().map(|&(addr, size, ..)| Region { addr, size }).collect();
@@ -541,7 +564,7 @@ impl Cluster {
         }
         let short = kernel.last_ns.load(Ordering::Relaxed) < SHORT_KERNEL_NS;
         let run = Execute { image: kernel.image, kernel: kernel.index, args, regions, assume_written, send_back, replay: Vec::new(), short, quiet: false };
-        let ran = self.execute(w, run);
+        let ran = Executor::of(*self).execute(w, run);
         if ran.is_err() {
             self.ended(&mut self.ledger.buffers.lock(), w, reach, snaps);
             self.ledger.moved.notify_all();
@@ -564,56 +587,6 @@ impl Cluster {
                 snap.commits_end = b.commits_from.get(&w).copied().unwrap_or(0);
                 snap.merges_end = b.merges_from.get(&w).copied().unwrap_or(0);
             }
-        }
-    }
-
-    /// Blocks device code allocated in a kernel on `w` become buffers that the kernel made
-    /// (version 1, held by `w`): read at version 0 and written, in the task record. Returns
-    /// them (start, span), in order, for a re-execution.
-    fn adopt_blocks(
-        &self,
-        bufs: &mut Buffers,
-        w: i32,
-        allocated: Vec<event_system::protocol::Allocated>,
-        reads: &mut Vec<Access>,
-        writes: &mut Vec<Access>,
-    ) -> Vec<(u64, u64)> {
-        let arena = self.offload.heap.arena(w, self.link.comm.size());
-        let mut allocs = Vec::with_capacity(allocated.len());
-        for al in allocated {
-            let (addr, size, span) = (al.region.addr, al.region.size, al.span);
-            let inside = span > 0 && arena.contains(addr) && arena.contains(addr + span - 1);
-            let Some(b) = inside.then(|| bufs.adopt(addr, size, span, w)).flatten() else {
-                eprintln!("ompcluster: worker {w} reported a device allocation at {addr:#x}+{span} outside its arena or over another buffer: ignored");
-                continue;
-            };
-            b.points_to = PointsTo::from(al.pointers);
-            b.backed.insert(w);
-            let id = b.id;
-            let v = bufs.new_version(addr, [w].into()).expect("adopted just above");
-            reads.push(Access { buffer: id, version: 0 });
-            writes.push(Access { buffer: id, version: v });
-            allocs.push((addr, span));
-            self.ledger.device_bytes.fetch_add(size, Ordering::Relaxed);
-            self.log(format_args!("DEVICE ALLOC {addr:#x} {size} bytes on {w}"));
-        }
-        allocs
-    }
-
-    /// Device code on `w` freed the block at `addr`, which device code allocated: delete it
-    /// as the program's `omp_target_free` would.
-    fn free_block(&self, w: i32, addr: u64) -> Result<()> {
-        let block = |b: &Buffer| b.arena_of.is_some() && !b.deleted;
-        if !self.ledger.buffers.lock().get(addr).is_some_and(block) {
-            // Freed twice, or by two regions at once: the program's bug, as on one device.
-            eprintln!("ompcluster: device code on worker {w} freed {addr:#x}, which is no live device allocation: ignored");
-            return Ok(());
-        }
-        self.log(format_args!("DEVICE FREE {addr:#x} on {w}"));
-        match self.remove_buffer(addr, block) {
-            // Freed meanwhile by another region: the program's bug, as above.
-            Ok(()) | Err(ClusterError::UnknownAddress(_)) => Ok(()),
-            Err(e) => Err(e),
         }
     }
 }

@@ -10,7 +10,7 @@
 use crate::data::Buffers;
 use parking_lot::{Condvar, Mutex};
 use rustc_hash::FxHashMap as HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use task_graph::TaskGraph;
 
 /// Buffers, versions, holders and the task record.
@@ -20,15 +20,17 @@ pub(super) struct Ledger {
     pub(super) moved: Condvar,
     pub(super) graph: Mutex<TaskGraph>,
     /// Bytes of all live device buffers (for the checkpoint interval).
-    pub(super) device_bytes: AtomicU64,
+    device_bytes: AtomicU64,
     /// Host allocations (`alloc_host`): address -> extent.
     pub(super) host_allocs: Mutex<HashMap<u64, u64>>,
     /// Prune the task record when it holds this many tasks (`prune.rs`).
-    pub(super) prune_at: AtomicU64,
+    prune_at: AtomicU64,
+    /// See [`Ledger::retains`].
+    retains: bool,
 }
 
 impl Ledger {
-    pub(super) fn new(buffers: Buffers, graph: TaskGraph, prune_at: u64) -> Self {
+    pub(super) fn new(buffers: Buffers, graph: TaskGraph, prune_at: u64, retains: bool) -> Self {
         Ledger {
             buffers: Mutex::new(buffers),
             moved: Condvar::new(),
@@ -36,6 +38,40 @@ impl Ledger {
             device_bytes: AtomicU64::new(0),
             host_allocs: Mutex::new(HashMap::default()),
             prune_at: AtomicU64::new(prune_at),
+            retains,
         }
+    }
+
+    /// Does the head keep data for recovery (fault tolerance on and `OMPCLUSTER_FT_RETAIN`
+    /// not 0): copies of host data and of images' initial data, deleted buffers recorded
+    /// tasks read, partial updates? With 0 it keeps nothing: the baseline that measures what
+    /// keeping costs (a lost version then often has no source, and the job stops saying so).
+    pub(super) fn retains(&self) -> bool {
+        self.retains
+    }
+
+    /// Bytes of all live device buffers.
+    pub(super) fn device_bytes(&self) -> u64 {
+        self.device_bytes.load(Ordering::Relaxed)
+    }
+
+    /// `size` more bytes of live device buffers.
+    pub(super) fn add_device_bytes(&self, size: u64) {
+        self.device_bytes.fetch_add(size, Ordering::Relaxed);
+    }
+
+    /// `size` fewer bytes of live device buffers.
+    pub(super) fn sub_device_bytes(&self, size: u64) {
+        self.device_bytes.fetch_sub(size, Ordering::Relaxed);
+    }
+
+    /// How many tasks the record may hold before it is pruned.
+    pub(super) fn prune_at(&self) -> u64 {
+        self.prune_at.load(Ordering::Relaxed)
+    }
+
+    /// Prune the record next when it holds `tasks` tasks.
+    pub(super) fn set_prune_at(&self, tasks: u64) {
+        self.prune_at.store(tasks, Ordering::Relaxed);
     }
 }

@@ -7,7 +7,7 @@
 //! are lock-free or lock internally; `told` is one mutex taken alone.
 
 use super::{ClusterError, HeadLiveness, Result};
-use crate::data::HEAD;
+use crate::data::{Place, HEAD};
 use event_system::process::Victim;
 use event_system::protocol::{Envelope, Event, Reply};
 use event_system::{Comm, Liveness, TagAllocator};
@@ -20,11 +20,11 @@ pub(super) struct Link {
     pub(super) comm: Arc<Comm>,
     /// Liveness: the detector's view, plus the ranks fenced here; a rank once dead stays dead.
     pub(super) live: Arc<HeadLiveness>,
-    pub(super) tags: Arc<TagAllocator>,
+    tags: Arc<TagAllocator>,
     /// Rank -> its host and process (for fencing).
-    pub(super) procs: Vec<(u64, Victim)>,
+    procs: Vec<(u64, Victim)>,
     /// Dead ranks the live workers were told of (FAILED).
-    pub(super) told: Mutex<BTreeSet<i32>>,
+    told: Mutex<BTreeSet<i32>>,
 }
 
 impl Link {
@@ -37,6 +37,23 @@ impl Link {
         (1..self.comm.size()).filter(|&r| !self.live.is_dead(r))
     }
 
+    /// Is rank `r` a worker, and alive?
+    pub(super) fn is_live_worker(&self, r: i32) -> bool {
+        Place::of(r).is_worker() && !self.live.is_dead(r)
+    }
+
+    /// The live workers among `ranks`, in their order.
+    pub(super) fn live_workers<'s>(&'s self, ranks: &'s BTreeSet<i32>) -> impl Iterator<Item = i32> + 's {
+        ranks.iter().copied().filter(|&r| self.is_live_worker(r))
+    }
+
+    /// The ranks that died (or were fenced) but the head.
+    pub(super) fn dead_workers(&self) -> BTreeSet<i32> {
+        let mut dead = self.live.dead_ranks();
+        dead.remove(&HEAD);
+        dead
+    }
+
     /// Has any rank died (or been fenced) in this run?
     pub(super) fn any_failure(&self) -> bool {
         !self.live.dead_ranks().is_empty()
@@ -45,6 +62,28 @@ impl Link {
     /// The host the head runs on.
     pub(super) fn head_host(&self) -> u64 {
         self.procs[HEAD as usize].0
+    }
+
+    /// Rank `r`'s host and process, if known.
+    pub(super) fn process(&self, r: i32) -> Option<&(u64, Victim)> {
+        self.procs.get(r as usize)
+    }
+
+    /// The workers that run on the head's host, with their processes.
+    pub(super) fn on_head_host(&self) -> Vec<(i32, Victim)> {
+        let host = self.head_host();
+        (1..self.comm.size()).filter(|&r| self.procs[r as usize].0 == host).map(|r| (r, self.procs[r as usize].1)).collect()
+    }
+
+    /// Of the `dead` ranks, the workers not told of yet, now counted as told.
+    pub(super) fn newly_told(&self, dead: &BTreeSet<i32>) -> Vec<i32> {
+        let mut told = self.told.lock();
+        dead.iter().copied().filter(|&r| Place::of(r).is_worker() && told.insert(r)).collect()
+    }
+
+    /// A fresh tag, for a request whose events the caller sends itself.
+    pub(super) fn next_tag(&self) -> i32 {
+        self.tags.next()
     }
 
     /// Send `event` to `rank` under a fresh tag (its reply, if it has one, and its data travel

@@ -1,7 +1,15 @@
-//! Memory requests: allocation, deletion, host submits and retrieves, device-to-device copies.
-use super::{Cluster, ClusterError, Result};
+//! Memory requests: allocation, deletion, host submits and retrieves, device-to-device copies
+//! ([`Memory`]; the requests' gate and retries are in `mod.rs`).
+use super::durability::Durability;
+use super::head_copies::HeadCopies;
+use super::ledger::Ledger;
+use super::link::Link;
+use super::meter::Meter;
+use super::movement::Movement;
+use super::offload::Offload;
+use super::{ClusterError, Result};
 use crate::data::{Buffer, Buffers, Place, PointsTo, HEAD};
-use event_system::Liveness;
+use crate::inject::Injector;
 use event_system::comm::CommError;
 use event_system::protocol::{Event, Region};
 use serde_json::json;
@@ -25,13 +33,21 @@ const MAX_VERSIONS_WALKED: u64 = 4;
 /// The most written versions one such decision looks at in the task record (see above).
 const WALK_BUDGET: u64 = 16;
 
-impl Cluster {
-    /// Allocate a device buffer.
-    pub(crate) fn alloc(&self, size: u64, host: u64) -> Result<u64> {
-        let _gate = self.enter()?;
+view! {
+    /// The work of memory requests (the caller holds the gate: `mod.rs` makes the requests):
+    /// borrows the ledger (buffers, versions, the record of host updates and copies), the
+    /// offload (the heap, the kernels that send data back), the link (DELETEs, SUBMITs, COPYs),
+    /// the durability (keys and the log, what checkpoints hold), the meter, and through
+    /// [`Movement`] the fault injector.
+    pub(super) struct Memory { link: Link, ledger: Ledger, offload: Offload, durability: Durability, meter: Meter, inject: Injector }
+}
+
+impl<'a> Memory<'a> {
+    /// Allocate a device buffer (the caller holds the gate).
+    pub(super) fn alloc(&self, size: u64, host: u64) -> Result<u64> {
         let addr = self.ledger.buffers.lock().create(size, host)?.addr;
-        self.ledger.device_bytes.fetch_add(size, Ordering::Relaxed);
-        self.log(format_args!("ALLOC {addr:#x} {size} bytes"));
+        self.ledger.add_device_bytes(size);
+        self.meter.log(format_args!("ALLOC {addr:#x} {size} bytes"));
         Ok(addr)
     }
 
@@ -39,31 +55,26 @@ impl Cluster {
     /// only the head backs. The program uses it as host memory (maps copy it like any host
     /// data); a region that dereferences it directly faults on its worker, where the range is
     /// reserved but never backed, instead of reading whatever the worker has at that address.
-    pub(crate) fn alloc_host(&self, size: u64) -> Result<u64> {
-        self.check_running()?;
+    pub(super) fn alloc_host(&self, size: u64) -> Result<u64> {
         let (addr, span) = self.ledger.buffers.lock().reserve_raw(size)?;
         self.offload.heap.back(addr, span)?;
         self.ledger.host_allocs.lock().insert(addr, span);
-        self.log(format_args!("ALLOC_HOST {addr:#x} {size} bytes"));
+        self.meter.log(format_args!("ALLOC_HOST {addr:#x} {size} bytes"));
         Ok(addr)
     }
 
-    /// Free a device buffer, or host memory from [`Cluster::alloc_host`].
-    pub(crate) fn delete(&self, addr: u64) -> Result<()> {
+    /// Free host memory from [`Memory::alloc_host`], if `addr` is such memory (then true).
+    pub(super) fn free_host(&self, addr: u64) -> Result<bool> {
         if let Some(span) = self.ledger.host_allocs.lock().remove(&addr) {
             self.offload.heap.release(addr, span)?;
             self.ledger.buffers.lock().free_range(addr);
-            return Ok(());
+            return Ok(true);
         }
-        if self.stopped.load(Ordering::Acquire) {
-            return Ok(()); // the workers are gone; the range dies with the process
-        }
-        let _gate = self.enter()?;
-        self.remove_buffer(addr, |_| true)
+        Ok(false)
     }
 
     /// Delete the device buffer at `addr` (the caller holds the gate). If a region in flight
-    /// may reach it, once that region is done with it ([`Cluster::finish_deletes`]): a
+    /// may reach it, once that region is done with it ([`Memory::finish_deletes`]): a
     /// worker must never be asked for a buffer it released, nor hash freed pages. Only if
     /// `only` accepts the buffer there, checked under the lock that removes it (two regions
     /// ending at once must not delete one buffer twice, nor a new buffer at the same address).
@@ -85,7 +96,7 @@ impl Cluster {
             }
             if bufs.get(addr).is_some_and(|b| !b.using.is_empty()) {
                 bufs.doom(addr);
-                self.log(format_args!("DELETE {addr:#x} once the regions in flight that may reach it are done"));
+                self.meter.log(format_args!("DELETE {addr:#x} once the regions in flight that may reach it are done"));
                 return Ok(());
             }
             let b = bufs.remove(addr).ok_or(ClusterError::UnknownAddress(addr))?;
@@ -93,13 +104,13 @@ impl Cluster {
             // (and the address range), within the budget, until the record no longer needs
             // it. A task that read its version 0 (zeros: a `map(from:)` buffer) needs no copy,
             // only the range, to run again (say, to rebuild what device code allocated in it).
-            let retire = self.retains()
+            let retire = self.ledger.retains()
                 && bufs.may_retain(b.span)
                 && (b.version_on(HEAD).is_some() || self.ledger.graph.lock().is_read(Access { buffer: b.id, version: 0 }))
                 && self.reruns_may_read(&bufs, b.id, b.version, &mut { WALK_BUDGET });
             (b, retire)
         };
-        self.ledger.device_bytes.fetch_sub(b.size, Ordering::Relaxed);
+        self.ledger.sub_device_bytes(b.size);
         if let Some(cp) = &self.durability.ckpt {
             cp.forget(b.id);
         }
@@ -107,7 +118,7 @@ impl Cluster {
             j.forget(b.id);
         }
         let region = Region { addr: b.addr, size: b.span };
-        for &r in b.backed.iter().filter(|&&r| r != HEAD && !self.link.live.is_dead(r)) {
+        for r in self.link.live_workers(&b.backed) {
             match self.link.post(r, Event::Delete(region)) {
                 // No reply is expected: a rank that died has no copy left to free.
                 Ok(_) | Err(ClusterError::Comm(CommError::PeerDead(_))) => {}
@@ -118,10 +129,10 @@ impl Cluster {
         if retire {
             self.ledger.buffers.lock().retire(b);
         } else {
-            self.release_head_copy(&b)?;
+            HeadCopies::of(*self).release_head_copy(&b)?;
         }
-        self.log(format_args!("DELETE {addr:#x}{}", if retire { " (head copy kept for recovery)" } else { "" }));
-        if self.retains() {
+        self.meter.log(format_args!("DELETE {addr:#x}{}", if retire { " (head copy kept for recovery)" } else { "" }));
+        if self.ledger.retains() {
             self.release_unneeded_inputs(id, version)?;
         }
         Ok(())
@@ -130,7 +141,7 @@ impl Cluster {
     /// Can re-running recorded tasks still read buffer `id` (no longer live), whose last
     /// version is `version`? Only if a task that read one of its versions feeds, through
     /// recorded tasks, the current version of a live buffer that no checkpoint holds
-    /// ([`Cluster::lineage_needs`]): a recovery re-runs nothing else, and a task recorded later
+    /// ([`HeadCopies::lineage_needs`]): a recovery re-runs nothing else, and a task recorded later
     /// reads only current versions, whose lineage is walked here already. A buffer of more
     /// versions, or a walk longer, than [`MAX_VERSIONS_WALKED`] and `budget` allow is assumed
     /// needed (until the next prune).
@@ -138,7 +149,7 @@ impl Cluster {
         version > MAX_VERSIONS_WALKED
             || (0..=version).any(|v| {
                 let a = Access { buffer: id, version: v };
-                self.ledger.graph.lock().is_read(a) && self.lineage_needs(bufs, a, budget)
+                self.ledger.graph.lock().is_read(a) && HeadCopies::of(*self).lineage_needs(bufs, a, budget)
             })
     }
 
@@ -169,8 +180,8 @@ impl Cluster {
             unneeded.into_iter().filter_map(|r| bufs.unretire(r)).collect()
         };
         for b in released {
-            self.release_head_copy(&b)?;
-            self.log(format_args!("RELEASE retired {:#x}: no recorded task recovery may re-run reads it", b.addr));
+            HeadCopies::of(*self).release_head_copy(&b)?;
+            self.meter.log(format_args!("RELEASE retired {:#x}: no recorded task recovery may re-run reads it", b.addr));
         }
         Ok(())
     }
@@ -188,22 +199,7 @@ impl Cluster {
         Ok(())
     }
 
-    /// Copy `len` host bytes at `host` to device address `tgt`.
-    ///
-    /// # Safety
-    /// `host..host+len` must be readable.
-    pub(crate) unsafe fn submit(&self, tgt: u64, host: *const u8, len: u64) -> Result<()> {
-        if self.fast_forward() {
-            self.live_for(&[tgt])?;
-        }
-        self.resilient(|| {
-            let _gate = self.enter()?;
-            // SAFETY: forwarded contract (each attempt reads the same host bytes again).
-            unsafe { self.submit_inner(tgt, host, len) }
-        })
-    }
-
-    /// [`Cluster::submit`] without the gate (the caller holds it).
+    /// [`Cluster::submit`](super::Cluster::submit) without the gate (the caller holds it).
     ///
     /// # Safety
     /// As for `submit`.
@@ -223,7 +219,7 @@ impl Cluster {
         let mut made = None;
         if let Some(b) = bufs.get_mut(addr) {
             // The write is done and becomes a version under this lock (see `host_writes`).
-            if targets.iter().any(|&r| r != HEAD) {
+            if targets.iter().any(|&r| Place::of(r).is_worker()) {
                 b.host_writes -= 1;
             }
             if whole {
@@ -233,7 +229,7 @@ impl Cluster {
             }
             let before = Access { buffer: b.id, version: b.version };
             // Its content key: the old one plus these bytes (`journal.rs`).
-            let key = self.durability.keyed.then(|| {
+            let key = self.durability.keyed().then(|| {
                 // SAFETY: the caller guarantees `host..host+len` is readable.
                 crate::journal::key::submit(b.key, tgt - addr, unsafe { std::slice::from_raw_parts(host, len as usize) })
             });
@@ -243,7 +239,7 @@ impl Cluster {
             if let (Some(key), Some(b)) = (key, bufs.get_mut(addr)) {
                 b.key = key;
             }
-            made = (!on_head && self.retains()).then_some((before, v, worker));
+            made = (!on_head && self.ledger.retains()).then_some((before, v, worker));
         }
         drop(bufs);
         if let Some((before, v, worker)) = made {
@@ -255,7 +251,7 @@ impl Cluster {
             let op = task_graph::Op::HostUpdate { offset: tgt - addr, bytes };
             self.record_op("target update to (host bytes)", worker, vec![before], Access { buffer: before.buffer, version: v }, op);
         }
-        self.log(format_args!("SUBMIT {tgt:#x} {len} bytes"));
+        self.meter.log(format_args!("SUBMIT {tgt:#x} {len} bytes"));
         Ok(())
     }
 
@@ -267,13 +263,13 @@ impl Cluster {
         // Only a device address can attach; anything else matters once something is attached
         // (a scalar mapped `tofrom` takes no lock here).
         let attaches = word && heap.contains(&u64::from_ne_bytes(bytes.try_into().expect("8 bytes")));
-        if !attaches && !self.offload.attached.load(Ordering::Acquire) {
+        if !attaches && !self.offload.attached() {
             return None;
         }
         let mut bufs = self.ledger.buffers.lock();
         // The slot's value before this submit, from the head's staged copy of the current
         // version.
-        let staged_old = bufs.containing_range(tgt, 8).filter(|b| word && b.holders.contains(&HEAD)).map(|_| {
+        let staged_old = bufs.containing_range(tgt, 8).filter(|b| word && b.on_head()).map(|_| {
             // SAFETY: the head holds the buffer's current version, so its pages are backed;
             // `tgt..tgt+8` lies inside it and is 8-aligned.
             unsafe { std::ptr::read_volatile(tgt as *const u64) }
@@ -282,7 +278,7 @@ impl Cluster {
         let fresh = bufs.containing(tgt).is_some_and(|b| b.version == 0);
         let patched = bufs.attach(tgt, bytes, heap, staged_old, fresh);
         if word && bufs.containing(tgt).is_some_and(|b| !b.attached.is_empty()) {
-            self.offload.attached.store(true, Ordering::Release);
+            self.offload.set_attached();
         }
         patched
     }
@@ -333,7 +329,7 @@ impl Cluster {
             let b = bufs.containing_range(tgt, len).ok_or(ClusterError::UnknownAddress(tgt))?;
             let addr = b.addr;
             let whole = tgt == b.addr && len >= b.size;
-            let on_workers = b.version > 0 && !b.holders.is_empty() && !b.holders.contains(&HEAD);
+            let on_workers = b.version > 0 && !b.holders.is_empty() && !b.on_head();
             let targets: Vec<i32> = if !on_workers {
                 // Fresh or staged on the head: stage here, move lazily to where it is used.
                 vec![HEAD]
@@ -342,8 +338,8 @@ impl Cluster {
                 // With recovery on, the head keeps a copy too: host data has no producer to
                 // re-run, so the head's copy is where recovery finds it.
                 let holders = b.holders.clone();
-                let mut t = vec![self.least_busy(&holders).ok_or(ClusterError::Lost(addr))?];
-                if self.retains() {
+                let mut t = vec![Movement::of(*self).least_busy(&holders).ok_or(ClusterError::Lost(addr))?];
+                if self.ledger.retains() {
                     t.push(HEAD);
                 }
                 t
@@ -352,22 +348,22 @@ impl Cluster {
                 b.holders.iter().copied().collect()
             };
             if targets.contains(&HEAD) {
-                self.stage_on_head(&mut bufs, addr)?;
-                self.keep_head_version(&mut bufs, addr);
+                HeadCopies::of(*self).stage_on_head(&mut bufs, addr)?;
+                HeadCopies::of(*self).keep_head_version(&mut bufs, addr);
             }
-            if targets.iter().any(|&r| r != HEAD) {
+            if targets.iter().any(|&r| Place::of(r).is_worker()) {
                 bufs.get_mut(addr).expect("found above").host_writes += 1;
             }
             (addr, targets, whole)
         };
         if targets.contains(&HEAD) {
-            self.before_changing_staged(addr);
+            self.durability.before_changing_staged(addr);
         }
         let mut scan = Some(scan);
         // The head's copy is written while the bytes travel to the first worker, if any.
         // SAFETY: `tgt..tgt+len` lies in a buffer the head has backed (staged above); the
         // host range is readable (caller).
-        let mut head_copy = targets.contains(&HEAD).then_some(move || unsafe { self.write_on_head(tgt, std::slice::from_raw_parts(host, len as usize)) });
+        let mut head_copy = targets.contains(&HEAD).then_some(move || unsafe { self.offload.write_on_head(tgt, std::slice::from_raw_parts(host, len as usize)) });
         let mut found = None;
         // SAFETY: forwarded contract (readable, unchanged host bytes).
         let sent = unsafe { self.send_submit(&targets, tgt, host, len, &mut head_copy, &mut scan, &mut found) };
@@ -376,7 +372,7 @@ impl Cluster {
             // holds no recorded version any more.
             self.ledger.buffers.lock().drop_copy(addr, HEAD);
         }
-        if sent.is_err() && targets.iter().any(|&r| r != HEAD) {
+        if sent.is_err() && targets.iter().any(|&r| Place::of(r).is_worker()) {
             if let Some(b) = self.ledger.buffers.lock().get_mut(addr) {
                 b.host_writes -= 1;
             }
@@ -390,7 +386,7 @@ impl Cluster {
         Ok((addr, targets, whole, found))
     }
 
-    /// The sends of [`Cluster::submit_bytes`]: to each target in turn, writing the head's
+    /// The sends of [`Memory::submit_bytes`]: to each target in turn, writing the head's
     /// copy (`head_copy`, taken when done) while the bytes travel to the first worker, and
     /// scanning them (`scan`) meanwhile.
     ///
@@ -408,12 +404,12 @@ impl Cluster {
         found: &mut Option<PointsTo>,
     ) -> Result<()> {
         for &r in targets {
-            if r == HEAD {
+            if Place::of(r) == Place::Head {
                 if let Some(copy) = head_copy.take() {
                     copy();
                 }
             } else {
-                let t = self.trace_now();
+                let t = self.meter.trace_now();
                 let during = || {
                     let f = scan.take().map(|s| s());
                     if let Some(copy) = head_copy.take() {
@@ -423,35 +419,19 @@ impl Cluster {
                 };
                 // SAFETY: host range readable (caller) and unchanged until we return; the
                 // scan only reads it.
-                let (tag, f) = unsafe { self.post_submit(Region { addr: tgt, size: len }, host, r, during)? };
+                let (tag, f) = unsafe { Movement::of(*self).post_submit(Region { addr: tgt, size: len }, host, r, during)? };
                 if found.is_none() {
                     *found = f;
                 }
                 self.link.expect_ok(r, tag)?;
                 self.meter.stats.add_submitted(len);
-                self.trace(t, Cat::Submit, r, "submit", || vec![("bytes", json!(len)), ("addr", json!(tgt))]);
+                self.meter.trace(t, Cat::Submit, r, "submit", || vec![("bytes", json!(len)), ("addr", json!(tgt))]);
             }
         }
         Ok(())
     }
 
-    /// Copy `len` bytes at device address `tgt` to host memory at `host`.
-    ///
-    /// # Safety
-    /// `host..host+len` must be writable and not accessed by others meanwhile.
-    pub(crate) unsafe fn retrieve(&self, host: *mut u8, tgt: u64, len: u64) -> Result<()> {
-        // SAFETY: forwarded contract.
-        if self.fast_forward() && unsafe { self.retrieve_from_log(host, tgt, len)? } {
-            return Ok(());
-        }
-        self.resilient(|| {
-            let _gate = self.enter()?;
-            // SAFETY: forwarded contract (a repeated attempt overwrites the same host bytes).
-            unsafe { self.retrieve_inner(host, tgt, len) }
-        })
-    }
-
-    /// [`Cluster::retrieve`] without the gate (the caller holds it).
+    /// [`Cluster::retrieve`](super::Cluster::retrieve) without the gate (the caller holds it).
     ///
     /// # Safety
     /// As for `retrieve`.
@@ -477,7 +457,7 @@ impl Cluster {
                     bufs.take_sent_back(addr);
                 }
                 self.meter.stats.add_retrieved(len);
-                self.log(format_args!("RETRIEVE {tgt:#x} {len} bytes, sent back with the EXECUTE reply"));
+                self.meter.log(format_args!("RETRIEVE {tgt:#x} {len} bytes, sent back with the EXECUTE reply"));
                 // SAFETY: the caller guarantees the host range is ours; it holds `len` bytes now.
                 unsafe { self.log_retrieve(key, host, len) };
                 return Ok(());
@@ -486,7 +466,7 @@ impl Cluster {
                 (None, None, key)
             } else {
                 let made_by = b.made_by.filter(|(v, ..)| *v == b.version).map(|(_, e, m)| (e, m));
-                (Some(self.current_holder(b).ok_or(ClusterError::Lost(b.addr))?), made_by, key)
+                (Some(Movement::of(*self).current_holder(b).ok_or(ClusterError::Lost(b.addr))?), made_by, key)
             }
         };
         if let (Some(w), Some((entry, args))) = (src, made_by) {
@@ -504,13 +484,13 @@ impl Cluster {
             // SAFETY: the head holds the current version in its staged copy at `tgt`.
             Some(Place::Head) => unsafe { std::ptr::copy_nonoverlapping(tgt as *const u8, host, len as usize) },
             Some(Place::Worker(w)) => {
-                let (t, region) = (self.trace_now(), Region { addr: tgt, size: len });
+                let (t, region) = (self.meter.trace_now(), Region { addr: tgt, size: len });
                 // SAFETY: the caller guarantees the host range is writable and exclusive.
-                unsafe { self.retrieve_into(region, w, host)? };
-                self.note_retrieved(region, w, t);
+                unsafe { Movement::of(*self).retrieve_into(region, w, host)? };
+                Movement::of(*self).note_retrieved(region, w, t);
             }
         }
-        self.log(format_args!("RETRIEVE {tgt:#x} {len} bytes from {src:?}"));
+        self.meter.log(format_args!("RETRIEVE {tgt:#x} {len} bytes from {src:?}"));
         // SAFETY: the caller guarantees the host range is ours; it holds `len` bytes now.
         unsafe { self.log_retrieve(key, host, len) };
         Ok(())
@@ -528,16 +508,9 @@ impl Cluster {
         }
     }
 
-    /// Device-to-device copy inside the cluster device (`omp_target_memcpy`).
-    pub(crate) fn copy(&self, src: u64, dst: u64, len: u64) -> Result<()> {
-        if self.fast_forward() {
-            self.live_for(&[src, dst])?;
-        }
-        self.resilient(|| self.copy_once(src, dst, len))
-    }
-
-    fn copy_once(&self, src: u64, dst: u64, len: u64) -> Result<()> {
-        let _gate = self.enter()?;
+    /// Device-to-device copy inside the cluster device (`omp_target_memcpy`), once (the
+    /// caller holds the gate).
+    pub(super) fn copy_once(&self, src: u64, dst: u64, len: u64) -> Result<()> {
         if len == 0 {
             return Ok(());
         }
@@ -545,10 +518,10 @@ impl Cluster {
             let bufs = self.ledger.buffers.lock();
             let s = bufs.containing_range(src, len).ok_or(ClusterError::UnknownAddress(src))?;
             let d = bufs.containing_range(dst, len).ok_or(ClusterError::UnknownAddress(dst))?;
-            let at = if s.version == 0 { HEAD } else { self.current_holder(s).ok_or(ClusterError::Lost(s.addr))? };
+            let at = if s.version == 0 { HEAD } else { Movement::of(*self).current_holder(s).ok_or(ClusterError::Lost(s.addr))? };
             (s.addr, d.addr, at, dst == d.addr && len >= d.size)
         };
-        if at == HEAD {
+        if Place::of(at) == Place::Head {
             // Do it on the head: the source's current version is staged there (or is zeros).
             let mut tmp = vec![0u8; len as usize];
             // SAFETY: `tmp` has `len` writable bytes.
@@ -556,13 +529,13 @@ impl Cluster {
             // SAFETY: `tmp` has `len` readable bytes.
             return unsafe { self.submit_inner(dst, tmp.as_ptr(), len) };
         }
-        self.ensure_present(src_buf, at)?;
+        Movement::of(*self).ensure_present(src_buf, at)?;
         if !whole {
-            self.ensure_present(dst_buf, at)?;
+            Movement::of(*self).ensure_present(dst_buf, at)?;
         } else {
             let mut bufs = self.ledger.buffers.lock();
             let b = bufs.get_mut(dst_buf).ok_or(ClusterError::UnknownAddress(dst))?;
-            self.back_on(b, at)?;
+            Movement::of(*self).back_on(b, at)?;
         }
         {
             // A buddy copy reading the destination's copy there: let it finish first.
@@ -588,10 +561,10 @@ impl Cluster {
             made = Some((vec![src_access, before], Access { buffer: before.buffer, version: v }));
         }
         drop(bufs);
-        if let Some((reads, made)) = made.filter(|_| self.retains()) {
+        if let Some((reads, made)) = made.filter(|_| self.ledger.retains()) {
             self.record_op("omp_target_memcpy", at, reads, made, task_graph::Op::DeviceCopy { src, dst, size: len });
         }
-        self.log(format_args!("COPY {src:#x} -> {dst:#x} {len} bytes on {at}"));
+        self.meter.log(format_args!("COPY {src:#x} -> {dst:#x} {len} bytes on {at}"));
         Ok(())
     }
 }

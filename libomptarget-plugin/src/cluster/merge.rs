@@ -1,13 +1,13 @@
 //! Merging the changes regions running at the same time made to one buffer in different
-//! workers' copies, or undoing one of them (see `launch.rs` for why they happen).
+//! workers' copies, or undoing one of them ([`Merger`]; see `launch.rs` for why they happen).
 //!
 //! A region whose kernel was not expected to write a buffer runs where placement put it; if
-//! it changed the buffer while a region elsewhere changed it too, [`Cluster::merge_concurrent_changes`]
-//! merges three-way: against a copy of the version it started from, its changed bytes are
-//! written into the current version where that version still has the old bytes. If both
-//! changed a byte (even to the same value: two increments of one counter), its run is undone
-//! ([`Cluster::rerun_or`]: its copies are forgotten) and the region runs again over the other's
-//! change, as one after the other on one device.
+//! it changed the buffer while a region elsewhere changed it too,
+//! [`Merger::merge_concurrent_changes`] merges three-way: against a copy of the version it
+//! started from, its changed bytes are written into the current version where that version
+//! still has the old bytes. If both changed a byte (even to the same value: two increments of
+//! one counter), its run is undone ([`Merger::rerun_or`]: its copies are forgotten) and the
+//! region runs again over the other's change, as one after the other on one device.
 //!
 //! Concurrency (design note). Kernels on one worker share its copy, so a copy's unrecorded
 //! changes belong to every kernel that ran on it. Four rules keep merges and undos exact:
@@ -24,8 +24,17 @@
 //!   ran (`Buffer::commits_from`), and no copy was taken from it (`Buffer::torn`).
 //! * A kernel starts over the version its copy holds when it starts (not when it was placed);
 //!   a copy left with no recorded version by a merge makes it placed again.
-use super::{Cluster, ClusterError, Kernel, Result};
-use crate::data::{Buffer, Buffers, HEAD};
+use super::durability::Durability;
+use super::ledger::Ledger;
+use super::link::Link;
+use super::memory::Memory;
+use super::meter::Meter;
+use super::movement::Movement;
+use super::offload::Kernel;
+use super::offload::Offload;
+use super::{ClusterError, Result};
+use crate::data::{Buffer, Buffers, Place};
+use crate::inject::Injector;
 use event_system::Liveness;
 use event_system::protocol::{Patch, Region};
 use rustc_hash::FxHashMap as HashMap;
@@ -55,7 +64,13 @@ pub(super) struct Snap {
     pub(super) merges_end: u64,
 }
 
-impl Cluster {
+view! {
+    /// Merging or undoing concurrent changes: borrows what [`Memory`] does (a merge is applied
+    /// as a partial submit) and [`Movement`] (the copies compared are fetched).
+    pub(super) struct Merger { link: Link, ledger: Ledger, offload: Offload, durability: Durability, meter: Meter, inject: Injector }
+}
+
+impl<'a> Merger<'a> {
     /// Apply the changes a kernel run made to buffers that a region on another worker changed
     /// meanwhile in its own copy: a three-way merge against the version the run started from.
     /// Its changed bytes, where the current version still has that version's bytes, are
@@ -83,7 +98,7 @@ impl Cluster {
         // (held below), else the head's.
         let base_of = |b: &Buffer, version: u64| {
             let clean = |r: &i32| *r != w && !self.link.live.is_dead(*r) && b.clean_copy(*r, version);
-            b.ranks_with(version).filter(|r| *r != HEAD).find(clean).or_else(|| b.ranks_with(version).find(|r| *r == HEAD).filter(clean))
+            b.ranks_with(version).filter(|&r| Place::of(r).is_worker()).find(clean).or_else(|| b.ranks_with(version).find(|&r| Place::of(r) == Place::Head).filter(clean))
         };
         let stop = |held: &mut Vec<(u64, i32)>, e: ClusterError| -> ClusterError {
             self.unhold(held);
@@ -100,8 +115,8 @@ impl Cluster {
                 if !(needs_merge(b, w, version, patches.contains_key(&i)) || b.undone_on(w) != run.snaps[i].undone_start) {
                     continue;
                 }
-                let base = base_of(b, version).filter(|&r| r != HEAD);
-                let ranks: Vec<i32> = [w].into_iter().chain(b.holders.iter().copied().filter(|&r| r != HEAD && !self.link.live.is_dead(r))).chain(base).collect();
+                let base = base_of(b, version).filter(|&r| Place::of(r).is_worker());
+                let ranks: Vec<i32> = [w].into_iter().chain(self.link.live_workers(&b.holders)).chain(base).collect();
                 busy |= ranks.iter().any(|r| b.running.get(r).is_some_and(|&n| n > 0));
                 taken |= ranks.iter().any(|r| b.holding.contains_key(r));
                 held.extend(ranks.into_iter().map(|r| (addr, r)));
@@ -176,12 +191,12 @@ impl Cluster {
         let fetched: Result<Vec<Copies>> = todo
             .iter()
             .map(|m| {
-                let mine = self.fetch(m.region, w)?;
+                let mine = Movement::of(*self).fetch(m.region, w)?;
                 let base = match m.base {
                     None => vec![0u8; m.region.size as usize],
-                    Some(r) => self.fetch(m.region, r)?,
+                    Some(r) => Movement::of(*self).fetch(m.region, r)?,
                 };
-                Ok((mine, base, self.fetch(m.region, m.current)?))
+                Ok((mine, base, Movement::of(*self).fetch(m.region, m.current)?))
             })
             .collect();
         let fetched = match fetched {
@@ -224,11 +239,11 @@ impl Cluster {
         for (m, apply) in plans {
             for (off, bytes) in &apply {
                 // SAFETY: `bytes` is a readable local vector; the caller holds the gate.
-                if let Err(e) = unsafe { self.submit_inner(m.region.addr + off, bytes.as_ptr(), bytes.len() as u64) } {
+                if let Err(e) = unsafe { Memory::of(*self).submit_inner(m.region.addr + off, bytes.as_ptr(), bytes.len() as u64) } {
                     return Err(stop(&mut held, e));
                 }
             }
-            self.log(format_args!(
+            self.meter.log(format_args!(
                 "MERGE {:#x}: {} run(s) changed by {} on {w} applied to the version changed meanwhile on {}",
                 m.region.addr,
                 apply.len(),
@@ -291,7 +306,7 @@ impl Cluster {
             }
         }
         self.forget_copies_changed(run);
-        self.log(format_args!("RUN AGAIN on {w}: {e}"));
+        self.meter.log(format_args!("RUN AGAIN on {w}: {e}"));
         ClusterError::RunAgain(Box::new(e))
     }
 
@@ -316,7 +331,7 @@ impl Cluster {
             let zeros = vec![0u8; r.size as usize];
             // SAFETY: `zeros` is a readable local vector, kept until the send completes (on a
             // dead peer it is leaked below, as `submit_from` requires).
-            let sent = unsafe { self.submit_from(r, zeros.as_ptr(), w) };
+            let sent = unsafe { Movement::of(*self).submit_from(r, zeros.as_ptr(), w) };
             if sent.is_err() {
                 std::mem::forget(zeros);
             }

@@ -3,8 +3,13 @@
 //! (at the same device address), and a buffer travels to a worker only when a kernel placed
 //! there needs it, from the head or straight from the worker holding the latest version.
 //!
-//! Who owns which state, under which lock, touched by which threads, and the one lock order:
-//! `README.md` beside this file.
+//! Who owns which state, under which lock, changed by which views and touched by which
+//! threads, the one lock order, and each file's view with the parts it borrows: `README.md`
+//! beside this file. The state is in six parts (`link.rs`, `ledger.rs`, `offload.rs`,
+//! `tolerance.rs`, `durability.rs`, `meter.rs`); the code that acts on it is in views, one
+//! per file, each borrowing only the parts it uses ([`Holds`]). This file builds the cluster,
+//! makes libomptarget's requests (a memory request's gate and retries are here, its work in
+//! `memory.rs`) and shuts it down.
 //!
 //! Concurrency (design note): libomptarget calls in from many threads at once (the `nowait`
 //! tasks run on hidden helper threads). The bookkeeping (`Buffers`) is behind one mutex that
@@ -22,19 +27,81 @@
 
 use crate::checkpoint::Checkpointer;
 use crate::config::Config;
-use crate::data::{Buffer, Buffers, HEAD};
+use crate::data::Buffers;
+use crate::inject::Injector;
 use event_system::comm::CommError;
 use event_system::process::Victim;
-use event_system::protocol::{Event, FoundPointers, Patch};
+use event_system::protocol::Event;
 use event_system::{Comm, Fenced, Liveness, SymmetricHeap};
-use parking_lot::Mutex;
 use scheduler::Scheduler;
-use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use task_graph::TaskGraph;
 use thiserror::Error;
 
+/// A holder of part `P` of the cluster: the cluster itself, or a view that borrows `P`.
+///
+/// The code that acts on the cluster is in views: one type per file, `Copy`, holding a
+/// reference to each part it uses (see `README.md`). A view is built by its `of` from any
+/// holder of all the parts it borrows, so that a view can build another only if it borrows
+/// every part that one does: the compiler checks that a view's fields list all it may change.
+pub(super) trait Holds<'a, P: ?Sized>: Copy {
+    /// The part.
+    fn part(self) -> &'a P;
+}
+
+/// `holds!(View<'a>: field: Part, ...)`: `View` holds each `Part` in the field of that name
+/// (`field.sub` for a part kept inside another).
+macro_rules! holds {
+    ($holder:ty: $($field:ident $(.$sub:ident)?: $part:ty),* $(,)?) => {
+        $(impl<'a> $crate::cluster::Holds<'a, $part> for $holder {
+            fn part(self) -> &'a $part {
+                &self.$field $(.$sub)?
+            }
+        })*
+    };
+}
+
+/// A view (see [`Holds`]):
+///
+/// ```ignore
+/// view! {
+///     /// What it does, and why it borrows what it borrows.
+///     pub(super) struct Movement { link: Link, ledger: Ledger, offload: Offload, meter: Meter, inject: Injector }
+///     also { tolerance.inject: Injector } // parts kept inside its parts, that it can lend too
+/// }
+/// ```
+///
+/// declares `Movement<'a>` (`Clone`, `Copy`) with a field `&'a Part` for each part listed,
+/// says that it holds them (`holds!`), and gives it `Movement::of`, which builds it from any
+/// holder of all those parts.
+macro_rules! view {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident { $($field:ident: $part:ty),* $(,)? }
+        $(also { $($outer:ident.$sub:ident: $inner:ty),* $(,)? })?
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy)]
+        $vis struct $name<'a> {
+            $($field: &'a $part,)*
+        }
+
+        holds!($name<'a>: $($field: $part,)* $($($outer.$sub: $inner,)*)?);
+
+        impl<'a> $name<'a> {
+            /// The view over the parts `c` holds (the cluster, or a view that borrows them all).
+            $vis fn of<C>(c: C) -> Self
+            where
+                $(C: $crate::cluster::Holds<'a, $part>,)*
+            {
+                $name { $($field: c.part(),)* }
+            }
+        }
+    };
+}
+
+mod blocks;
 mod buddy;
 mod durability;
 mod checkpointing;
@@ -54,6 +121,7 @@ mod offload;
 mod on_head;
 mod prune;
 mod recovery;
+mod requests;
 mod rerun;
 mod resume;
 mod tolerance;
@@ -62,11 +130,20 @@ pub use buddy::BuddyStats;
 pub use failures::{FailureRecord, RecoveryRecord, SpareRecord};
 pub use resume::ResumeRecord;
 
+use buddy::Buddy;
+use checkpointing::Checkpoints;
 use durability::Durability;
+use failures::{Failures, HeadDevice};
+use faults::Faults;
+use images::Images;
+use launch::Launcher;
 use ledger::Ledger;
 use link::Link;
+use memory::Memory;
 use meter::Meter;
 use offload::Offload;
+use requests::Requests;
+use resume::Resumer;
 use tolerance::Tolerance;
 
 /// Liveness on the head: the failure detector's view, plus the ranks fenced here; a rank once
@@ -142,91 +219,10 @@ pub enum ClusterError {
 
 type Result<T> = std::result::Result<T, ClusterError>;
 
-/// A kernel handed to libomptarget: which image, which index.
-#[derive(Debug)]
-struct Kernel {
-    image: u32,
-    index: u32,
-    name: Arc<str>,
-    /// The key of its image's bytes (`journal::key::of_image`).
-    image_key: u64,
-    /// Duration of its last run, nanoseconds (u64::MAX before the first run).
-    last_ns: std::sync::atomic::AtomicU64,
-    /// What its runs so far changed (None until one completed): see `launch.rs`.
-    writes: Mutex<Option<launch::WriteSet>>,
-    /// Runs in flight placed while `writes` was None; changed under the `buffers` lock.
-    learning: std::sync::atomic::AtomicU32,
-    /// Arguments (a `launch.rs` argument mask) whose buffers, mapped `from`, libomptarget
-    /// retrieved right after a run: their new contents come back with the EXECUTE's reply.
-    /// Unlearned when bytes so sent were replaced before being retrieved.
-    send_back: std::sync::atomic::AtomicU64,
-}
-
-impl Kernel {
-    /// The content key of a run over the buffers it can reach (`journal::key::task`): one
-    /// recipe for where a region is logged (`launch.rs`) and where a resumed job looks it up
-    /// (`resume.rs`).
-    /// A standard stream among the arguments counts as which stream it is, not its address.
-    fn region_key<'a>(&self, args: &[u64], reached: impl Iterator<Item = &'a Buffer>) -> u64 {
-        let mut keyed: Vec<(u64, u64)> = reached.map(|b| (b.addr, b.key)).collect();
-        let args = event_system::protocol::StdStream::stable_args(args);
-        crate::journal::key::task(self.image_key, &self.name, &args, &mut keyed)
-    }
-}
-
-/// A worker's report of a kernel run (see `Reply::Executed`; its output is printed already).
-struct Executed {
-    /// Per region: did it change?
-    changed: Vec<bool>,
-    /// Device pointers found in each changed region.
-    pointers: Vec<FoundPointers>,
-    /// Seconds in the kernel.
-    seconds: f64,
-    /// When the EXECUTE left and the reply came, on the trace's clock (if one is recorded).
-    traced: Option<(f64, f64)>,
-    /// Changes to image data regions: (region index, runs).
-    patches: Vec<(u32, Patch)>,
-    /// Blocks device code allocated.
-    allocated: Vec<event_system::protocol::Allocated>,
-    /// Blocks allocated before that it freed.
-    freed: Vec<u64>,
-    /// Regions whose new contents came back with the reply: (region index, bytes).
-    returned: Vec<(usize, Vec<u8>)>,
-    /// What it printed (kept only for the log, `journal.rs`).
-    output: Vec<u8>,
-    errors: Vec<u8>,
-}
-
-/// Kernels whose last run took less than this run on the worker's polling thread.
-const SHORT_KERNEL_NS: u64 = 50_000;
-
 /// How long the head waits at the end for dead workers on its host to be reaped, so that it
 /// can remove what they left (`event_system::process::clean_after`).
 const LEFTOVERS_BOUND: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Tables given to libomptarget must stay alive (and unmoved) while the program runs.
-pub(crate) struct ImageTables {
-    _entries: Box<[crate::ctypes::OffloadEntry]>,
-    pub(crate) table: Box<crate::ctypes::TargetTable>,
-    _tokens: Box<[u8]>,
-    /// What the head needs to load the image itself (see `images::continue_on_head`).
-    source: ImageSource,
-}
-
-/// A device image as the workers loaded it.
-struct ImageSource {
-    /// The ELF file (kept only while recovery is on: without it the head never runs regions).
-    bytes: Option<Box<[u8]>>,
-    base: u64,
-    extent: u64,
-    kernels: Vec<String>,
-    /// Address of its writable data, if it has any.
-    data: Option<u64>,
-}
-
-// SAFETY: the raw pointers inside point to the boxed arrays owned by the same value (and to
-// name strings in the program's read-only data); nothing mutates them after creation.
-unsafe impl Send for ImageTables {}
 
 /// The head's state, split by what each part owns (the state table is in `README.md`
 /// beside this file).
@@ -245,7 +241,33 @@ pub struct Cluster {
     meter: Meter,
     cfg: Config,
     /// The device has shut down: requests are refused.
-    stopped: AtomicBool,
+    stopped: Stopped,
+}
+
+holds!(&'a Cluster: link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, tolerance.inject: Injector, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped);
+
+/// The device has shut down: requests are refused (set once, by [`Cluster::shutdown`]).
+pub(super) struct Stopped(AtomicBool);
+
+impl Stopped {
+    /// Has the device shut down?
+    pub(super) fn is_set(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// `Err(Stopped)` once the device has shut down.
+    pub(super) fn check(&self) -> Result<()> {
+        if self.is_set() {
+            Err(ClusterError::Stopped)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Shut down; returns whether it was already.
+    fn set(&self) -> bool {
+        self.0.swap(true, Ordering::AcqRel)
+    }
 }
 
 impl Cluster {
@@ -260,7 +282,7 @@ impl Cluster {
         ckpt: Option<Checkpointer>,
     ) -> Self {
         let n = comm.size() as usize;
-        let meter = Meter::new(n, cfg.trace.is_some());
+        let meter = Meter::new(n, cfg.trace.is_some(), cfg.verbose);
         let (base, size) = heap.buffer_space();
         let mut buffers = Buffers::new(base, size);
         buffers.set_retention_budget(if recovery { cfg.ft_retain } else { 0 });
@@ -272,12 +294,12 @@ impl Cluster {
         let inject = crate::inject::Injector::new(cfg.ft_inject.as_deref().and_then(|s| crate::inject::parse(s, Some(n as i32)).ok()).unwrap_or_default());
         Cluster {
             link: Link::new(comm, live, procs),
-            ledger: Ledger::new(buffers, graph, prune::FIRST_PRUNE),
+            ledger: Ledger::new(buffers, graph, prune::FIRST_PRUNE, recovery && cfg.ft_retain > 0),
             offload: Offload::new(heap, Scheduler::new(cfg.policy), n),
             tolerance: Tolerance::new(recovery, cfg.spares as usize, n, inject),
             durability: Durability::new(ckpt, journal, replay, resume_record),
             meter,
-            stopped: AtomicBool::new(false),
+            stopped: Stopped(AtomicBool::new(false)),
             cfg,
         }
     }
@@ -287,136 +309,122 @@ impl Cluster {
         self.link.any_failure()
     }
 
+    /// Start the handler thread, the buddy thread, the thread of faults injected by time and
+    /// the prober that watches the workers on the head's host. Called once, when the cluster
+    /// is in its final place. `on_fatal` ends the job when recovery is impossible.
+    pub(crate) fn start_handler(&'static self, on_fatal: fn(&str) -> !) -> std::io::Result<()> {
+        self.tolerance.ft.start(Arc::new(HeadDevice::new(self, on_fatal)))?;
+        Buddy::of(self).start()?;
+        Faults::of(self).start_timed();
+        Failures::of(self).start_prober()
+    }
+
+    /// A rank failed (see [`Failures::note_failure`]): the failure detector's callback.
+    pub(crate) fn note_failure(&self, rank: i32, how: &str) {
+        Failures::of(self).note_failure(rank, how)
+    }
+
+    /// Run the kernel `entry` with argument values `args` (see [`Launcher::launch`]).
+    pub(crate) fn launch(&self, entry: usize, args: &[u64], begins: &[u64], hosts: &[u64], mapped_from: &[bool]) -> Result<()> {
+        Launcher::of(self).launch(entry, args, begins, hosts, mapped_from)
+    }
+
+    /// Whether a `nowait` run of the kernel `entry` should run on the calling thread (see
+    /// [`Launcher::expect_short`]).
+    pub(crate) fn expect_short(&self, entry: usize) -> bool {
+        Launcher::of(self).expect_short(entry)
+    }
+
+    /// Send a device image to every worker and build libomptarget's entry table (see
+    /// [`Images::load_binary`]).
+    pub(crate) fn load_binary(&self, image: &[u8], entries: &[crate::ctypes::OffloadEntry]) -> Result<*mut crate::ctypes::TargetTable> {
+        Images::of(self).load_binary(image, entries)
+    }
+
+    /// Allocate a device buffer.
+    pub(crate) fn alloc(&self, size: u64, host: u64) -> Result<u64> {
+        let _gate = Requests::of(self).enter()?;
+        Memory::of(self).alloc(size, host)
+    }
+
+    /// Allocate host memory for `llvm_omp_target_alloc_host` (see [`Memory::alloc_host`]).
+    pub(crate) fn alloc_host(&self, size: u64) -> Result<u64> {
+        self.stopped.check()?;
+        Memory::of(self).alloc_host(size)
+    }
+
+    /// Free a device buffer, or host memory from [`Cluster::alloc_host`].
+    pub(crate) fn delete(&self, addr: u64) -> Result<()> {
+        if Memory::of(self).free_host(addr)? {
+            return Ok(());
+        }
+        if self.stopped.is_set() {
+            return Ok(()); // the workers are gone; the range dies with the process
+        }
+        let _gate = Requests::of(self).enter()?;
+        Memory::of(self).remove_buffer(addr, |_| true)
+    }
+
+    /// Copy `len` host bytes at `host` to device address `tgt`.
+    ///
+    /// # Safety
+    /// `host..host+len` must be readable.
+    pub(crate) unsafe fn submit(&self, tgt: u64, host: *const u8, len: u64) -> Result<()> {
+        if self.durability.fast_forward() {
+            Resumer::of(self).live_for(&[tgt])?;
+        }
+        Requests::of(self).resilient(|| {
+            let _gate = Requests::of(self).enter()?;
+            // SAFETY: forwarded contract (each attempt reads the same host bytes again).
+            unsafe { Memory::of(self).submit_inner(tgt, host, len) }
+        })
+    }
+
+    /// Copy `len` bytes at device address `tgt` to host memory at `host`.
+    ///
+    /// # Safety
+    /// `host..host+len` must be writable and not accessed by others meanwhile.
+    pub(crate) unsafe fn retrieve(&self, host: *mut u8, tgt: u64, len: u64) -> Result<()> {
+        // SAFETY: forwarded contract.
+        if self.durability.fast_forward() && unsafe { Resumer::of(self).retrieve_from_log(host, tgt, len)? } {
+            return Ok(());
+        }
+        Requests::of(self).resilient(|| {
+            let _gate = Requests::of(self).enter()?;
+            // SAFETY: forwarded contract (a repeated attempt overwrites the same host bytes).
+            unsafe { Memory::of(self).retrieve_inner(host, tgt, len) }
+        })
+    }
+
+    /// Device-to-device copy inside the cluster device (`omp_target_memcpy`).
+    pub(crate) fn copy(&self, src: u64, dst: u64, len: u64) -> Result<()> {
+        if self.durability.fast_forward() {
+            Resumer::of(self).live_for(&[src, dst])?;
+        }
+        Requests::of(self).resilient(|| {
+            let _gate = Requests::of(self).enter()?;
+            Memory::of(self).copy_once(src, dst, len)
+        })
+    }
+
+    /// SIGTERM: a checkpoint now (see [`Checkpoints::final_checkpoint`]).
+    pub(crate) fn final_checkpoint(&self) {
+        Checkpoints::of(self).final_checkpoint()
+    }
+
     /// How many workers the job started with (spares included).
     pub(crate) fn worker_count(&self) -> usize {
         self.link.comm.size().saturating_sub(1) as usize
     }
 
-    /// Where target regions can run: the live workers but idle spares, or the head itself
-    /// once it runs them (no worker left). Asked at every launch: no allocation.
-    fn targets(&self) -> impl Iterator<Item = i32> + '_ {
-        let on_head = self.offload.local.get().is_some();
-        self.link.workers().filter(move |&r| !on_head && !self.tolerance.idle_spare[r as usize].load(Ordering::Relaxed)).chain(on_head.then_some(HEAD))
-    }
-
-    /// The head's own device, if it runs target regions itself.
-    fn local(&self) -> Option<&event_system::LocalDevice> {
-        self.offload.local.get().map(|(d, _)| d)
-    }
-
-    fn check_running(&self) -> Result<()> {
-        if self.stopped.load(Ordering::Acquire) {
-            Err(ClusterError::Stopped)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Does the head keep data for recovery (fault tolerance on and `OMPCLUSTER_FT_RETAIN`
-    /// not 0): copies of host data and of images' initial data, deleted buffers recorded
-    /// tasks read, partial updates? With 0 it keeps nothing: the baseline that measures what
-    /// keeping costs (a lost version then often has no source, and the job stops saying so).
-    fn retains(&self) -> bool {
-        self.tolerance.recovery && self.cfg.ft_retain > 0
-    }
-
-    /// Now on the trace's clock, if a trace is recorded: the start of a span for
-    /// [`Cluster::trace`] (None costs nothing more).
+    /// Now on the trace's clock, if a trace is recorded (see [`Meter::trace_now`]).
     pub(crate) fn trace_now(&self) -> Option<f64> {
-        self.meter.trace.as_ref().map(|t| t.now())
+        self.meter.trace_now()
     }
 
-    /// Record a span of `cat` on `rank`'s track from `since` (a [`Cluster::trace_now`]) until
-    /// now; `args` is only called when a trace is recorded.
+    /// Record a span on `rank`'s track from `since` until now (see [`Meter::trace`]).
     pub(crate) fn trace(&self, since: Option<f64>, cat: timeline::Cat, rank: i32, name: impl Into<timeline::record::Name>, args: impl FnOnce() -> timeline::Args) {
-        if let (Some(t), Some(since)) = (&self.meter.trace, since) {
-            t.span(cat, rank, name, since, args());
-        }
-    }
-
-    fn log(&self, what: std::fmt::Arguments<'_>) {
-        if self.cfg.verbose {
-            eprintln!("[ompcluster {:>9.3} ms] {what}", self.meter.start.elapsed().as_secs_f64() * 1e3);
-        }
-    }
-
-    /// Enter an offloading request: take a checkpoint first if one is due, then hold the
-    /// gate's read side for the request.
-    fn enter(&self) -> Result<parking_lot::RwLockReadGuard<'_, ()>> {
-        self.check_running()?;
-        if let Some(cp) = &self.durability.ckpt {
-            // While fast-forwarding, versions no rank holds cannot be saved: no checkpoint.
-            if !self.fast_forward() && cp.due(self.ledger.device_bytes.load(Ordering::Relaxed)) {
-                self.checkpoint(cp, false);
-            }
-        }
-        Ok(self.tolerance.ft.enter())
-    }
-
-    /// Run one offloading request; if it failed because a rank died, wait for the recovery
-    /// from that failure and run it again from the start. The request is written so that a
-    /// partial first attempt does no harm: nothing is recorded until it completes, and a
-    /// repeated transfer writes the same bytes again.
-    fn resilient<T>(&self, mut request: impl FnMut() -> Result<T>) -> Result<T> {
-        let mut rebuilt = 0;
-        loop {
-            let err = match request() {
-                // A resumed job: a version a skipped region made, needed by a request that
-                // started before another made it (`resume.rs`), is rebuilt, then it runs again.
-                Err(ClusterError::Lost(addr)) if self.durability.resumed && rebuilt < 3 && self.link.live.dead_ranks().is_subset(&self.tolerance.ft.recovered()) => {
-                    rebuilt += 1;
-                    let id = self.ledger.buffers.lock().get(addr).map(|b| b.id);
-                    self.rebuild_unheld(id.map(|id| [id].into()))?;
-                    continue;
-                }
-                Err(e) if self.tolerance.recovery => e,
-                done => return done,
-            };
-            let Some(dead) = self.failure_behind(&err) else { return Err(err) };
-            self.log(format_args!("request failed ({err}); waiting for recovery from the loss of {dead:?}"));
-            self.tolerance.ft.wait_recovered(&dead).map_err(ClusterError::Unrecoverable)?;
-        }
-    }
-
-    /// The dead ranks an error is explained by, if it is one recovery deals with: a wait that
-    /// gave up on a dead rank (fenced here if a worker was the one to notice), or a buffer or
-    /// worker missing while some dead rank is not yet recovered from.
-    fn failure_behind(&self, e: &ClusterError) -> Option<BTreeSet<i32>> {
-        let mut dead = self.link.live.dead_ranks();
-        if let Some(r) = self.dead_peer(e) {
-            dead.insert(r);
-        } else {
-            // A buffer or worker missing is explained by a failure not yet recovered from.
-            let missing = matches!(e, ClusterError::NoWorker | ClusterError::Lost(_));
-            if !missing || dead.is_subset(&self.tolerance.ft.recovered()) {
-                return None;
-            }
-        }
-        dead.remove(&HEAD);
-        Some(dead)
-    }
-
-    /// If `e` says a rank died (a wait gave up on it, or a worker reported its exchange
-    /// partner dead), fence that rank, tell the handler, and return it.
-    fn dead_peer(&self, e: &ClusterError) -> Option<i32> {
-        match e {
-            ClusterError::Comm(CommError::PeerDead(r)) | ClusterError::PeerDead(r) => {
-                // Recorded (and fenced) here with how it was noticed, before the handler can
-                // record it in general terms.
-                let how = match e {
-                    ClusterError::PeerDead(_) => "declared dead by the failure detector of the worker on the other side of a transfer",
-                    _ => "declared dead by the failure detector, noticed by a request waiting for it",
-                };
-                if self.stopped.load(Ordering::Acquire) {
-                    self.link.live.fence(*r);
-                } else {
-                    self.record_failure(*r, how);
-                }
-                self.tolerance.ft.notify(*r);
-                Some(*r)
-            }
-            _ => None,
-        }
+        self.meter.trace(since, cat, rank, name, args)
     }
 
     /// Write the full log of recorded tasks (`OMPCLUSTER_TASKS`): one JSON line per task, in
@@ -439,14 +447,14 @@ impl Cluster {
     /// Returns the dead ranks out of the head's reach (frozen on another host), for the
     /// launcher (`exit_status.rs`); empty on a second call.
     pub(crate) fn shutdown(&self) -> Vec<i32> {
-        self.resume_ended();
+        Resumer::of(self).resume_ended();
         if let Some(cp) = &self.durability.ckpt {
             cp.wait(); // a flush in progress needs the workers
         }
-        if self.stopped.swap(true, Ordering::AcqRel) {
+        if self.stopped.set() {
             return Vec::new();
         }
-        if let Some(waker) = &self.offload.waker {
+        if let Some(waker) = self.offload.waker() {
             waker.stop();
         }
         // A batch of buddy copies in progress finishes first (it talks to the workers).
@@ -454,7 +462,7 @@ impl Cluster {
         let workers: Vec<i32> = self.link.workers().collect();
         let messages = self.link.comm.messages();
         // Sent ahead of EXIT, on the same tag: the victim has it when EXIT comes.
-        self.inject_due(|t| *t == crate::inject::Trigger::DuringExit);
+        Faults::of(self).inject_due(|t| *t == crate::inject::Trigger::DuringExit);
         let mut tags = Vec::new();
         for &w in &workers {
             match self.link.post(w, Event::Exit) {
@@ -478,8 +486,8 @@ impl Cluster {
         let host = self.link.head_host();
         let mut unreachable = Vec::new();
         let mut here = Vec::new();
-        for r in self.link.live.dead_ranks().into_iter().filter(|&r| r != HEAD) {
-            match self.link.procs.get(r as usize) {
+        for r in self.link.dead_workers() {
+            match self.link.process(r) {
                 Some(&(h, victim)) if h == host => {
                     event_system::process::kill(victim);
                     here.push(victim);
@@ -491,7 +499,7 @@ impl Cluster {
         let wall = self.meter.start.elapsed().as_secs_f64();
         if let Some(path) = &self.cfg.report {
             let mut report = self.meter.stats.report(workers.len(), wall);
-            let (failures, recoveries) = self.ft_report();
+            let (failures, recoveries) = Failures::of(self).ft_report();
             (report.head_messages_sent, report.head_messages_received) = messages;
             report.counts.tasks_reexecuted = recoveries.iter().map(|r| r.outcome.tasks_reexecuted).sum();
             report.failures = failures;
@@ -500,7 +508,7 @@ impl Cluster {
             report.retained_bytes = self.ledger.buffers.lock().retained_bytes();
             report.tasks_recorded = self.ledger.graph.lock().len() as u64;
             report.head_max_rss_bytes = crate::report::max_rss_bytes();
-            report.continued_on_head_at_seconds = self.offload.local.get().map(|(_, at)| *at);
+            report.continued_on_head_at_seconds = self.offload.local_since();
             report.resume_log = self.durability.journal.as_ref().map(|j| j.stats());
             report.resume = self.durability.resume_record.lock().clone();
             if let Some(cp) = &self.durability.ckpt {

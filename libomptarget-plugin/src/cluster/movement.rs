@@ -1,20 +1,36 @@
-//! Moving buffers between ranks: where a buffer's current version is, and making it present
-//! where a kernel needs it.
-use super::{link, Cluster, ClusterError, Result};
+//! Moving buffers between ranks ([`Movement`]): where a buffer's current version is, and
+//! making it present where a kernel needs it.
+//!
+//! Threads: offloading threads, the handler (a re-run's inputs), the buddy thread (its
+//! copies); each takes the ledger's `buffers` lock only for decisions, never across a
+//! transfer.
+
+use super::ledger::Ledger;
+use super::link::{self, Link};
+use super::meter::Meter;
+use super::offload::Offload;
+use super::{ClusterError, Result};
 use crate::data::{Buffer, CopyState, Moved, Place, HEAD};
-use event_system::Liveness;
+use crate::inject::Injector;
 use event_system::protocol::{Envelope, Event, MAX_INLINE_DATA, Region, Reply};
 use serde_json::json;
 use std::collections::BTreeSet;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 use timeline::Cat;
 
-impl Cluster {
+view! {
+    /// Moving data: borrows the link (the transfers), the ledger (where versions are, the
+    /// `incoming` marks), the offload (the head's pages, the regions in flight per rank, the
+    /// scheduler's transfer times), the meter (counters, trace, log) and the fault injector of
+    /// `Tolerance` (a test's delays).
+    pub(super) struct Movement { link: Link, ledger: Ledger, offload: Offload, meter: Meter, inject: Injector }
+}
+
+impl<'a> Movement<'a> {
     /// Where to take a buffer's current version from: the head's staged copy if it holds
     /// one, else the least busy live worker holding it.
     pub(super) fn current_holder(&self, b: &Buffer) -> Option<i32> {
-        if b.holders.contains(&HEAD) {
+        if b.on_head() {
             Some(HEAD)
         } else {
             self.least_busy(&b.holders)
@@ -39,8 +55,8 @@ impl Cluster {
         ranks
             .iter()
             .copied()
-            .filter(|&r| r != HEAD && !self.link.live.is_dead(r))
-            .min_by_key(|&r| self.offload.in_flight[r as usize].load(Ordering::Relaxed))
+            .filter(|&r| self.link.is_live_worker(r))
+            .min_by_key(|&r| self.offload.in_flight(r))
     }
 
     /// Make the current version of the buffer at `addr` present on worker `w`. Returns the
@@ -55,7 +71,7 @@ impl Cluster {
 
     /// Start making the current version of the buffer at `addr` present on worker `w`. From
     /// the head's copy, the SUBMIT and its bytes are sent and the answer is left to
-    /// [`Cluster::finish_moves`], so the inputs a region takes from the head cost one round
+    /// [`Movement::finish_moves`], so the inputs a region takes from the head cost one round
     /// trip together instead of one each (the worker handles SUBMITs in order, before any
     /// later event); from a worker's copy, it is moved now. `pending` holds the caller's
     /// unfinished moves, which mark their buffers as incoming on `w`: they are finished before
@@ -87,7 +103,7 @@ impl Cluster {
         let region = Region { addr, size };
         let t0 = Instant::now();
         let state = if let (Place::Head, Place::Worker(w)) = (Place::of(src), Place::of(w)) {
-            let trace = self.trace_now();
+            let trace = self.meter.trace_now();
             // SAFETY: as for `copy_between` from the head: its staged copy is backed and does
             // not change while the bytes are sent (the send is complete when this returns).
             match unsafe { self.post_submit(region, addr as *const u8, w, || ()) } {
@@ -95,7 +111,7 @@ impl Cluster {
                 Err(e) => MoveState::Done(Err(e), t0.elapsed()),
             }
         } else {
-            if let Some(d) = self.tolerance.inject.move_delay().filter(|_| src != HEAD) {
+            if let Some(d) = self.inject.move_delay().filter(|_| Place::of(src).is_worker()) {
                 // Test only (`slow:moves=MS`): as if this thread were preempted here.
                 std::thread::sleep(d);
             }
@@ -105,7 +121,7 @@ impl Cluster {
         Ok(())
     }
 
-    /// [`Cluster::start_move`] for each of `addrs`, under one lock for all those `w` holds
+    /// [`Movement::start_move`] for each of `addrs`, under one lock for all those `w` holds
     /// already (a region whose inputs are where it runs: the common case), and the full path
     /// only for the others. Each lock taken costs much more than its work when many threads
     /// launch regions on few cores: a thread holding it is preempted, and the others queue.
@@ -150,9 +166,9 @@ impl Cluster {
         self.ledger.moved.notify_all();
         drop(bufs);
         moved?;
-        self.log(format_args!("MOVE {addr:#x} {size} bytes {src} -> {w}"));
+        self.meter.log(format_args!("MOVE {addr:#x} {size} bytes {src} -> {w}"));
         if outcome == Moved::Touched {
-            self.log(format_args!("TORN {addr:#x} on {w}: copied from {src} while a kernel there changed it, so no version"));
+            self.meter.log(format_args!("TORN {addr:#x} on {w}: copied from {src} while a kernel there changed it, so no version"));
         }
         Ok(size)
     }
@@ -165,7 +181,7 @@ impl Cluster {
                 let bytes = self.fetch(region, src)?;
                 // SAFETY: the head backed its copy (the caller's contract); no request uses it
                 // while its current version is on the way.
-                unsafe { self.write_on_head(region.addr, &bytes) };
+                unsafe { self.offload.write_on_head(region.addr, &bytes) };
                 return Ok(());
             }
             // SAFETY: the head's staged copy of this buffer is backed; pages are only
@@ -175,8 +191,8 @@ impl Cluster {
             (Place::Head, Place::Worker(dst)) => return unsafe { self.submit_from(region, region.addr as *const u8, dst) },
             (Place::Worker(src), Place::Worker(dst)) => (src, dst),
         };
-        let t = self.trace_now();
-        let tag = self.link.tags.next();
+        let t = self.meter.trace_now();
+        let tag = self.link.next_tag();
         let send = |rank: i32, event: Event| self.link.comm.send_event(rank, &Envelope { tag, event }, self.link.live.as_ref());
         let exchanged = send(src, Event::ExchangeSend { region, peer: dst })
             .and_then(|()| send(dst, Event::ExchangeRecv { region, peer: src }))
@@ -190,7 +206,7 @@ impl Cluster {
         }
         exchanged?;
         self.meter.stats.add_exchanged(region.size);
-        self.trace(t, Cat::Exchange, dst, "exchange", || vec![("bytes", json!(region.size)), ("from", json!(src)), ("addr", json!(region.addr))]);
+        self.meter.trace(t, Cat::Exchange, dst, "exchange", || vec![("bytes", json!(region.size)), ("from", json!(src)), ("addr", json!(region.addr))]);
         Ok(())
     }
 
@@ -202,10 +218,10 @@ impl Cluster {
     pub(super) unsafe fn submit_from(&self, region: Region, bytes: *const u8, dst: i32) -> Result<()> {
         let Place::Worker(dst) = Place::of(dst) else {
             // SAFETY: forwarded contract (readable bytes; the head's copy is backed).
-            unsafe { self.write_on_head(region.addr, std::slice::from_raw_parts(bytes, region.size as usize)) };
+            unsafe { self.offload.write_on_head(region.addr, std::slice::from_raw_parts(bytes, region.size as usize)) };
             return Ok(());
         };
-        let t = self.trace_now();
+        let t = self.meter.trace_now();
         // SAFETY: forwarded contract.
         let (tag, ()) = unsafe { self.post_submit(region, bytes, dst, || ())? };
         self.finish_submit(region, dst, tag, t)
@@ -214,10 +230,10 @@ impl Cluster {
     /// Send worker `dst` a SUBMIT of `region` with its bytes (inside the event if they are
     /// few, else raw behind it), running `during` meanwhile (work that only reads the same
     /// bytes costs no extra time); returns the tag its answer will come on (see
-    /// [`Cluster::finish_submit`]) and what `during` returned.
+    /// [`Movement::finish_submit`]) and what `during` returned.
     ///
     /// # Safety
-    /// As for [`Cluster::submit_from`] (the bytes are sent when this returns); `during` must
+    /// As for [`Movement::submit_from`] (the bytes are sent when this returns); `during` must
     /// not write them.
     pub(super) unsafe fn post_submit<R>(&self, region: Region, bytes: *const u8, dst: i32, during: impl FnOnce() -> R) -> Result<(i32, R)> {
         if region.size <= MAX_INLINE_DATA {
@@ -232,12 +248,12 @@ impl Cluster {
         Ok((tag, r))
     }
 
-    /// Wait for the answer to a SUBMIT [`Cluster::post_submit`] sent (`since`: the start of
+    /// Wait for the answer to a SUBMIT [`Movement::post_submit`] sent (`since`: the start of
     /// its trace span).
     fn finish_submit(&self, region: Region, dst: i32, tag: i32, since: Option<f64>) -> Result<()> {
         self.link.expect_ok(dst, tag)?;
         self.meter.stats.add_submitted(region.size);
-        self.trace(since, Cat::Submit, dst, "submit", || vec![("bytes", json!(region.size)), ("addr", json!(region.addr))]);
+        self.meter.trace(since, Cat::Submit, dst, "submit", || vec![("bytes", json!(region.size)), ("addr", json!(region.addr))]);
         Ok(())
     }
 
@@ -248,7 +264,7 @@ impl Cluster {
             // it meanwhile.
             return Ok(unsafe { std::slice::from_raw_parts(region.addr as *const u8, region.size as usize) }.to_vec());
         };
-        let t = self.trace_now();
+        let t = self.meter.trace_now();
         let mut bytes = vec![0u8; region.size as usize];
         // SAFETY: `bytes` has `region.size` writable bytes, leaked if the peer died (MPI may
         // still write them).
@@ -266,7 +282,7 @@ impl Cluster {
     /// the order they come). For background work: the waits for the answers sleep rather
     /// than spin.
     pub(super) fn fetch_many(&self, regions: &[Region], from: i32) -> Result<Vec<Vec<u8>>> {
-        let t = self.trace_now();
+        let t = self.meter.trace_now();
         let mut tags = Vec::with_capacity(regions.len());
         for r in regions {
             tags.push(self.link.post(from, Event::Retrieve(*r))?);
@@ -290,7 +306,7 @@ impl Cluster {
     /// Count a retrieve of `region` from `from` that started at `since` (a trace time).
     pub(super) fn note_retrieved(&self, region: Region, from: i32, since: Option<f64>) {
         self.meter.stats.add_retrieved(region.size);
-        self.trace(since, Cat::Retrieve, from, "retrieve", || vec![("bytes", json!(region.size)), ("addr", json!(region.addr))]);
+        self.meter.trace(since, Cat::Retrieve, from, "retrieve", || vec![("bytes", json!(region.size)), ("addr", json!(region.addr))]);
     }
 
     /// Copy worker `from`'s copy of `region` into `dst`: the bytes come inside the answer if
@@ -310,7 +326,7 @@ impl Cluster {
     /// (`patient`: background work, whose wait for the answer sleeps rather than spins).
     ///
     /// # Safety
-    /// As for [`Cluster::retrieve_into`].
+    /// As for [`Movement::retrieve_into`].
     unsafe fn answer_into(&self, region: Region, from: i32, tag: i32, dst: *mut u8, patient: bool) -> Result<()> {
         let size = region.size as usize;
         let live = self.link.live.as_ref();
@@ -330,7 +346,7 @@ impl Cluster {
     }
 }
 
-/// A move [`Cluster::start_move`] started and [`Cluster::finish_moves`] has yet to finish.
+/// A move [`Movement::start_move`] started and [`Movement::finish_moves`] has yet to finish.
 pub(super) struct Move {
     addr: u64,
     w: i32,

@@ -1,16 +1,22 @@
-//! Pruning the task record: recovery needs only the lineage of what a failure of workers could
-//! take, so the record forgets the rest once it has grown (`OMPCLUSTER_FT_*`: the record is
-//! first pruned at [`FIRST_PRUNE`] tasks, then each time it has doubled). What is safe from a
-//! failure is recovery's own definition (`ft_handler::decide::safe`), asked of a snapshot of
-//! the head's copies.
+//! Pruning the task record ([`Pruner`]): recovery needs only the lineage of what a failure of
+//! workers could take, so the record forgets the rest once it has grown (`OMPCLUSTER_FT_*`:
+//! the record is first pruned at [`FIRST_PRUNE`] tasks, then each time it has doubled). What
+//! is safe from a failure is recovery's own definition (`ft_handler::decide::safe`), asked of
+//! a snapshot of the head's copies.
 
-use super::Cluster;
+use super::durability::Durability;
+use super::head_copies::HeadCopies;
+use super::ledger::Ledger;
+use super::link::Link;
+use super::meter::Meter;
+use super::offload::Offload;
+use super::buddy;
 use crate::checkpoint::Checkpointer;
-use crate::data::HEAD;
+use crate::config::Config;
+use crate::data::{Place, HEAD};
 use ft_handler::decide::{self, Copies};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::collections::BTreeSet;
-use std::sync::atomic::Ordering;
 use task_graph::Access;
 
 /// The record is first pruned when it holds this many tasks (then when it has doubled).
@@ -33,7 +39,7 @@ impl Copies for Snapshot<'_> {
     }
 
     fn version_on(&self, id: u64, r: i32) -> Option<u64> {
-        (r == HEAD).then(|| self.on_head.get(&id).copied()).flatten()
+        (Place::of(r) == Place::Head).then(|| self.on_head.get(&id).copied()).flatten()
     }
 
     fn holders(&self, a: Access) -> Vec<i32> {
@@ -53,13 +59,25 @@ impl Copies for Snapshot<'_> {
     }
 }
 
-impl Cluster {
+view! {
+    /// Pruning the record: borrows the ledger (the record, the buffers' snapshot, the
+    /// threshold), the durability (what checkpoints hold), the settings (whether the buddy thread
+    /// prunes), and what [`HeadCopies`] borrows (a released buffer's head copy).
+    pub(super) struct Pruner { link: Link, ledger: Ledger, offload: Offload, durability: Durability, meter: Meter, cfg: Config }
+}
+
+impl<'a> Pruner<'a> {
+    /// Does the buddy thread prune the task record (see [`Pruner::maybe_prune`])?
+    fn buddy_prunes(&self) -> bool {
+        self.ledger.retains() && buddy::policy(self.cfg).enabled() && self.offload.local().is_none()
+    }
+
     /// Keep the task record bounded (called after each region). With buddy copies on, the
     /// buddy thread prunes after each pass, off the offloading threads' path; a region prunes
     /// only if the record has grown to twice the threshold meanwhile (the buddy thread is far
     /// behind, or its interval long).
     pub(super) fn maybe_prune(&self) {
-        let at = self.ledger.prune_at.load(Ordering::Relaxed);
+        let at = self.ledger.prune_at();
         let due = if self.buddy_prunes() { at.saturating_mul(2) } else { at };
         if (self.ledger.graph.lock().len() as u64) >= due {
             self.prune();
@@ -80,7 +98,7 @@ impl Cluster {
     /// what stopped being safe since was kept apart by whoever overwrote it (`keep_head_version`
     /// asks the record, not yet pruned).
     pub(super) fn prune(&self) {
-        if (self.ledger.graph.lock().len() as u64) < self.ledger.prune_at.load(Ordering::Relaxed) {
+        if (self.ledger.graph.lock().len() as u64) < self.ledger.prune_at() {
             return;
         }
         let (roots, on_head, kept, upto) = {
@@ -114,10 +132,10 @@ impl Cluster {
             bufs.release_kept(|a| g.is_read(a) || current.contains(&a));
             bufs.release_retired(&g.buffers_read())
         };
-        self.ledger.prune_at.store(FIRST_PRUNE.max(2 * len as u64), Ordering::Relaxed);
-        self.log(format_args!("PRUNE {removed} tasks; {len} kept"));
+        self.ledger.set_prune_at(FIRST_PRUNE.max(2 * len as u64));
+        self.meter.log(format_args!("PRUNE {removed} tasks; {len} kept"));
         for b in released {
-            if let Err(e) = self.release_head_copy(&b) {
+            if let Err(e) = HeadCopies::of(*self).release_head_copy(&b) {
                 eprintln!("ompcluster: cannot release buffer {:#x}: {e}", b.addr);
             }
         }

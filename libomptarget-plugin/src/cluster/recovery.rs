@@ -2,7 +2,7 @@
 //!
 //! The algorithm (what was lost, where each version comes from, the order of re-runs,
 //! planning again, the fatal cases, spares) is `ft_handler::recovery`; reasons and
-//! measurements are in `docs/recovery.md`. The handler thread calls [`Cluster::recover`] with
+//! measurements are in `docs/recovery.md`. The handler thread calls [`Recovery::recover`] with
 //! the gate held exclusively, so no offloading request is in flight; it records the failures,
 //! runs the algorithm over [`Rebuild`] (this device's implementation of its primitives:
 //! fencing, forgetting the dead's copies, answering where versions and copies are for the
@@ -12,34 +12,48 @@
 //! [`RecoverError::NewFailure`]; the handler calls it again with the larger set (what was
 //! rebuilt so far stays rebuilt).
 
+use super::durability::Durability;
+use super::failures::Failures;
+use super::faults::Faults;
+use super::head_copies::HeadCopies;
+use super::launch::Launcher;
+use super::ledger::Ledger;
+use super::link::Link;
+use super::meter::Meter;
+use super::offload::Offload;
+use super::offload::SHORT_KERNEL_NS;
+use super::on_head::OnHead;
+use super::rerun::Rerunner;
 use super::rerun::Side;
-use super::{RecoveryRecord, SpareRecord};
-use super::{Cluster, ClusterError, SHORT_KERNEL_NS};
+use super::resume::Resumer;
+use super::tolerance::Tolerance;
+use super::{ClusterError, RecoveryRecord, SpareRecord, Stopped};
 use crate::checkpoint::Checkpointer;
+use crate::config::Config;
 use crate::config::Reexec;
-use crate::data::{Buffers, HEAD};
+use crate::data::{Buffers, Place, HEAD};
+use crate::inject::Injector;
 use event_system::comm::CommError;
 use event_system::process::Victim;
 use event_system::protocol::{Event, Region};
+use ft_handler::RecoverError;
 use ft_handler::decide::{self, Copies};
 use ft_handler::recovery::{self as algo, BatchDone, Restored, Stop, View};
-use ft_handler::RecoverError;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 use task_graph::{Access, Mark, TaskGraph, TaskRecord};
 use timeline::Cat;
 
 /// The primitives of the recovery algorithm (`ft_handler::recovery::Primitives`) over this
-/// device, for one call of [`Cluster::recover`]: `side` holds the copies rescued from workers
+/// device, for one call of [`Recovery::recover`]: `side` holds the copies rescued from workers
 /// before re-runs overwrote them, for the whole call (an attempt that stops to plan again may
 /// already have overwritten where they came from).
 struct Rebuild<'a> {
-    c: &'a Cluster,
+    c: Recovery<'a>,
     side: Side,
     /// Rebuild only the current versions of these buffers (ids) that no rank holds (a resumed
     /// job, `resume.rs`), not every one.
@@ -48,7 +62,7 @@ struct Rebuild<'a> {
 
 /// Where versions are, for the plan: the buffer, side and record locks are held.
 struct HeadView<'a> {
-    copies: HeadCopies<'a>,
+    copies: CopiesView<'a>,
 }
 
 impl View for HeadView<'_> {
@@ -78,7 +92,7 @@ impl View for HeadView<'_> {
 
 /// Where copies are, for recovery's decisions (`ft_handler::decide`): the buffer and side
 /// locks are held.
-pub(super) struct HeadCopies<'a> {
+pub(super) struct CopiesView<'a> {
     pub(super) bufs: &'a Buffers,
     /// Copies rescued by this recovery.
     pub(super) side: &'a HashMap<Access, Arc<Vec<u8>>>,
@@ -87,7 +101,7 @@ pub(super) struct HeadCopies<'a> {
     pub(super) bad: &'a BTreeSet<Access>,
 }
 
-impl Copies for HeadCopies<'_> {
+impl Copies for CopiesView<'_> {
     fn buffer(&self, id: u64) -> Option<(u64, u64)> {
         self.bufs.by_id(id).map(|b| (b.size, b.version))
     }
@@ -116,7 +130,7 @@ impl algo::Primitives for Rebuild<'_> {
         c.fence(dead, &live)?;
         let mut lost = c.ledger.buffers.lock().forget_ranks(dead);
         lost.retain(|a| self.only.is_none_or(|o| o.contains(&a.buffer)));
-        c.inject_due(|t| *t == crate::inject::Trigger::DuringRecovery);
+        Faults::of(c).inject_due(|t| *t == crate::inject::Trigger::DuringRecovery);
         for &r in dead {
             c.tolerance.inject.rearm(r, crate::inject::Trigger::DuringRecovery);
         }
@@ -124,25 +138,25 @@ impl algo::Primitives for Rebuild<'_> {
     }
 
     fn idle_spares(&self) -> Vec<i32> {
-        self.c.link.workers().filter(|&w| self.c.tolerance.idle_spare[w as usize].load(Ordering::Relaxed)).collect()
+        self.c.link.workers().filter(|&w| self.c.tolerance.is_idle_spare(w)).collect()
     }
 
     fn leave_spares(&self, r: i32, replacing: Option<i32>) {
         let c = self.c;
-        c.tolerance.idle_spare[r as usize].store(false, Ordering::Relaxed);
+        c.tolerance.leave_spares(r);
         if let Some(dead) = replacing {
             let at_seconds = c.meter.start.elapsed().as_secs_f64();
             eprintln!("ompcluster: spare rank {r} takes the place of rank {dead} at {at_seconds:.3} s");
-            c.tolerance.spare_log.lock().push(SpareRecord { spare: r, replaced: dead, at_seconds });
+            c.tolerance.log_spare(SpareRecord { spare: r, replaced: dead, at_seconds });
         }
     }
 
     fn targets(&self) -> std::result::Result<Vec<i32>, RecoverError> {
         let c = self.c;
         if c.link.workers().next().is_none() {
-            c.continue_on_head().map_err(|e| RecoverError::Fatal(format!("every worker died and the head cannot run the target regions itself: {e}")))?;
+            OnHead::of(c).continue_on_head().map_err(|e| RecoverError::Fatal(format!("every worker died and the head cannot run the target regions itself: {e}")))?;
         }
-        Ok(c.targets().collect())
+        Ok(Launcher::of(c).targets().collect())
     }
 
     fn unheld(&self) -> BTreeSet<Access> {
@@ -154,13 +168,13 @@ impl algo::Primitives for Rebuild<'_> {
         let bufs = self.c.ledger.buffers.lock();
         let side = self.side.lock();
         let graph = self.c.ledger.graph.lock();
-        f(&graph, &HeadView { copies: HeadCopies { bufs: &bufs, side: &side, ckpt: self.c.durability.ckpt.as_ref(), bad } })
+        f(&graph, &HeadView { copies: CopiesView { bufs: &bufs, side: &side, ckpt: self.c.durability.ckpt.as_ref(), bad } })
     }
 
     fn with_copies<R>(&self, bad: &BTreeSet<Access>, f: impl FnOnce(&dyn Copies) -> R) -> R {
         let bufs = self.c.ledger.buffers.lock();
         let side = self.side.lock();
-        f(&HeadCopies { bufs: &bufs, side: &side, ckpt: self.c.durability.ckpt.as_ref(), bad })
+        f(&CopiesView { bufs: &bufs, side: &side, ckpt: self.c.durability.ckpt.as_ref(), bad })
     }
 
     fn short_kernel_s(&self) -> f64 {
@@ -168,7 +182,7 @@ impl algo::Primitives for Rebuild<'_> {
     }
 
     fn run_batch(&self, tasks: &[&TaskRecord], w: i32, rescue: &[Access]) -> std::result::Result<BatchDone, Stop> {
-        self.c.rerun_batch(tasks, w, rescue, &self.side)
+        Rerunner::of(self.c).rerun_batch(tasks, w, rescue, &self.side)
     }
 
     fn restore(&self, a: Access) -> std::result::Result<Option<Restored>, Stop> {
@@ -182,9 +196,9 @@ impl algo::Primitives for Rebuild<'_> {
         };
         let (bytes, from) = match kept {
             Some(bytes) => (bytes, Restored::Copy),
-            None => (Arc::new(c.load_checkpointed(a)?), Restored::Checkpoint),
+            None => (Arc::new(Rerunner::of(c).load_checkpointed(a)?), Restored::Checkpoint),
         };
-        c.put_on_head(a, addr, &bytes).map_err(fatal)?;
+        Rerunner::of(c).put_on_head(a, addr, &bytes).map_err(fatal)?;
         Ok(Some(from))
     }
 
@@ -200,7 +214,7 @@ impl algo::Primitives for Rebuild<'_> {
     }
 
     fn log(&self, what: std::fmt::Arguments<'_>) {
-        self.c.log(what);
+        self.c.meter.log(what);
     }
 
     fn warn(&self, what: std::fmt::Arguments<'_>) {
@@ -208,38 +222,45 @@ impl algo::Primitives for Rebuild<'_> {
     }
 }
 
-impl Cluster {
+view! {
+    /// Recovery: it rebuilds what the dead took, from anywhere, so it borrows the whole cluster
+    /// (the settings for the re-run policy, `stopped` for the failures it records).
+    pub(super) struct Recovery { link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped }
+    also { tolerance.inject: Injector }
+}
+
+impl<'a> Recovery<'a> {
     /// Rebuild what the `dead` ranks took with them (see the module's documentation).
     pub(super) fn recover(&self, dead: &BTreeSet<i32>) -> std::result::Result<(), RecoverError> {
         // A resumed job: what the checkpoint it resumed from holds is loaded, not re-run.
-        if self.durability.resumed {
+        if self.durability.resumed() {
             for &r in dead {
-                self.record_failure(r, "declared dead");
+                Failures::of(*self).record_failure(r, "declared dead");
             }
-            self.adopt_checkpointed(None)?;
+            Resumer::of(*self).adopt_checkpointed(None)?;
         }
         self.recover_only(dead, None)
     }
 
-    /// [`Cluster::recover`], rebuilding of the versions no rank holds only those of the
+    /// [`Recovery::recover`], rebuilding of the versions no rank holds only those of the
     /// buffers `only` names (all, if None).
     pub(super) fn recover_only(&self, dead: &BTreeSet<i32>, only: Option<&BTreeSet<u64>>) -> std::result::Result<(), RecoverError> {
         let t0 = Instant::now();
-        let traced = self.trace_now();
+        let traced = self.meter.trace_now();
         let at_seconds = self.meter.start.elapsed().as_secs_f64();
         for &r in dead {
-            self.record_failure(r, "declared dead");
+            Failures::of(*self).record_failure(r, "declared dead");
         }
-        let attempts = self.tolerance.attempts.fetch_add(1, Ordering::Relaxed) + 1;
+        let attempts = self.tolerance.next_attempt();
         let policy = algo::Policy { parallel: self.cfg.ft_reexec == Reexec::Parallel, ..Default::default() };
-        let ops = Rebuild { c: self, side: Mutex::new(HashMap::default()), only };
+        let ops = Rebuild { c: *self, side: Mutex::new(HashMap::default()), only };
         // (`spares` is held across the algorithm: only this thread takes it.)
         let outcome = algo::recover(&ops, dead, policy, &mut self.tolerance.spares.lock());
         let out = match outcome {
             Ok(out) => out,
             Err(e) => {
                 if let RecoverError::NewFailure(r) = e {
-                    self.record_failure(r, "declared dead during recovery");
+                    Failures::of(*self).record_failure(r, "declared dead during recovery");
                 }
                 return Err(e);
             }
@@ -252,23 +273,23 @@ impl Cluster {
                 match bufs.by_id(a.buffer) {
                     Some(b) if b.version == a.version && b.holders.is_empty() && bufs.get(b.addr).is_some() => b.addr,
                     _ => {
-                        if self.lineage_needs(&bufs, a, &mut { u64::MAX }) {
+                        if HeadCopies::of(*self).lineage_needs(&bufs, a, &mut { u64::MAX }) {
                             bufs.keep(a, bytes);
                         }
                         continue;
                     }
                 }
             };
-            self.put_on_head(a, addr, &bytes).map_err(new_failure)?;
+            Rerunner::of(*self).put_on_head(a, addr, &bytes).map_err(new_failure)?;
         }
         self.release_retired_on_workers()?;
-        self.tolerance.attempts.store(0, Ordering::Relaxed);
+        self.tolerance.reset_attempts();
         let rec = RecoveryRecord {
             dead: dead.iter().copied().collect(),
             at_seconds,
             paused_seconds: t0.elapsed().as_secs_f64(),
             rerun_rate_per_second: if out.rerun_seconds > 0.0 { out.tasks_reexecuted as f64 / out.rerun_seconds } else { 0.0 },
-            spares: std::mem::take(&mut *self.tolerance.spare_log.lock()),
+            spares: self.tolerance.take_spare_log(),
             attempts,
             outcome: out,
         };
@@ -289,7 +310,7 @@ impl Cluster {
             out.from_live_copies,
             out.rebuilt,
         ); }
-        self.trace(traced, Cat::Recovery, HEAD, "recovery", || {
+        self.meter.trace(traced, Cat::Recovery, HEAD, "recovery", || {
             vec![
                 ("dead", json!(rec.dead)),
                 ("versions_lost", json!(rec.outcome.versions_lost)),
@@ -309,16 +330,16 @@ impl Cluster {
         let list: Vec<i32> = dead.iter().copied().collect();
         let mut kills: BTreeMap<i32, Vec<Victim>> = BTreeMap::new();
         for &r in dead {
-            let Some(&(host, victim)) = self.link.procs.get(r as usize) else { continue };
+            let Some(&(host, victim)) = self.link.process(r) else { continue };
             if host == self.link.head_host() {
                 event_system::process::kill(victim);
-            } else if let Some(&w) = survivors.iter().find(|&&w| self.link.procs.get(w as usize).is_some_and(|p| p.0 == host)) {
+            } else if let Some(&w) = survivors.iter().find(|&&w| self.link.process(w).is_some_and(|p| p.0 == host)) {
                 kills.entry(w).or_default().push(victim);
             }
             let _ = self.link.post(r, Event::Fence { ranks: list.clone(), kill: Vec::new() });
         }
         let mut tags = Vec::new();
-        for &w in survivors.iter().filter(|&&w| w != HEAD) {
+        for &w in survivors.iter().filter(|&&w| Place::of(w).is_worker()) {
             let kill = kills.remove(&w).unwrap_or_default();
             tags.push((w, self.link.post(w, Event::Fence { ranks: list.clone(), kill }).map_err(new_failure)?));
         }
@@ -336,10 +357,8 @@ impl Cluster {
         for id in ids {
             let Some(b) = bufs.by_id_mut(id) else { continue };
             let region = Region { addr: b.addr, size: b.span };
-            let on: Vec<i32> = b.backed.iter().copied().filter(|&r| r != HEAD).collect();
-            b.backed.retain(|&r| r == HEAD);
-            b.holders.retain(|&r| r == HEAD);
-            b.stale.retain(|&r, _| r == HEAD);
+            let on: Vec<i32> = b.backed.iter().copied().filter(|&r| Place::of(r).is_worker()).collect();
+            b.keep_head_only();
             for r in on {
                 match self.link.post(r, Event::Delete(region)) {
                     Ok(_) | Err(ClusterError::Comm(CommError::PeerDead(_))) => {}

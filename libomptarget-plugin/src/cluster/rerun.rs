@@ -1,20 +1,30 @@
-//! Re-running lost tasks on a worker (or the head): the primitives recovery's re-run threads
-//! use. Where a task runs, what is rescued first and where each input comes from are decided
-//! in `ft_handler::decide`; here the copies are rescued, the inputs installed (from a live
-//! copy, a rescued or kept copy, zeros or a checkpoint), the task run through the EXECUTE
-//! client (`execute.rs`) and what it made recorded.
+//! Re-running lost tasks on a worker (or the head), [`Rerunner`]: the primitives recovery's
+//! re-run threads use. Where a task runs, what is rescued first and where each input comes
+//! from are decided in `ft_handler::decide`; here the copies are rescued, the inputs installed
+//! (from a live copy, a rescued or kept copy, zeros or a checkpoint), the task run through the
+//! EXECUTE client (`execute.rs`) and what it made recorded.
 //!
 //! Threads: recovery's re-run threads, one per worker at a time (the handler holds the gate);
 //! each takes the ledger's locks only between transfers.
 
-use super::execute::Execute;
-use super::recovery::{fatal, new_failure, HeadCopies};
-use super::{Cluster, ClusterError, Executed, Result};
+use super::checkpointing::Checkpoints;
+use super::durability::Durability;
+use super::execute::{Executed, Execute, Executor};
+use super::head_copies::HeadCopies;
+use super::ledger::Ledger;
+use super::link::Link;
+use super::meter::Meter;
+use super::movement::Movement;
+use super::offload::Offload;
+use super::recovery::{fatal, new_failure, CopiesView};
+use super::tolerance::Tolerance;
+use super::{ClusterError, Result};
 use crate::data::{Place, HEAD};
+use crate::inject::Injector;
 use event_system::protocol::{Event, Region};
+use ft_handler::RecoverError;
 use ft_handler::decide;
 use ft_handler::recovery::{BatchDone, Stop};
-use ft_handler::RecoverError;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
 use serde_json::json;
@@ -42,7 +52,17 @@ enum Source {
     Checkpoint,
 }
 
-impl Cluster {
+view! {
+    /// Re-running recorded tasks: borrows every part, as the inputs come from anywhere: the
+    /// ledger (where versions are, what the re-run made), what [`Movement`] and [`HeadCopies`]
+    /// borrow (copies moved, staged on the head), what [`Executor`] borrows (the run), and the
+    /// tolerance because a worker restoring a checkpointed input is a trigger for injected faults
+    /// ([`Checkpoints::post_restore`]).
+    pub(super) struct Rerunner { link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, durability: Durability, meter: Meter }
+    also { tolerance.inject: Injector }
+}
+
+impl<'a> Rerunner<'a> {
     /// Re-run the tasks of `batch` on worker `w`, in order: rescue what must be, install the
     /// first task's inputs there at the versions it first read, then run them (their output
     /// is not printed again). A batch of several (a chain: see `ft_handler::recovery`) sends all its
@@ -60,7 +80,7 @@ impl Cluster {
             out.done = 1;
             return Ok(out);
         }
-        self.log(format_args!("RERUN tasks #{}..#{} ({} in a chain) on {w}", first.id, batch[batch.len() - 1].id, batch.len()));
+        self.meter.log(format_args!("RERUN tasks #{}..#{} ({} in a chain) on {w}", first.id, batch[batch.len() - 1].id, batch.len()));
         let mut sent = Vec::with_capacity(batch.len());
         for (k, t) in batch.iter().enumerate() {
             let regions = if k == 0 {
@@ -75,11 +95,11 @@ impl Cluster {
             let written = written_of(t);
             let n = regions.len();
             let run = Execute { image: t.image, kernel: t.index, args: &t.args, regions, assume_written: written.clone(), send_back: vec![false; n], replay: Vec::new(), short: true, quiet: true };
-            sent.push((self.post_execute(w, run).map_err(new_failure)?, written));
+            sent.push((Executor::of(*self).post_execute(w, run).map_err(new_failure)?, written));
         }
         out.done = batch.len();
         for (k, (t, (posted, written))) in batch.iter().zip(sent).enumerate() {
-            let ran = self.await_executed(posted);
+            let ran = Executor::of(*self).await_executed(posted);
             let changed = self.rerun_ran(t, w, ran)?;
             if k < out.done {
                 if self.record_rerun(t, w, &changed, &written) {
@@ -109,7 +129,7 @@ impl Cluster {
                 t.reads.iter().filter_map(|a| bufs.by_id(a.buffer).map(|b| b.addr)).collect()
             };
             for addr in addrs {
-                self.before_changing_staged(addr);
+                self.durability.before_changing_staged(addr);
             }
         }
         for a in rescue {
@@ -117,9 +137,9 @@ impl Cluster {
                 Some(b) => Region { addr: b.addr, size: b.size },
                 None => continue,
             };
-            let bytes = self.fetch(region, w).map_err(new_failure)?;
+            let bytes = Movement::of(*self).fetch(region, w).map_err(new_failure)?;
             side.lock().insert(*a, Arc::new(bytes));
-            self.log(format_args!("RESCUE buffer {} version {} from rank {w}", a.buffer, a.version));
+            self.meter.log(format_args!("RESCUE buffer {} version {} from rank {w}", a.buffer, a.version));
         }
         let mut regions = Vec::with_capacity(t.reads.len());
         for a in &t.reads {
@@ -127,7 +147,7 @@ impl Cluster {
                 let mut bufs = self.ledger.buffers.lock();
                 let source = {
                     let side = side.lock();
-                    let copies = HeadCopies { bufs: &bufs, side: &side, ckpt: self.durability.ckpt.as_ref(), bad: &BTreeSet::new() };
+                    let copies = CopiesView { bufs: &bufs, side: &side, ckpt: self.durability.ckpt.as_ref(), bad: &BTreeSet::new() };
                     match decide::source(&copies, *a, w).ok_or_else(|| fatal(ClusterError::Lost(a.buffer)))? {
                         decide::Source::Present => Source::Present,
                         decide::Source::Copy(r) => Source::Copy(r),
@@ -140,12 +160,12 @@ impl Cluster {
                 let region = Region { addr: b.addr, size: b.size };
                 let buddy = matches!(source, Source::Copy(HEAD)) && b.buddy == Some(a.version);
                 if !b.backed.contains(&w) {
-                    self.back_on(b, w).map_err(new_failure)?;
+                    Movement::of(*self).back_on(b, w).map_err(new_failure)?;
                 }
                 (region, source, buddy)
             };
             regions.push(region);
-            if self.cfg.verbose {
+            if self.meter.verbose() {
                 let from = match &source {
                     Source::Present => "present".to_string(),
                     Source::Copy(r) if buddy => format!("rank {r}'s buddy copy"),
@@ -154,14 +174,14 @@ impl Cluster {
                     Source::Zeros => "zeros".to_string(),
                     Source::Checkpoint => "a checkpoint".to_string(),
                 };
-                self.log(format_args!("RERUN task #{} on {w}: buffer {} version {} from {from}", t.id, a.buffer, a.version));
+                self.meter.log(format_args!("RERUN task #{} on {w}: buffer {} version {} from {from}", t.id, a.buffer, a.version));
             }
             match source {
                 Source::Present => continue,
                 Source::Side(bytes) => {
                     // SAFETY: the bytes are kept alive by the Arc, which is leaked on a dead
                     // peer (MPI may still read them).
-                    let res = unsafe { self.submit_from(region, bytes.as_ptr(), w) };
+                    let res = unsafe { Movement::of(*self).submit_from(region, bytes.as_ptr(), w) };
                     if res.is_err() {
                         std::mem::forget(bytes);
                     }
@@ -169,7 +189,7 @@ impl Cluster {
                     out.from_live_copies += 1;
                 }
                 Source::Copy(r) => {
-                    self.copy_between(region, r, w).map_err(new_failure)?;
+                    Movement::of(*self).copy_between(region, r, w).map_err(new_failure)?;
                     if buddy {
                         out.from_buddy_copies += 1;
                     } else {
@@ -179,7 +199,7 @@ impl Cluster {
                 Source::Zeros => {
                     let zeros = vec![0u8; region.size as usize];
                     // SAFETY: a private vector of the region's size, leaked on a dead peer.
-                    let res = unsafe { self.submit_from(region, zeros.as_ptr(), w) };
+                    let res = unsafe { Movement::of(*self).submit_from(region, zeros.as_ptr(), w) };
                     if res.is_err() {
                         std::mem::forget(zeros);
                     }
@@ -188,8 +208,8 @@ impl Cluster {
                 Source::Checkpoint if Place::of(w) != Place::Head => {
                     // The worker reads it itself (in parallel with other workers' re-runs).
                     let rec = self.durability.ckpt.as_ref().and_then(|c| c.record(a.buffer, a.version)).ok_or(Stop::Replan(*a))?;
-                    let tag = self.post_restore(w, region, &rec).map_err(new_failure)?;
-                    if let Err(why) = self.restored(w, tag).map_err(new_failure)? {
+                    let tag = Checkpoints::of(*self).post_restore(w, region, &rec).map_err(new_failure)?;
+                    if let Err(why) = Checkpoints::of(*self).restored(w, tag).map_err(new_failure)? {
                         // Its copy on `w` may hold part of the file: not a version any more.
                         self.ledger.buffers.lock().drop_copy(region.addr, w);
                         return Err(Stop::BadCheckpoint(*a, format!("rank {w}: {why}")));
@@ -203,7 +223,7 @@ impl Cluster {
                         return Err(Stop::BadCheckpoint(*a, format!("{} bytes, expected {}", bytes.len(), region.size)));
                     }
                     // SAFETY: a private vector of the region's size, leaked on a dead peer.
-                    let res = unsafe { self.submit_from(region, bytes.as_ptr(), w) };
+                    let res = unsafe { Movement::of(*self).submit_from(region, bytes.as_ptr(), w) };
                     if res.is_err() {
                         std::mem::forget(bytes);
                     }
@@ -225,7 +245,7 @@ impl Cluster {
                 let at = regions.first().map_or(0, |r| r.addr) + offset;
                 // SAFETY: the recorded bytes stay alive (the record holds them; a clone of
                 // the Arc is leaked on a dead peer).
-                let res = unsafe { self.submit_from(Region { addr: at, size: bytes.len() as u64 }, bytes.as_ptr(), w) };
+                let res = unsafe { Movement::of(*self).submit_from(Region { addr: at, size: bytes.len() as u64 }, bytes.as_ptr(), w) };
                 if res.is_err() {
                     std::mem::forget(bytes.clone());
                 }
@@ -233,9 +253,9 @@ impl Cluster {
                 written.to_vec()
             }
             &task_graph::Op::DeviceCopy { src, dst, size } if Place::of(w) == Place::Head => {
-                let bytes = self.fetch(Region { addr: src, size }, HEAD).map_err(fatal)?;
+                let bytes = Movement::of(*self).fetch(Region { addr: src, size }, HEAD).map_err(fatal)?;
                 // SAFETY: both buffers are installed on the head above; recovery holds the gate.
-                unsafe { self.write_on_head(dst, &bytes) };
+                unsafe { self.offload.write_on_head(dst, &bytes) };
                 written.to_vec()
             }
             &task_graph::Op::DeviceCopy { src, dst, size } => {
@@ -283,15 +303,15 @@ impl Cluster {
     /// Make the head's copy of the live buffer at `addr` hold version `a` (`bytes`).
     pub(super) fn put_on_head(&self, a: Access, addr: u64, bytes: &[u8]) -> Result<()> {
         let mut bufs = self.ledger.buffers.lock();
-        self.stage_on_head(&mut bufs, addr)?;
+        HeadCopies::of(*self).stage_on_head(&mut bufs, addr)?;
         if bufs.get(addr).and_then(|b| b.version_on(HEAD)) != Some(a.version) {
-            self.keep_head_version(&mut bufs, addr);
+            HeadCopies::of(*self).keep_head_version(&mut bufs, addr);
         }
-        self.before_changing_staged(addr);
+        self.durability.before_changing_staged(addr);
         let n = bytes.len().min(bufs.get(addr).map_or(0, |b| b.size as usize));
         // SAFETY: the head backed this buffer's pages just above; no request is in flight
         // (recovery holds the gate) and a checkpoint saving them finished (waited above).
-        unsafe { self.write_on_head(addr, &bytes[..n]) };
+        unsafe { self.offload.write_on_head(addr, &bytes[..n]) };
         bufs.install(a.buffer, HEAD, a.version);
         Ok(())
     }
@@ -301,10 +321,10 @@ impl Cluster {
         decide::same_allocations(t, Place::of(w) == Place::Head, None).map_err(|why| Stop::Recover(RecoverError::Fatal(why)))?;
         // Its allocations take the addresses of its first run's (see `worker/device_alloc.rs`).
         let replay: Vec<Region> = t.allocs.iter().map(|&(addr, size)| Region { addr, size }).collect();
-        self.log(format_args!("RERUN task #{} ({}) on {w}, {} device allocation(s) given again", t.id, t.kernel, replay.len()));
+        self.meter.log(format_args!("RERUN task #{} ({}) on {w}, {} device allocation(s) given again", t.id, t.kernel, replay.len()));
         let n = regions.len();
         let run = Execute { image: t.image, kernel: t.index, args: &t.args, regions, assume_written: written.to_vec(), send_back: vec![false; n], replay, short: false, quiet: true };
-        let ran = self.execute(w, run);
+        let ran = Executor::of(*self).execute(w, run);
         self.rerun_ran(t, w, ran)
     }
 
@@ -317,7 +337,7 @@ impl Cluster {
         })?;
         let again: Vec<(u64, u64)> = ran.allocated.iter().map(|a| (a.region.addr, a.span)).collect();
         decide::same_allocations(t, false, Some(&again)).map_err(|why| Stop::Recover(RecoverError::Fatal(why)))?;
-        self.trace(ran.traced.map(|(sent, _)| sent), Cat::Rerun, w, t.kernel.clone(), || vec![("task", json!(t.id))]);
+        self.meter.trace(ran.traced.map(|(sent, _)| sent), Cat::Rerun, w, t.kernel.clone(), || vec![("task", json!(t.id))]);
         Ok(ran.changed)
     }
 }

@@ -1,5 +1,6 @@
-//! Resuming a job that died (`ompcluster-run --resume`): the program runs again from `main`,
-//! and the head fast-forwards through what the log of the newest checkpoint covers.
+//! Resuming a job that died (`ompcluster-run --resume`, [`Resumer`]): the program runs again
+//! from `main`, and the head fast-forwards through what the log of the newest checkpoint
+//! covers.
 //!
 //! While fast-forwarding, a region whose key ([`crate::journal::key::task`]) the log holds is
 //! not run: the buffers it changed get a new version that no rank holds, with the key and
@@ -22,17 +23,30 @@
 //!
 //! Lock order: the gate, then `replay`, then `buffers`.
 
+use super::checkpointing::Checkpoints;
+use super::durability::Durability;
+use super::launch::Launcher;
+use super::ledger::Ledger;
+use super::link::Link;
+use super::meter::Meter;
+use super::movement::Movement;
+use super::offload::Kernel;
+use super::offload::Offload;
+use super::recovery::Recovery;
 use super::recovery::new_failure;
-use super::{Cluster, ClusterError, Kernel, Result};
+use super::requests::Requests;
+use super::rerun::Rerunner;
+use super::tolerance::Tolerance;
+use super::{ClusterError, Result, Stopped};
 use crate::checkpoint::Checkpointer;
 use crate::config::Config;
 use crate::data::{Place, PointsTo, HEAD};
-use crate::journal::{self, Entry, Loaded, TaskEntry};
+use crate::inject::Injector;
+use crate::journal::{self, Entry, Loaded};
 use event_system::protocol::Region;
 use ft_handler::State;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use task_graph::{Access, TaskRecord};
 
 /// Where a resumed job is.
@@ -105,17 +119,20 @@ pub(super) enum Skip {
 /// program took another path: what is left of the log will not be used).
 const LIVE_IN_A_ROW: u64 = 1000;
 
-impl Cluster {
-    /// Is the job fast-forwarding?
-    pub(super) fn fast_forward(&self) -> bool {
-        self.durability.replaying.load(Ordering::Acquire)
-    }
+view! {
+    /// Resuming: it fast-forwards requests (in their frame, [`Requests`]), and switching to live
+    /// rebuilds versions with the recovery algorithm ([`Recovery`]) from checkpoints workers
+    /// restore: it borrows the whole cluster.
+    pub(super) struct Resumer { link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped }
+    also { tolerance.inject: Injector }
+}
 
+impl<'a> Resumer<'a> {
     /// A region of `kernel` while fast-forwarding: skipped if the log holds its key, else the
     /// versions no rank holds are rebuilt if it needs one, and the caller runs it live.
     pub(super) fn skip_launch(&self, kernel: &Kernel, args: &[u64], begins: &[u64], hosts: &[u64]) -> Result<Skip> {
         let needs_rebuild = {
-            let _gate = self.enter()?;
+            let _gate = Requests::of(*self).enter()?;
             let mut replay = self.durability.replay.lock();
             let Replay::FastForward(log) = &mut *replay else { return Ok(Skip::Live) };
             let mut bufs = self.ledger.buffers.lock();
@@ -172,7 +189,7 @@ impl Cluster {
                     event_system::write_all(1, &t.output);
                     event_system::write_all(2, &t.errors);
                 }
-                self.log(format_args!("RESUME skipped {} (logged)", kernel.name));
+                self.meter.log(format_args!("RESUME skipped {} (logged)", kernel.name));
                 let done = log.tasks.is_empty();
                 if let Some(j) = &self.durability.journal {
                     j.push(Entry::Task(t));
@@ -218,7 +235,7 @@ impl Cluster {
     /// `host..host+len` must be writable and not accessed by others meanwhile.
     pub(super) unsafe fn retrieve_from_log(&self, host: *mut u8, tgt: u64, len: u64) -> Result<bool> {
         let id = {
-            let _gate = self.enter()?;
+            let _gate = Requests::of(*self).enter()?;
             let replay = self.durability.replay.lock();
             let Replay::FastForward(log) = &*replay else { return Ok(false) };
             let bufs = self.ledger.buffers.lock();
@@ -237,7 +254,7 @@ impl Cluster {
                 if let Some(r) = self.durability.resume_record.lock().as_mut() {
                     r.retrieves_from_log += 1;
                 }
-                self.log(format_args!("RESUME retrieve {tgt:#x} {len} bytes from the log"));
+                self.meter.log(format_args!("RESUME retrieve {tgt:#x} {len} bytes from the log"));
                 return Ok(true);
             }
             b.id
@@ -266,7 +283,7 @@ impl Cluster {
         if !matches!(std::mem::replace(&mut *self.durability.replay.lock(), Replay::Live), Replay::FastForward(_)) {
             return Ok(());
         }
-        self.durability.replaying.store(false, Ordering::Release);
+        self.durability.stop_fast_forward();
         let region = self.ledger.graph.lock().recorded();
         let at = self.meter.start.elapsed().as_secs_f64();
         let mut skipped = 0;
@@ -291,7 +308,7 @@ impl Cluster {
     pub(super) fn rebuild_unheld(&self, only: Option<BTreeSet<u64>>) -> Result<()> {
         loop {
             match self.rebuild_unheld_once(only.as_ref()) {
-                Err(ft_handler::RecoverError::NewFailure(r)) if self.tolerance.recovery => {
+                Err(ft_handler::RecoverError::NewFailure(r)) if self.tolerance.recovery() => {
                     self.tolerance.ft.notify(r);
                     self.tolerance.ft.wait_recovered(&[r].into()).map_err(ClusterError::Unrecoverable)?;
                 }
@@ -314,17 +331,17 @@ impl Cluster {
         }
         let before = self.tolerance.recoveries.lock().len();
         // Dead ranks not yet recovered from are the handler's (it waits for this gate).
-        let dead: BTreeSet<i32> = self.link.live.dead_ranks().difference(&self.tolerance.ft.recovered()).copied().filter(|&r| r != HEAD).collect();
+        let dead: BTreeSet<i32> = self.link.dead_workers().difference(&self.tolerance.ft.recovered()).copied().collect();
         if let Some(&r) = dead.iter().next() {
             return Err(ft_handler::RecoverError::NewFailure(r));
         }
-        self.recover_only(&BTreeSet::new(), only)?;
+        Recovery::of(*self).recover_only(&BTreeSet::new(), only)?;
         let (loaded, rebuilt) = self.tolerance.recoveries.lock().get(before).map_or((0, 0), |r| (r.outcome.from_checkpoints, r.outcome.rebuilt));
         if let Some(r) = self.durability.resume_record.lock().as_mut() {
             r.versions_loaded += loaded;
             r.versions_rebuilt += rebuilt;
         }
-        self.log(format_args!("RESUME rebuilt: {loaded} loaded, {rebuilt} rebuilt"));
+        self.meter.log(format_args!("RESUME rebuilt: {loaded} loaded, {rebuilt} rebuilt"));
         Ok(())
     }
 
@@ -368,7 +385,7 @@ impl Cluster {
         // that saved one, if it is still a target: the first job's layout), and check them.
         // For one request (`only`), all on one worker, so that it finds its inputs together:
         // the one that saved most of them.
-        let targets: Vec<i32> = self.targets().collect();
+        let targets: Vec<i32> = Launcher::of(*self).targets().collect();
         let mut savers: BTreeMap<i32, usize> = BTreeMap::new();
         for c in &candidates {
             *savers.entry(c.rec.rank as i32).or_default() += 1;
@@ -395,13 +412,13 @@ impl Cluster {
             let got = if Place::of(w) == Place::Head {
                 // No worker left: the head runs the regions, and holds the data itself.
                 let a = Access { buffer: c.id, version: c.version };
-                Got::Done(head_reads(&c.rec).map_err(|e| e.to_string()).and_then(|bytes| self.put_on_head(a, c.addr, &bytes).map_err(|e| e.to_string())))
+                Got::Done(head_reads(&c.rec).map_err(|e| e.to_string()).and_then(|bytes| Rerunner::of(*self).put_on_head(a, c.addr, &bytes).map_err(|e| e.to_string())))
             } else {
                 let backed = match self.ledger.buffers.lock().by_id_mut(c.id) {
-                    Some(b) => self.back_on(b, w),
+                    Some(b) => Movement::of(*self).back_on(b, w),
                     None => continue,
                 };
-                match backed.and_then(|()| self.post_restore(w, Region { addr: c.addr, size: c.size }, &c.rec)) {
+                match backed.and_then(|()| Checkpoints::of(*self).post_restore(w, Region { addr: c.addr, size: c.size }, &c.rec)) {
                     Ok(tag) => Got::Posted(tag),
                     Err(e) => {
                         failed = failed.or(Some(e));
@@ -413,7 +430,7 @@ impl Cluster {
         }
         for (c, w, got) in posted {
             let got = match got {
-                Got::Posted(tag) => match self.restored(w, tag) {
+                Got::Posted(tag) => match Checkpoints::of(*self).restored(w, tag) {
                     Ok(res) => Got::Done(res),
                     Err(e) => {
                         failed = failed.or(Some(e));
@@ -458,7 +475,7 @@ impl Cluster {
             if let Some(r) = self.durability.resume_record.lock().as_mut() {
                 r.versions_adopted += adopted;
             }
-            self.log(format_args!("RESUME adopted {adopted} checkpointed version(s), read by the workers"));
+            self.meter.log(format_args!("RESUME adopted {adopted} checkpointed version(s), read by the workers"));
         }
         if let Some(e) = failed {
             return Err(new_failure(e));
@@ -475,13 +492,6 @@ impl Cluster {
                 "ompcluster: resume: the program ended while fast-forwarding: {skipped} region(s) skipped, {} region(s) of the log not reached",
                 log.tasks.len()
             );
-        }
-    }
-
-    /// The log entry of a region that ran cleanly (see `launch.rs`).
-    pub(super) fn log_task(&self, t: TaskEntry) {
-        if let Some(j) = &self.durability.journal {
-            j.push(Entry::Task(t));
         }
     }
 }

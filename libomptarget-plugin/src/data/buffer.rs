@@ -72,7 +72,7 @@ pub(crate) struct Buffer {
     pub(crate) arena_of: Option<i32>,
     /// The program deleted it while a region in flight could reach it (a pointer next to it
     /// is taken as possibly its, see [`Buffers::near`]): no new region reaches it, and it is
-    /// deleted once no region uses it (see `Cluster::remove_buffer`).
+    /// deleted once no region uses it (see `Memory::remove_buffer`).
     pub(crate) deleted: bool,
     /// Kernels in flight that may write it (see `cluster/launch.rs`): their worker and how
     /// many. Every kernel that can reach the buffer meanwhile runs on that worker, so that
@@ -241,6 +241,23 @@ impl Buffer {
 
     pub(super) fn head_keeps_old(&self) -> bool {
         self.stale.contains_key(&HEAD)
+    }
+
+    /// Does the head's copy hold the current version?
+    pub(crate) fn on_head(&self) -> bool {
+        self.holders.contains(&HEAD)
+    }
+
+    /// Has the head pages for it (its staged copy)?
+    pub(crate) fn staged(&self) -> bool {
+        self.backed.contains(&HEAD)
+    }
+
+    /// Forget every worker's copy, and its pages there: only the head's stays.
+    pub(crate) fn keep_head_only(&mut self) {
+        self.holders.retain(|&r| r == HEAD);
+        self.stale.retain(|&r, _| r == HEAD);
+        self.backed.retain(|&r| r == HEAD);
     }
 }
 
