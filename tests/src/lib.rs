@@ -204,6 +204,10 @@ pub fn job_members(marker: &str) -> Vec<i32> {
     all_pids().into_iter().filter(|&p| proc_env(p, JOB_MARKER_VAR).as_deref() == Some(marker)).collect()
 }
 
+/// The start-up stage a rank's progress file holds once its runtime started (the plugin's
+/// `startup::Stage::Started`).
+pub const STARTED_STAGE: u8 = 8;
+
 /// All live descendants of `pid` (children, grandchildren, ...).
 pub fn descendants(pid: i32) -> Vec<i32> {
     let all: Vec<(i32, i32)> = all_pids().into_iter().filter_map(|p| Some((p, ppid(p)?))).collect();
@@ -326,6 +330,33 @@ impl Job {
             .collect();
         v.sort();
         v
+    }
+
+    /// The job's ranks running `prog` once each of the `n` finished the runtime's start-up
+    /// (MPI's start, the collectives, the failure detector): from then on a fault is the
+    /// detector's to notice, so faults timed from here hit the program's own run whatever the
+    /// start-up took (a loaded machine takes seconds over `MPI_Init`). Each rank records its
+    /// start-up stage in a progress file beside the launcher's status file (the plugin's
+    /// `startup.rs`: "PID STAGE", [`STARTED_STAGE`] once done). Returns the ranks found if the
+    /// job ended first; panics after `timeout`.
+    pub fn started_ranks(&mut self, prog: &Path, n: usize, timeout: Duration) -> Vec<(u32, i32)> {
+        let t0 = Instant::now();
+        loop {
+            let ranks = self.ranks(prog);
+            let started = |&(rank, pid): &(u32, i32)| {
+                let Some(status) = proc_env(pid, "OMPCLUSTER_EXIT_STATUS_FILE") else { return false };
+                let file = Path::new(&status).with_file_name(format!("rank-{rank}"));
+                std::fs::read_to_string(file).ok().and_then(|t| t.split_whitespace().nth(1)?.parse::<u8>().ok()) == Some(STARTED_STAGE)
+            };
+            if ranks.len() == n && ranks.iter().all(started) {
+                return ranks;
+            }
+            if self.wait_timeout(Duration::ZERO).is_some() {
+                return ranks;
+            }
+            assert!(t0.elapsed() < timeout, "the {n} ranks did not finish their start-up within {timeout:?}: {ranks:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Wait until the job ends; `None` if it is still running after `timeout`.

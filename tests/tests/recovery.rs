@@ -101,7 +101,7 @@ fn with_ft<'a>(envs: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
     v
 }
 
-/// One external fault: `sig` to worker `rank`, `after` the ranks showed up.
+/// One external fault: `sig` to worker `rank`, `after` the ranks finished their start-up.
 #[derive(Debug, Clone, Copy)]
 struct Hit {
     rank: u32,
@@ -123,18 +123,9 @@ fn run_hit_exe(prog: &Path, args: &[&str], envs: &[(&str, &str)], hits: &[Hit], 
         envs.push(("OMPCLUSTER_REPORT", &rep));
     }
     let mut job = Job::spawn(4, prog, args, &envs);
-    let t0 = Instant::now();
-    let ranks = loop {
-        let r = job.ranks(prog);
-        if r.len() == 4 {
-            break r;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(60), "the 4 ranks did not show up: {r:?}");
-        if job.wait_timeout(Duration::ZERO).is_some() {
-            break r; // already over: the hits below find nothing to hit
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    // Timed from the end of the runtime's start-up (if the job ended first, the hits below
+    // find nothing to hit and the test fails).
+    let ranks = job.started_ranks(prog, 4, Duration::from_secs(90));
     let started = Instant::now();
     let mut hits = hits.to_vec();
     hits.sort_by_key(|h| h.after);

@@ -48,16 +48,8 @@ fn a_worker_killed_among_sixteen_busy_ones_is_recovered() {
     let report = dir.path().join("report.json");
     let report_s = report.to_string_lossy().into_owned();
     let envs = [("OMPCLUSTER_HB_PERIOD", "100"), ("OMPCLUSTER_HB_TIMEOUT", "1000"), ("OMPCLUSTER_REPORT", report_s.as_str())];
-    let job = Job::spawn(17, &prog, &["chains", "16", "12", "150"], &envs);
-    let t0 = Instant::now();
-    let ranks = loop {
-        let r = job.ranks(&prog);
-        if r.len() == 17 {
-            break r;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(60), "the 17 ranks did not show up: {r:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let mut job = Job::spawn(17, &prog, &["chains", "16", "12", "150"], &envs);
+    let ranks = job.started_ranks(&prog, 17, Duration::from_secs(90));
     // In the middle of the 1.8 s of regions (12 steps of 150 ms), after the start-up.
     std::thread::sleep(Duration::from_millis(1200));
     let (_, victim) = *ranks.iter().find(|(r, _)| *r == 5).expect("rank 5");
