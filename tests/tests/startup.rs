@@ -105,7 +105,9 @@ fn a_rank_of_another_build_is_refused_at_start_up() {
         assert!(b0.len() >= 32 && b0.chars().all(|c| c.is_ascii_hexdigit()), "{what}: {line}");
         let flipped: String = (0..b0.len() / 2).map(|i| format!("{:02x}", !u8::from_str_radix(&b0[2 * i..2 * i + 2], 16).unwrap())).collect();
         assert_eq!(b2, flipped, "{what}: rank 2's build is not its claim\n{line}");
-        // At once: no start-up bound (60 s) nor heartbeat timeout waited for.
-        assert!(took < Duration::from_secs(20), "{what}: took {took:?}\n{}", describe(&o));
+        // Not ended by the start-up bound (60 s): by the refusal, which every rank acts on at
+        // once (about 1 s here; 28 s once on a machine with a load average of 20, mpirun's
+        // own teardown).
+        assert!(took < Duration::from_secs(50), "{what}: took {took:?}\n{}", describe(&o));
     }
 }
