@@ -16,6 +16,7 @@ mod crash_status;
 mod data;
 mod exit_status;
 mod helpers;
+mod kernels;
 mod queues;
 pub mod inject;
 pub mod journal;
