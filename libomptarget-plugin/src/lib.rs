@@ -27,3 +27,4 @@ mod same_build;
 pub mod sigterm;
 mod stack;
 mod startup;
+pub mod wrapper;
