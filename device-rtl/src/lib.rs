@@ -22,6 +22,9 @@
 //!   trailing argument later LLVMs add is ignored by the calling convention.
 //! * `__kmpc_alloc_shared(size)` / `__kmpc_free_shared(ptr, size)`: memory shared by the
 //!   threads of a region (the GPU runtime's globalization): ordinary heap memory here.
+//! * `__kmpc_dispatch_deinit(ident, gtid)`, a host entry point clang-19 calls after every
+//!   `schedule(dynamic)` loop and libomp 16 lacks: empty, as libomp 19 to 21 define it
+//!   (`kmp_dispatch.cpp`). A [`fallback`] only: the process's own libomp answers first.
 //!
 //! The same functions serve two ways: the worker's image loader resolves a device image's
 //! undefined references to them ([`entry_points`]), so an image needs nothing linked in; and
@@ -101,6 +104,18 @@ pub fn entry_points() -> &'static [(&'static str, usize)] {
 pub fn resolve(name: &str) -> Option<usize> {
     entry_points().iter().find(|(n, _)| *n == name).map(|&(_, a)| a)
 }
+
+/// Entry points of newer libomps that libomp 16 lacks, provided here for device code: the
+/// loader takes them only when the process has none of its own.
+pub fn fallback(name: &str) -> Option<usize> {
+    (name == "__kmpc_dispatch_deinit").then_some(__kmpc_dispatch_deinit as *const () as usize)
+}
+
+/// The end of a `schedule(dynamic)` (or guided, runtime) loop, as clang-19 emits it: nothing
+/// to do with libomp 16, whose `__kmpc_dispatch_next_*` releases the loop's buffer itself;
+/// libomp 19 to 21 define it empty too.
+#[no_mangle]
+pub extern "C" fn __kmpc_dispatch_deinit(_ident: *const Ident, _gtid: i32) {}
 
 /// Is `name` an entry point of LLVM's GPU device runtime that device code may call (and this
 /// runtime, if [`resolve`] does not know it, lacks)? For error messages.

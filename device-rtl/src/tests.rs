@@ -149,6 +149,8 @@ fn entry_points_resolve_by_name() {
     assert_eq!(resolve("__kmpc_parallel_51"), Some(__kmpc_parallel_51 as *const () as usize));
     assert_eq!(resolve("__kmpc_target_init"), Some(__kmpc_target_init as *const () as usize));
     assert!(resolve("__kmpc_fork_call").is_none(), "libomp's own entry points are libomp's");
+    assert!(resolve("__kmpc_dispatch_deinit").is_none(), "a fallback, after the process's own");
+    assert!(fallback("__kmpc_dispatch_deinit").is_some());
     assert!(is_device_runtime_name("__kmpc_nvptx_parallel_reduce_nowait_v2"));
     assert!(!is_device_runtime_name("__kmpc_reduce"));
     assert_eq!(__kmpc_target_init(std::ptr::null(), std::ptr::null()), -1);

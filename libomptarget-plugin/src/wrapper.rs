@@ -8,10 +8,14 @@
 //!   libomptarget 16 (into which the cluster plugs) and libomp 16 whichever LLVM compiled it;
 //! * for clang-17 to clang-19, an include directory with LLVM 16's `omp.h` only (their own
 //!   `omp.h` comes with their `libomp-N-dev`, which cannot be installed beside LLVM 16's);
-//! * for flang, the x86-64 device runtime (`libompcluster_devrtl.so`, beside the wrapper)
-//!   on the device link (`-Wl,--device-linker=...`), which refuses the device image's calls
-//!   to `__kmpc_target_init` and the like otherwise. The workers resolve those calls to the
-//!   plugin's own copy and never load the library; LLVM 19's own runtime loads it.
+//! * for flang and clang-17 to clang-19, the x86-64 device runtime
+//!   (`libompcluster_devrtl.so`, beside the wrapper) on the device link
+//!   (`-Wl,--device-linker=...`), which refuses the device image's calls to
+//!   `__kmpc_target_init` and the like (flang) or `__kmpc_dispatch_deinit` (clang-19, after
+//!   a `schedule(dynamic)` loop; libomp 16 lacks it) otherwise, and on the host link where the
+//!   program's own code calls `__kmpc_dispatch_deinit` (`--as-needed`). The workers resolve
+//!   those calls to the plugin's own copy and never load the library; LLVM 19's own runtime
+//!   loads it.
 //!
 //! `--version` prints the wrapper's line and the compiler's own; `-show` (`--show`, `-showme`)
 //! prints the command without running it. A compiler the cluster does not serve (clang-20 and
@@ -136,13 +140,16 @@ pub fn arguments(lang: Lang, family: Family, major: u32, user: &[OsString], path
         let lib = paths.llvm16_lib.display();
         out.push(format!("-L{lib}").into());
         out.push(format!("-Wl,-rpath,{lib}").into());
-        if lang == Lang::Fortran {
+        if lang == Lang::Fortran || major != 16 {
             let d = paths.devrtl.display();
             // The device link takes the host link's -L and -rpath; the library's name goes
-            // through --device-linker (no comma in it: -Wl would split it).
+            // through --device-linker (no comma in it: -Wl would split it). The host link
+            // takes it only if the program calls into it: clang-19's
+            // `__kmpc_dispatch_deinit` after a `schedule(dynamic)` loop in host code.
             out.push(format!("-L{d}").into());
             out.push(format!("-Wl,-rpath,{d}").into());
             out.push("-Wl,--device-linker=x86_64-pc-linux-gnu=-lompcluster_devrtl".into());
+            out.push("-Wl,--push-state,--as-needed,-lompcluster_devrtl,--pop-state".into());
         }
     }
     out
@@ -234,7 +241,7 @@ pub fn main(lang: Lang) -> ExitCode {
     } else {
         exe_dir.join("ompcluster-include")
     };
-    if lang == Lang::Fortran && links(&user) && !show && !exe_dir.join("libompcluster_devrtl.so").is_file() {
+    if (lang == Lang::Fortran || major != 16) && links(&user) && !show && !exe_dir.join("libompcluster_devrtl.so").is_file() {
         return fail(format!("{} is missing: build the project (cargo build --release)", exe_dir.join("libompcluster_devrtl.so").display()));
     }
     if user.len() == 1 && user[0] == "--version" {
@@ -289,6 +296,8 @@ mod tests {
         assert_eq!(c16, s(&["-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu", "-O2", "a.c", "-o", "a", "-L/l16", "-Wl,-rpath,/l16"]));
         let c19 = arguments(Lang::C, Family::Clang, 19, &s(&["-fopenmp", "-c", "a.c"]), &paths);
         assert_eq!(c19, s(&["-fopenmp-targets=x86_64-pc-linux-gnu", "-isystem", "/inc", "-fopenmp", "-c", "a.c"]));
+        let c19 = arguments(Lang::C, Family::Clang, 19, &s(&["a.c"]), &paths);
+        assert!(c19.ends_with(&s(&["-Wl,--device-linker=x86_64-pc-linux-gnu=-lompcluster_devrtl", "-Wl,--push-state,--as-needed,-lompcluster_devrtl,--pop-state"])));
         let f = arguments(Lang::Fortran, Family::Flang, 19, &s(&["x.f90"]), &paths);
         assert_eq!(
             f,
@@ -300,7 +309,8 @@ mod tests {
                 "-Wl,-rpath,/l16",
                 "-L/bin",
                 "-Wl,-rpath,/bin",
-                "-Wl,--device-linker=x86_64-pc-linux-gnu=-lompcluster_devrtl"
+                "-Wl,--device-linker=x86_64-pc-linux-gnu=-lompcluster_devrtl",
+                "-Wl,--push-state,--as-needed,-lompcluster_devrtl,--pop-state"
             ])
         );
         let own_targets = arguments(Lang::C, Family::Clang, 16, &s(&["-fopenmp-targets=x86_64", "-c", "a.c"]), &paths);

@@ -273,7 +273,12 @@ fn relocate(img: &ElfImage<'_>, base: u64, relocs: &[Reloc]) -> Result<Vec<(u64,
         }
         let c = CString::new(s.name.as_str()).map_err(|_| LoadError::Undefined(s.name.clone()))?;
         // SAFETY: RTLD_DEFAULT (null) searches the global scope; `c` is a valid C string.
-        let p = unsafe { libc::dlsym(std::ptr::null_mut(), c.as_ptr()) } as u64;
+        let mut p = unsafe { libc::dlsym(std::ptr::null_mut(), c.as_ptr()) } as u64;
+        if p == 0 {
+            // Entry points of newer libomps that libomp 16 lacks (clang-19's
+            // `__kmpc_dispatch_deinit`).
+            p = ompcluster_devrtl::fallback(&s.name).map_or(0, |v| v as u64);
+        }
         if p == 0 && !s.weak {
             if ompcluster_devrtl::is_device_runtime_name(&s.name) {
                 return Err(LoadError::DeviceRuntime(s.name.clone()));
