@@ -22,6 +22,8 @@
 //!   trailing argument later LLVMs add is ignored by the calling convention.
 //! * `__kmpc_alloc_shared(size)` / `__kmpc_free_shared(ptr, size)`: memory shared by the
 //!   threads of a region (the GPU runtime's globalization): ordinary heap memory here.
+//! * `omp_is_initial_device()` in device code answers false (for the loader only: the
+//!   shared library does not export it, the host program must keep libomp's).
 //! * `__kmpc_dispatch_deinit(ident, gtid)`, a host entry point clang-19 calls after every
 //!   `schedule(dynamic)` loop and libomp 16 lacks: empty, as libomp 19 to 21 define it
 //!   (`kmp_dispatch.cpp`). A [`fallback`] only: the process's own libomp answers first.
@@ -77,6 +79,7 @@ pub fn entry_points() -> &'static [(&'static str, usize)] {
     }
     static TABLE: std::sync::OnceLock<Vec<(&'static str, usize)>> = std::sync::OnceLock::new();
     TABLE.get_or_init(|| {
+        let mut v = vec![("omp_is_initial_device", device_is_initial_device as *const () as usize)];
         let t: &[(&str, usize)] = table!(
             __kmpc_target_init,
             __kmpc_target_deinit,
@@ -96,7 +99,8 @@ pub fn entry_points() -> &'static [(&'static str, usize)] {
             __kmpc_alloc_shared,
             __kmpc_free_shared,
         );
-        t.to_vec()
+        v.extend_from_slice(t);
+        v
     })
 }
 
@@ -137,6 +141,15 @@ pub fn is_device_runtime_name(name: &str) -> bool {
         "__kmpc_launch_parallel_",
     ];
     GPU_ONLY.iter().any(|p| name.starts_with(p))
+}
+
+/// `omp_is_initial_device()` called by device code: false, the region runs on the device.
+/// flang-19 calls libomp's function there (clang's `omp.h` makes it a constant 0 in device
+/// code), which answers true in any process of the host's OpenMP runtime, a worker included.
+/// Not exported under its name (the shared library would then answer for the host program
+/// too): the image loader resolves device code's calls to it.
+extern "C" fn device_is_initial_device() -> i32 {
+    0
 }
 
 /// Start of a target region's code: -1, "this thread runs the region". On x86 a kernel is

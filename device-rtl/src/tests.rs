@@ -154,4 +154,7 @@ fn entry_points_resolve_by_name() {
     assert!(is_device_runtime_name("__kmpc_nvptx_parallel_reduce_nowait_v2"));
     assert!(!is_device_runtime_name("__kmpc_reduce"));
     assert_eq!(__kmpc_target_init(std::ptr::null(), std::ptr::null()), -1);
+    let initial = resolve("omp_is_initial_device").unwrap();
+    // SAFETY: the table's entry for it is a function of this signature.
+    assert_eq!(unsafe { std::mem::transmute::<usize, extern "C" fn() -> i32>(initial)() }, 0, "device code runs on the device");
 }

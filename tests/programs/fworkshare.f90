@@ -6,13 +6,16 @@
 !   first n mod p threads one iteration more (the static schedule, split as libomp splits it);
 ! * a second loop of the same parallel region reads what other threads wrote in the first:
 !   the first loop's implicit barrier, which flang-19 does not emit on the device, must hold;
-! * a reduction over a parallel loop.
+! * a reduction over a parallel loop;
+! * omp_is_initial_device() is false in a target region (flang-19 calls libomp's function,
+!   true in any host process: the device runtime answers for device code).
 program fworkshare
   use omp_lib
   implicit none
   integer, parameter :: n = 100003
   integer :: owner(n), a(n), b(n), team(0:7), nthreads, serial_threads, i, t, bad, lo, hi, expect
   integer(8) :: total
+  logical :: on_host
   if (omp_get_num_devices() < 1) then
     print '(a)', 'fworkshare: no device'
     stop 3
@@ -42,7 +45,9 @@ program fworkshare
   !$omp end do
   !$omp end parallel
   !$omp end target
-  !$omp target map(tofrom: serial_threads)
+  on_host = .true.
+  !$omp target map(tofrom: serial_threads, on_host)
+  on_host = omp_is_initial_device()
   !$omp parallel if(.false.)
   serial_threads = omp_get_num_threads()
   !$omp end parallel
@@ -54,6 +59,10 @@ program fworkshare
   bad = 0
   if (nthreads /= 3 .or. any(team(0:2) /= 1) .or. any(team(3:7) /= 0)) then
     print '(a, i0, a, 8i3)', 'FAILED: num_threads(3) gave ', nthreads, ' threads, members', team
+    bad = bad + 1
+  end if
+  if (on_host) then
+    print '(a)', 'FAILED: omp_is_initial_device() is true in a target region'
     bad = bad + 1
   end if
   if (serial_threads /= 1) then
