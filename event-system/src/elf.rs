@@ -2,9 +2,9 @@
 //! (its extent, its writable data, the values of its symbols) and what a worker's loader needs
 //! to load it there (segments, RELRO, dynamic table, relocations, dynamic symbols).
 //!
-//! Only what clang-16 produces for `-fopenmp-targets=x86_64-pc-linux-gnu` is accepted: a
-//! little-endian x86-64 `ET_DYN` object without TLS, whose dynamic relocations are RELA.
-//! Everything else is refused with an [`ElfError`] naming the reason.
+//! Only what clang-16 to clang-19 and flang-19 produce for
+//! `-fopenmp-targets=x86_64-pc-linux-gnu` is accepted: a little-endian x86-64 `ET_DYN` object
+//! without TLS, whose dynamic relocations are RELA. Everything else is refused with an [`ElfError`] naming the reason.
 
 use crate::heap::{page_round, PAGE};
 use object::elf;
@@ -87,6 +87,10 @@ pub struct ElfImage<'a> {
     private: Vec<(u64, u64)>,
     /// Address of `.eh_frame` (relative to the base), if the image has one.
     pub eh_frame: Option<u64>,
+    /// The strings of the `.comment` section: the compilers and linkers that made it
+    /// (`Debian clang version 19.1.7 (3~deb12u1)`, `GCC: (Debian 12.2.0-14+deb12u1)
+    /// 12.2.0`; flang-19 writes none of its own). See [`crate::compilers`].
+    pub comment: Vec<String>,
 }
 
 /// Objects that the OpenMP runtime (libomp) of each process fills with that process's own
@@ -177,7 +181,12 @@ impl<'a> ElfImage<'a> {
             .section_by_name(endian, b".eh_frame")
             .map(|(_, sh)| sh.sh_addr(endian))
             .filter(|&a| a != 0 && segments.iter().any(|s| a >= s.vaddr && a < s.vaddr + s.memsz));
-        Ok(ElfImage { bytes, segments, relro, dynamic, symbols, private, eh_frame })
+        let comment = sections
+            .section_by_name(endian, b".comment")
+            .and_then(|(_, sh)| sh.data(endian, bytes).ok())
+            .map(|d| d.split(|&b| b == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect())
+            .unwrap_or_default();
+        Ok(ElfImage { bytes, segments, relro, dynamic, symbols, private, eh_frame, comment })
     }
 
     /// Bytes of address space the image needs from its base: the end of its highest segment,
@@ -211,6 +220,13 @@ impl<'a> ElfImage<'a> {
     /// to the base, size): they must never be overwritten with another process's bytes.
     pub fn runtime_private(&self) -> &[(u64, u64)] {
         &self.private
+    }
+
+    /// Does the image define a kernel environment (`<kernel>_kernel_environment`), which
+    /// OpenMPIRBuilder's device code generation (LLVM 18 and later: flang, clang for GPUs)
+    /// emits for every kernel and passes to `__kmpc_target_init`?
+    pub fn has_kernel_environments(&self) -> bool {
+        self.symbols.iter().any(|s| s.defined && s.name.starts_with("__omp_offloading_") && s.name.ends_with("_kernel_environment"))
     }
 
     /// The value of the defined dynamic symbol `name` (relative to the base).

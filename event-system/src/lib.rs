@@ -6,6 +6,8 @@
 //!   messages, fragmented data transfers, and waits that give up when the peer is dead.
 //! * [`heap`]: the symmetric device heap, reserved at the same address on every rank.
 //! * [`elf`]: device images as ELF files, placed at the same address on every rank.
+//! * [`compilers`]: which compilers' programs are served, and the kernel-argument layout each
+//!   generation's device code expects.
 //! * [`build_id`]: this build's identifier, which ranks compare at start-up with
 //!   [`protocol::PROTOCOL_VERSION`].
 //! * [`worker`]: the event loop that ranks 1..N-1 run instead of `main`, and
@@ -13,6 +15,7 @@
 
 pub mod build_id;
 pub mod comm;
+pub mod compilers;
 pub mod elf;
 pub mod heap;
 pub mod process;

@@ -275,7 +275,14 @@ pub unsafe extern "C" fn __tgt_rtl_load_binary(dev: i32, image: *mut c_void) -> 
             if n == 0 { &[][..] } else { std::slice::from_raw_parts(img.entries_begin, n) }
         };
         match c.load_binary(bytes, entries) {
-            Ok(t) => t,
+            Ok(t) => {
+                if !t.is_null() {
+                    // SAFETY: `t` is the table just returned for this image, valid for the
+                    // life of the program.
+                    unsafe { crate::kernels::register_image(&*t, bytes) };
+                }
+                t
+            }
             Err(e) => {
                 eprintln!("ompcluster: loading the device image failed: {e}");
                 std::ptr::null_mut()
@@ -486,9 +493,22 @@ pub unsafe extern "C" fn __tgt_rtl_launch_kernel(
         if kargs.is_null() {
             return OFFLOAD_FAIL;
         }
+        // Kernels of clang-18 and later (KernelArgs version 3) take a null `dyn_ptr` first;
+        // an unknown version is refused, naming the compiler (`kernels.rs`).
+        // SAFETY: checked non-null above; libomptarget's KernelArgsTy.
+        let version = unsafe { (*kargs).version };
+        let abi = match crate::kernels::launch_abi(entry as usize, version) {
+            Ok(abi) => abi,
+            Err(msg) => {
+                // As for `requires unified_shared_memory`: one line and a clean stop, rather
+                // than a crash in device code.
+                eprintln!("ompcluster: {msg}");
+                std::process::exit(2);
+            }
+        };
         // Everything is copied now: the arrays live in libomptarget's frame.
         // SAFETY: libomptarget passes a valid KernelArgsTy and `num_args` arguments/offsets.
-        let ((values, begins), (written, hosts), nowait) = unsafe {
+        let ((mut values, mut begins), (mut written, mut hosts), nowait) = unsafe {
             let n = (*kargs).num_args as usize;
             if n > 0 && (args.is_null() || offsets.is_null()) {
                 return OFFLOAD_FAIL;
@@ -500,6 +520,7 @@ pub unsafe extern "C" fn __tgt_rtl_launch_kernel(
             let values: Vec<u64> = (0..n).map(|i| begins[i].wrapping_add(*offsets.add(i) as u64)).collect();
             ((values, begins), arg_maps(&*kargs, n), (*kargs).nowait())
         };
+        crate::kernels::apply(abi, &mut values, &mut begins, &mut hosts, &mut written);
         let entry = entry as usize;
         if !nowait || info.is_null() || c.expect_short(entry) {
             return code("launching the target region", c.launch(entry, &values, &begins, &hosts, &written));

@@ -213,6 +213,11 @@ pub const SETTINGS: &[&str] = &[
     "OMPCLUSTER_MPIRUN",
     "OMPCLUSTER_PLUGIN",
     "OMPCLUSTER_MPI_NOISE",
+    // The compile wrappers.
+    "OMPCLUSTER_CC",
+    "OMPCLUSTER_CXX",
+    "OMPCLUSTER_FC",
+    "OMPCLUSTER_LLVM16_LIB",
     // The plugin.
     "OMPCLUSTER_VERBOSE",
     "OMPCLUSTER_TRACE",

@@ -56,7 +56,8 @@ pub struct TargetTable {
     pub entries_end: *mut OffloadEntry,
 }
 
-/// The leading fields of `KernelArgsTy` (LLVM 16). libomptarget overwrites `num_args` with the
+/// The leading fields of `KernelArgsTy` (LLVM 16; versions 1 to 3 share them, see
+/// `event_system::compilers`). libomptarget overwrites `num_args` with the
 /// number of kernel arguments before `launch_kernel`; `arg_types` still lists every map entry
 /// of the construct, and the i-th kernel argument is the i-th entry flagged `TARGET_PARAM`
 /// (`processDataBefore` in `src/omptarget.cpp`).

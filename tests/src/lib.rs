@@ -145,6 +145,103 @@ fn compile_with(src: &str, kind: &str, flags: &[&str]) -> PathBuf {
     }
 }
 
+/// A compiler, through the project's compile wrappers (`ompcluster-cc`, `ompcluster-cxx`,
+/// `ompcluster-fortran`, beside the launcher).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Toolchain {
+    /// clang-16 / clang++-16 (the wrappers' default).
+    Clang16,
+    /// clang-19 / clang++-19.
+    Clang19,
+    /// flang-new-19 (the Fortran wrapper's default).
+    Flang19,
+}
+
+impl Toolchain {
+    /// For file names: `clang16`, `clang19`, `flang19`.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Toolchain::Clang16 => "clang16",
+            Toolchain::Clang19 => "clang19",
+            Toolchain::Flang19 => "flang19",
+        }
+    }
+
+    /// The wrapper for a source file and the variable naming its compiler, with its value.
+    fn wrapper(self, src: &Path) -> (&'static str, &'static str, &'static str) {
+        let cxx = matches!(src.extension().and_then(|e| e.to_str()), Some("cpp" | "cc" | "cxx"));
+        match (self, cxx) {
+            (Toolchain::Flang19, _) => ("ompcluster-fortran", "OMPCLUSTER_FC", "flang-new-19"),
+            (Toolchain::Clang16, false) => ("ompcluster-cc", "OMPCLUSTER_CC", "clang-16"),
+            (Toolchain::Clang16, true) => ("ompcluster-cxx", "OMPCLUSTER_CXX", "clang++-16"),
+            (Toolchain::Clang19, false) => ("ompcluster-cc", "OMPCLUSTER_CC", "clang-19"),
+            (Toolchain::Clang19, true) => ("ompcluster-cxx", "OMPCLUSTER_CXX", "clang++-19"),
+        }
+    }
+}
+
+/// Compile `path` with `tc` through the project's wrapper into the work directory as
+/// `<stem>-<tag>` (once per test binary run; `extra` flags after the source). Panics with the
+/// compiler's output if it fails (a missing compiler says so: `scripts/setup.sh` installs
+/// clang-19 and flang-19).
+pub fn compile_source_by(path: &Path, tc: Toolchain, extra: &[&str]) -> PathBuf {
+    let key = format!("{}:{}:{}", tc.tag(), path.display(), extra.join(" "));
+    let (wrapper, var, compiler) = tc.wrapper(path);
+    let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+    let out = work_dir().join(format!("{stem}-{}", tc.tag()));
+    let wrapper_path = launcher().with_file_name(wrapper);
+    cached(key, move || {
+        if !wrapper_path.exists() {
+            return Err(format!("{} is missing: build it first with cargo build --release", wrapper_path.display()));
+        }
+        // In the work directory: flang writes its `.mod` files into the current one.
+        let o = Command::new(&wrapper_path)
+            .current_dir(work_dir())
+            .env(var, compiler)
+            .arg("-O2")
+            .arg(path)
+            .args(extra)
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", wrapper_path.display()))?;
+        if !o.status.success() {
+            return Err(format!(
+                "{wrapper} ({var}={compiler}) {} failed ({}):\n{}{}",
+                path.display(),
+                o.status,
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ));
+        }
+        Ok(out)
+    })
+}
+
+/// [`compile_source_by`] for `programs/<src>`.
+pub fn compile_by(src: &str, tc: Toolchain) -> PathBuf {
+    compile_source_by(&programs_dir().join(src), tc, &[])
+}
+
+/// The example `examples/<name>/<name>.c` compiled with `tc` (with `-lm`).
+pub fn example_by(name: &str, tc: Toolchain) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../examples/{name}/{name}.c"));
+    compile_source_by(&src, tc, &["-lm"])
+}
+
+/// Run `make` once per `key` for this test binary run (concurrent callers wait for the first).
+fn cached(key: String, make: impl FnOnce() -> Result<PathBuf, String>) -> PathBuf {
+    static CACHE: OnceLock<Mutex<HashMap<String, Slot>>> = OnceLock::new();
+    let slot = {
+        let mut m = CACHE.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+        m.entry(key).or_default().clone()
+    };
+    match slot.get_or_init(make) {
+        Ok(p) => p.clone(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
 /// Lock held while a job runs (one job at a time).
 pub fn run_lock() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());

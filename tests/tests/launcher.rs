@@ -413,3 +413,65 @@ fn a_job_leaves_nothing_behind() {
         assert!(!launcher_dir.exists(), "kill {kill:?}: left behind {launcher_dir:?}");
     }
 }
+
+/// A program made by gcc that looks like an offloading program to the launcher (it has a
+/// `.llvm.offloading` section), with `extra` C code and gcc flags.
+fn fake_offloading_program(dir: &Path, name: &str, extra_code: &str, flags: &[&str]) -> std::path::PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    let code = format!(
+        "__attribute__((section(\".llvm.offloading\"), used)) static const char image[8] = \"x\";\n{extra_code}\nint main(void) {{ return 0; }}\n"
+    );
+    std::fs::write(&src, code).unwrap();
+    let out = dir.join(name);
+    let o = std::process::Command::new("gcc").arg("-o").arg(&out).arg(&src).args(flags).output().expect("gcc");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+/// A program of clang-20 or later (offload entries libomptarget 16 cannot read: LLVM 21's
+/// `llvm_offload_entries` section here, as clang-22 writes it) is refused before any rank
+/// starts, naming its compiler and the ones the cluster serves.
+#[test]
+fn refuses_a_program_of_clang_22_naming_it_and_the_compilers_served() {
+    let dir = tempfile::tempdir_in(ompcluster_tests::work_dir()).unwrap();
+    let entries = "__attribute__((section(\"llvm_offload_entries\"), used)) static const char entries[56] = {0};\n\
+                   __asm__(\".ident \\\"Debian clang version 22.1.8 (1~deb12u1)\\\"\");";
+    let prog = fake_offloading_program(dir.path(), "from_clang22", entries, &[]);
+    let (o, took) = timed(2, &prog);
+    assert_refused(&o, took, "compiled by clang-22");
+    assert!(stderr(&o).contains("clang-16 to clang-19 (C, C++) and flang-19 (Fortran)"), "{}", describe(&o));
+}
+
+/// A program linked against another LLVM's libomptarget (clang-19 without the wrapper needs
+/// `libomptarget.so.19.1`, which loads no plugin from outside) is named as such, even where
+/// that library exists, before any rank starts.
+#[test]
+fn refuses_a_program_that_needs_another_libomptarget() {
+    let dir = tempfile::tempdir_in(ompcluster_tests::work_dir()).unwrap();
+    shared_lib(dir.path(), "omptarget19", "int __tgt_register_lib(void *d) { return 0; }", &["-Wl,-soname,libomptarget.so.19.1"]);
+    std::fs::rename(dir.path().join("libomptarget19.so"), dir.path().join("libomptarget.so.19.1")).unwrap();
+    let lib = dir.path().join("libomptarget.so.19.1");
+    let rpath = format!("-Wl,-rpath,{}", dir.path().display());
+    let prog = fake_offloading_program(
+        dir.path(),
+        "from_clang19",
+        "__asm__(\".ident \\\"Debian clang version 19.1.7 (3~deb12u1)\\\"\"); int __tgt_register_lib(void *);\nvoid *keep = (void *)&__tgt_register_lib;",
+        &[lib.to_str().unwrap(), &rpath],
+    );
+    let (o, took) = timed(2, &prog);
+    assert_refused(&o, took, "needs libomptarget.so.19.1, the offloading runtime of LLVM 19");
+    assert!(stderr(&o).contains("ompcluster-cc"), "{}", describe(&o));
+}
+
+/// A program whose libraries do not load is named with the missing library, not as a plugin
+/// that did not load.
+#[test]
+fn a_program_whose_libraries_do_not_load_is_named_with_them() {
+    let dir = tempfile::tempdir_in(ompcluster_tests::work_dir()).unwrap();
+    let gone = shared_lib(dir.path(), "gone", "int gone(void) { return 1; }", &[]);
+    let lib_dir = format!("-L{}", dir.path().display());
+    let prog = fake_offloading_program(dir.path(), "needs_gone", "int gone(void); int (*keep)(void) = gone;", &[&lib_dir, "-lgone"]);
+    std::fs::remove_file(gone).unwrap();
+    let (o, took) = timed(2, &prog);
+    assert_refused(&o, took, "cannot start: libgone.so not found");
+}

@@ -8,7 +8,10 @@
 //! load the `DT_NEEDED` libraries (`RTLD_GLOBAL`, usually already in the process); apply the
 //! RELA relocations of `DT_RELA` and `DT_JMPREL` eagerly, resolving the image's own symbols
 //! to their loaded addresses, the allocation functions to device memory's
-//! (`device_alloc.rs`) and the others with `dlsym(RTLD_DEFAULT)`; set each segment's
+//! (`device_alloc.rs`), the x86-64 device runtime's entry points that flang-19's device code
+//! calls (`__kmpc_target_init`, `__kmpc_parallel_51`, ...) to this process's copy of it
+//! (the `device-rtl` crate, linked into the plugin: nothing needs to be linked into the
+//! image) and the others with `dlsym(RTLD_DEFAULT)`; set each segment's
 //! protection, then RELRO read-only; run `DT_INIT` and `DT_INIT_ARRAY`.
 //!
 //! Refused, with a [`LoadError`] naming the reason: thread-local storage (`PT_TLS`, TLS
@@ -52,6 +55,9 @@ pub(crate) enum LoadError {
     /// A non-weak undefined symbol not found in the process.
     #[error("undefined symbol {0} (not in the image, its DT_NEEDED libraries or the process)")]
     Undefined(String),
+    /// An entry point of LLVM's GPU device runtime that the x86-64 device runtime lacks.
+    #[error("the image calls {0}, an entry point of LLVM's GPU device runtime that the x86-64 device runtime (device-rtl) does not provide")]
+    DeviceRuntime(String),
     /// A `DT_NEEDED` library that cannot be loaded.
     #[error("cannot load {lib}, needed by the image: {msg}")]
     Needed { lib: String, msg: String },
@@ -99,7 +105,10 @@ fn silent(name: &str) -> bool {
         "fma", "erf", "erfc", "tgamma", "lgamma", "sincos", "ldexp", "frexp", "modf", "copysign", "nearbyint", "rint",
         "lround", "llround", "lrint",
     ];
-    let libomp = (name.starts_with("__kmpc_") && !name.starts_with("__kmpc_fork")) || (name.starts_with("omp_") && !name.starts_with("omp_display"));
+    // A parallel region (libomp's fork, or the device runtime's `__kmpc_parallel_51`, which
+    // forks) may print its threads' affinity.
+    let forks = name.starts_with("__kmpc_fork") || name.starts_with("__kmpc_parallel");
+    let libomp = (name.starts_with("__kmpc_") && !forks) || (name.starts_with("omp_") && !name.starts_with("omp_display"));
     let math = MATH.iter().any(|m| name == *m || name.strip_suffix(['f', 'l']) == Some(m));
     libomp || math || EXACT.contains(&name) || name.starts_with("__") && name.ends_with("_finite")
 }
@@ -199,11 +208,20 @@ fn dlerror() -> String {
     }
 }
 
+/// The device runtime's shared library, which the compile wrapper links flang's device
+/// images against (the device linker wants a definition of every symbol): its entry points
+/// are resolved to the plugin's own copy, so it is not loaded (it need not exist on the
+/// workers' nodes).
+pub(crate) const DEVICE_RUNTIME_LIBRARY: &str = "libompcluster_devrtl.so";
+
 /// `dlopen` every `DT_NEEDED` library globally, so that `dlsym(RTLD_DEFAULT)` finds its
 /// symbols (they are usually loaded already; `libgcc_s` may not be).
 fn load_needed(img: &ElfImage<'_>) -> Result<(), LoadError> {
     let runpath = img.runpath()?;
     for lib in img.needed()? {
+        if lib.rsplit('/').next() == Some(DEVICE_RUNTIME_LIBRARY) {
+            continue;
+        }
         let candidates = std::iter::once(lib.clone()).chain(runpath.iter().map(|d| format!("{d}/{lib}")));
         let mut msg = String::new();
         let loaded = candidates.into_iter().any(|path| {
@@ -247,10 +265,24 @@ fn relocate(img: &ElfImage<'_>, base: u64, relocs: &[Reloc]) -> Result<Vec<(u64,
             external.insert(idx, v);
             return Ok(v);
         }
+        if let Some(v) = ompcluster_devrtl::resolve(&s.name) {
+            // The device runtime flang-19's device code calls (see `device-rtl`).
+            let v = v as u64;
+            external.insert(idx, v);
+            return Ok(v);
+        }
         let c = CString::new(s.name.as_str()).map_err(|_| LoadError::Undefined(s.name.clone()))?;
         // SAFETY: RTLD_DEFAULT (null) searches the global scope; `c` is a valid C string.
-        let p = unsafe { libc::dlsym(std::ptr::null_mut(), c.as_ptr()) } as u64;
+        let mut p = unsafe { libc::dlsym(std::ptr::null_mut(), c.as_ptr()) } as u64;
+        if p == 0 {
+            // Entry points of newer libomps that libomp 16 lacks (clang-19's
+            // `__kmpc_dispatch_deinit`).
+            p = ompcluster_devrtl::fallback(&s.name).map_or(0, |v| v as u64);
+        }
         if p == 0 && !s.weak {
+            if ompcluster_devrtl::is_device_runtime_name(&s.name) {
+                return Err(LoadError::DeviceRuntime(s.name.clone()));
+            }
             return Err(LoadError::Undefined(s.name.clone()));
         }
         external.insert(idx, p);
@@ -390,9 +422,51 @@ mod tests {
         for name in ["sinf", "expl", "sqrt", "memcpy", "__kmpc_for_static_init_4", "omp_get_thread_num", "__cxa_finalize", "__exp_finite"] {
             assert!(silent(name), "{name}");
         }
-        for name in ["printf", "puts", "putchar", "write", "fwrite", "_ZNSolsEi", "__kmpc_fork_call", "__kmpc_fork_teams", "omp_display_affinity", "stdout", "sinx"] {
+        for name in ["printf", "puts", "putchar", "write", "fwrite", "_ZNSolsEi", "__kmpc_fork_call", "__kmpc_fork_teams", "__kmpc_parallel_51", "omp_display_affinity", "stdout", "sinx"] {
             assert!(!silent(name), "{name}");
         }
+    }
+
+    /// An image calling the x86-64 device runtime (as flang-19's do) gets this process's copy
+    /// of it, and its `DT_NEEDED` on the runtime's shared library (what the compile wrapper
+    /// links against) is not loaded: the library is gone by the time the image loads.
+    #[test]
+    fn device_runtime_entry_points_resolve_to_the_plugins_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let (stub_src, stub) = (dir.path().join("stub.c"), dir.path().join(DEVICE_RUNTIME_LIBRARY));
+        std::fs::write(&stub_src, "int __kmpc_target_init(void *k, void *l) { return 7; }\n").unwrap();
+        let (src, so) = (dir.path().join("k.c"), dir.path().join("k.so"));
+        std::fs::write(
+            &src,
+            r#"
+extern int __kmpc_target_init(void *, void *);
+extern void __kmpc_parallel_51(void);
+int kernel(void) { return __kmpc_target_init(0, 0); }
+void *which(void) { return (void *)&__kmpc_parallel_51; }
+"#,
+        )
+        .unwrap();
+        let cc = |args: &[&std::ffi::OsStr]| Command::new("cc").args(args).output();
+        let Ok(out) = cc(&["-shared".as_ref(), "-fPIC".as_ref(), "-o".as_ref(), stub.as_os_str(), stub_src.as_os_str()]) else {
+            eprintln!("no C compiler: skipped");
+            return;
+        };
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let libdir = format!("-L{}", dir.path().display());
+        let out = cc(&["-shared".as_ref(), "-fPIC".as_ref(), "-o".as_ref(), so.as_os_str(), src.as_os_str(), libdir.as_ref(), "-lompcluster_devrtl".as_ref()]).unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        std::fs::remove_file(&stub).unwrap();
+        let bytes = std::fs::read(&so).unwrap();
+        let img = ElfImage::parse(&bytes).unwrap();
+        assert!(img.needed().unwrap().iter().any(|l| l == DEVICE_RUNTIME_LIBRARY));
+        let heap = SymmetricHeap::reserve_agreed(1 << 26, |ok| ok).unwrap();
+        let names = vec!["kernel".to_string(), "which".to_string()];
+        let loaded = load(&heap, &bytes, heap.base() + (1 << 22), img.extent(), &names).unwrap();
+        type F = extern "C" fn() -> u64;
+        // SAFETY: both are functions of the loaded test object with this signature.
+        let call = |i: usize| unsafe { std::mem::transmute::<usize, F>(loaded.kernels[i])() };
+        assert_eq!(call(0) as i32, -1, "the device runtime's __kmpc_target_init, not the stub's");
+        assert_eq!(call(1) as usize, ompcluster_devrtl::resolve("__kmpc_parallel_51").unwrap());
     }
 
     /// Compile a small shared object with the system C compiler and load it twice-removed
