@@ -310,7 +310,6 @@ impl Pool {
     }
 
     fn serve(&self) {
-        REGION_THREAD.with(|r| r.set(true));
         while let Ok(q) = self.rx.recv() {
             q.drain();
             drop(q);
@@ -327,17 +326,6 @@ impl Pool {
             self.drained.wait(&mut st);
         }
     }
-}
-
-thread_local! {
-    /// Set on region threads.
-    static REGION_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Is the calling thread a region thread? (It is no thread of libomp's: asking libomp for its
-/// thread number there would register it with libomp as a new root thread.)
-pub(crate) fn on_region_thread() -> bool {
-    REGION_THREAD.with(|r| r.get())
 }
 
 /// The process's region threads, at most [`threads_for`] the job's workers.

@@ -338,8 +338,10 @@ fn halo_stencil_blocks_spread_over_the_workers() {
 
 /// Regions released by a finished one run at once, not one after another: libomp 16 queues
 /// them on the hidden helper thread that ran the finished region and lets the other helpers
-/// sleep, so without the runtime waking them each fan-out of `fan_out.c` ran one region at a
-/// time in two runs of three (checked with the build before the waker). Three runs, three
+/// sleep, so while each region held its helper to its end, each fan-out of `fan_out.c` ran
+/// one region at a time in two runs of three (checked with the build before issue 26's waker
+/// of helpers; since issue 34 a region of 1 ms or more holds no helper, and the waker is
+/// gone). Three runs, three
 /// rounds each: in every round at least as many of the 12 readers' kernels run at the same
 /// moment as there are workers (from the task log's kernel times), and every result is right.
 #[test]

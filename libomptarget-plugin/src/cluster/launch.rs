@@ -230,12 +230,7 @@ impl<'a> Launcher<'a> {
                 break (w, reach, assume_written, may_write, reach_args, learning, task_key);
             }
         };
-        let running: u32 = self.offload.all_in_flight();
-        self.meter.stats.note_in_flight(running);
-        // (A region on a region thread holds no helper: nothing to wake for it.)
-        if let Some(waker) = self.offload.waker().filter(|_| !crate::queues::on_region_thread()) {
-            waker.nudge(running < self.targets().count() as u32);
-        }
+        self.meter.stats.note_in_flight(self.offload.all_in_flight());
         // The buffers it maps `from` that libomptarget retrieved after its earlier runs come
         // back with the reply (see `Kernel::send_back`).
         let back_args = kernel.send_back.load(Ordering::Relaxed);

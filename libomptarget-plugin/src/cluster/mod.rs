@@ -454,9 +454,6 @@ impl Cluster {
         if self.stopped.set() {
             return Vec::new();
         }
-        if let Some(waker) = self.offload.waker() {
-            waker.stop();
-        }
         // A batch of buddy copies in progress finishes first (it talks to the workers).
         drop(self.tolerance.buddy_busy.lock());
         let workers: Vec<i32> = self.link.workers().collect();

@@ -1,7 +1,7 @@
 //! Offloading's own state: the symmetric heap, the kernels and images handed to
 //! libomptarget ([`Kernel`], with what its runs wrote, [`WriteSet`]; [`ImageTables`]),
-//! placement (the scheduler and the regions in flight per rank), the head's own device once
-//! no worker is left, and the waker of libomp's hidden helpers.
+//! placement (the scheduler and the regions in flight per rank), and the head's own device
+//! once no worker is left.
 //!
 //! Threads: offloading threads; the handler reads `local` and `images` (recovery re-runs),
 //! the buddy thread reads `in_flight`. `kernels` is read-mostly (an RwLock, written at
@@ -29,9 +29,6 @@ pub(super) struct Offload {
     /// The head's own device, once every worker died and the head runs the target regions
     /// itself (see `OnHead::continue_on_head`), and when that started (seconds since start).
     local: OnceLock<(LocalDevice, f64)>,
-    /// Wakes libomp's hidden helper threads when regions are ready and workers idle
-    /// (`helpers.rs`).
-    waker: Option<crate::helpers::Waker>,
     /// libomp's messages (`OMP: Warning #96`) workers' regions printed on stderr, and the
     /// worker that printed each first (see `execute.rs`, `once_per_job`).
     pub(super) omp_said: Mutex<HashMap<Vec<u8>, i32>>,
@@ -48,7 +45,6 @@ impl Offload {
             sched,
             in_flight: (0..ranks).map(|_| AtomicU32::new(0)).collect(),
             local: OnceLock::new(),
-            waker: crate::helpers::Waker::start(),
             omp_said: Mutex::new(HashMap::default()),
             attached: AtomicBool::new(false),
         }
@@ -68,11 +64,6 @@ impl Offload {
     /// When the head started running the target regions itself (seconds since start).
     pub(super) fn local_since(&self) -> Option<f64> {
         self.local.get().map(|(_, at)| *at)
-    }
-
-    /// The waker of libomp's hidden helpers, if it runs.
-    pub(super) fn waker(&self) -> Option<&crate::helpers::Waker> {
-        self.waker.as_ref()
     }
 
     /// Regions running on rank `r` now.
