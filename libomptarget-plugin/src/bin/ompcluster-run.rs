@@ -282,6 +282,27 @@ fn catch_sigterm() {
     }
 }
 
+/// Remove what the job's ranks on this node left because they ended without cleaning up
+/// (killed, say, after the head stopped watching them, as the program ended): libomp's
+/// registration of each rank whose progress file in `dir` (`startup.rs`: its pid and stage)
+/// names a pid no process has any more. Returns how many files were removed.
+fn clean_after_ranks(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        if !e.file_name().to_str().is_some_and(|n| n.starts_with("rank-")) {
+            continue;
+        }
+        let pid = std::fs::read_to_string(e.path()).ok().and_then(|t| t.split_whitespace().next()?.parse::<u32>().ok());
+        // A process that still has the pid (the rank, or a new process that may have
+        // registered under the same name) keeps its file.
+        if let Some(pid) = pid.filter(|&p| event_system::process::start_time(p).is_none()) {
+            removed += event_system::process::libomp_registration(pid).iter().filter(|f| std::fs::remove_file(f).is_ok()).count();
+        }
+    }
+    removed
+}
+
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("ompcluster-run: {msg}");
     ExitCode::from(2)
@@ -628,6 +649,9 @@ fn main() -> ExitCode {
         if let Some(pid) = ckpt_veloc::sweep_veloc_backend() {
             eprintln!("ompcluster-run: stopped the VeloC backend (pid {pid}) the job left running");
         }
+    }
+    if let Some(d) = &status_dir {
+        clean_after_ranks(d.path());
     }
     match status {
         Ok(status) => {
