@@ -168,6 +168,8 @@ class Svg:
         self.items.append(f'<polyline points="{p}" fill="none" stroke="{color}" stroke-width="{width}" stroke-linejoin="round"{d}/>')
 
     def marker(self, x, y, color, shape="circle", r=3.2):
+        if shape == "none":  # a line without dots
+            return
         if shape == "square":
             self.rect(x - r, y - r, 2 * r, 2 * r, color)
         elif shape == "diamond":
@@ -504,11 +506,56 @@ def chart_trace(doc, plot, out):
     return None
 
 
+SOAK_OUTCOME = {"right": "#2ca02c", "wrong": "#d62728", "failed": "#ff7f0e", "hang": "#000000"}
+SOAK_FAULT = {"none": "circle", "kill": "square", "freeze": "diamond"}
+
+
+def chart_soak(doc, plot, out):
+    """The soak (soak.py): the head's and the workers' memory over time, and every run's time
+    and outcome by its fault."""
+    d = doc["parts"]["soak"]["data"]
+    s = d["samples"]
+    mem = [
+        {"label": "head (rank 0)", "color": "#1f77b4", "line": True,
+         "points": [(x["t"] / 60, x["head"] / 1024) for x in s if "head" in x]},
+        {"label": "largest worker", "color": "#9467bd", "line": True,
+         "points": [(x["t"] / 60, max(x["workers"].values()) / 1024) for x in s if x.get("workers")]},
+        {"label": "smallest worker", "color": "#c5b0d5", "line": True,
+         "points": [(x["t"] / 60, min(x["workers"].values()) / 1024) for x in s if x.get("workers")]},
+    ]
+    mem = [m for m in mem if m["points"]]
+    for m in mem:  # markers would hide the lines: thousands of samples
+        m["marker"] = "none"
+    runs = []
+    for outcome, color in SOAK_OUTCOME.items():
+        for fault, shape in SOAK_FAULT.items():
+            pts = [(r["start_s"] / 60, r["seconds"]) for r in d["runs"] if r["outcome"] == outcome and r["fault"] == fault]
+            if pts:
+                runs.append({"label": f"{outcome}, {fault}", "color": color, "marker": shape, "line": False, "points": pts})
+    t_end = max([r["start_s"] + r["seconds"] for r in d["runs"]] + [1]) / 60
+    xlim = (0, max(1, math.ceil(t_end)))
+
+    def draw(svg, i, box):
+        if i == 0:
+            line_chart(svg, box, mem, xlabel="minutes since the start", ylabel="RSS, MiB", xlim=xlim,
+                       title="Resident memory, sampled every 0.5 s while a job runs")
+        else:
+            line_chart(svg, box, runs, xlabel="minutes since the start (when the run started)", ylabel="run time, s", xlim=xlim,
+                       title="Runs: colour = outcome, shape = fault (circle none, square SIGKILL, diamond freeze)")
+    n = d["summary"]
+    entries = [(m["label"], m["color"], None, None) for m in mem] + [(r["label"], r["color"], "none", r["marker"]) for r in runs]
+    sub = (f"{len(d['runs'])} runs: {n['right']} right, {n['wrong']} wrong, {n['failed']} failed, {n['hang']} hangs; "
+           f"{len(d['left_behind_runs'])} left something behind; seed {d['seed']}")
+    return figure(1100, 300, 1, 2, "Soak: examples and test programs in a loop with random kills and freezes", sub,
+                  [caption(doc, ["soak"])], entries, draw)
+
+
 CHARTS = {
     "bandwidth": chart_bandwidth,
     "metg": chart_metg,
     "efficiency": chart_efficiency,
     "trace": chart_trace,
+    "soak": chart_soak,
 }
 
 

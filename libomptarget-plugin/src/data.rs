@@ -8,7 +8,7 @@
 
 use event_system::heap::{ExtentAllocator, HeapError};
 use rustc_hash::FxHashMap as HashMap;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// Rank of the head.
@@ -79,7 +79,16 @@ pub(crate) struct Buffers {
     sent_back_bytes: u64,
     /// Buffer id -> size, of every buffer made since [`Buffers::remember_sizes`].
     sizes: Option<HashMap<u64, u64>>,
+    /// Pointer members attached in structs the program deleted: host address of the slot ->
+    /// (the host pointer it held, the device pointer attached over it). libomptarget keeps
+    /// its own record of them (its shadow pointers) when only part of such a struct is
+    /// unmapped, and then does not attach them again in the struct's next device copy (see
+    /// [`Buffers::attach`]). At most [`MAX_ORPHANS`].
+    orphans: BTreeMap<u64, (u64, u64)>,
 }
+
+/// Most attachments of deleted structs remembered (see `Buffers::orphans`).
+const MAX_ORPHANS: usize = 4096;
 
 /// Most bytes the head holds of versions sent back with EXECUTE replies and not retrieved yet.
 const SENT_BACK_BUDGET: u64 = 32 << 20;
@@ -100,6 +109,7 @@ impl Buffers {
             budget: 0,
             sent_back_bytes: 0,
             sizes: None,
+            orphans: BTreeMap::new(),
         }
     }
 
@@ -311,6 +321,29 @@ impl Buffers {
         }
         for slot in ended {
             b.attached.remove(&slot);
+        }
+        // A new device copy of a struct part of which the program unmapped (`exit data
+        // map(from : s.a[:n])` of a struct mapped through a mapper deletes the struct's own
+        // entry, whose count the mapper never raised): libomptarget 16 forgets only the
+        // shadow pointers of the part unmapped, and does not attach the others again while
+        // their pointees stay where they were (its check compares the pointee's device
+        // address only). A slot that held such a pointer, bringing the same host pointer back
+        // while a live mapping still translates it to the same device pointer, gets that
+        // device pointer, which is what libomptarget holds the slot to be.
+        if fresh && b.host != 0 && !self.orphans.is_empty() {
+            let lo = b.host.wrapping_add(off);
+            let found: Vec<(u64, (u64, u64))> = self.orphans.range(lo..lo.saturating_add(len)).map(|(&k, &v)| (k, v)).collect();
+            for (slot_host, (host_value, device_value)) in found {
+                let at = (slot_host - lo) as usize;
+                if at + 8 > bytes.len() {
+                    continue;
+                }
+                self.orphans.remove(&slot_host);
+                if word(at) == host_value && self.by_delta.contains_key(&device_value.wrapping_sub(host_value)) {
+                    copy.get_or_insert_with(|| bytes.to_vec())[at..at + 8].copy_from_slice(&device_value.to_ne_bytes());
+                    b.attached.insert(off + at as u64, (Some(host_value), device_value));
+                }
+            }
         }
         copy
     }
@@ -564,11 +597,35 @@ impl Buffers {
         b.deleted = true;
         let host = b.host;
         self.forget_translation(addr, host);
+        self.orphan_attachments(addr);
+    }
+
+    /// Remember the attached pointer members of the buffer at `addr`, which the program
+    /// deleted, by their host addresses (see `Buffers::orphans`).
+    fn orphan_attachments(&mut self, addr: u64) {
+        let Some(b) = self.by_addr.get(&addr) else { return };
+        if b.host == 0 || b.attached.is_empty() {
+            return;
+        }
+        for (&off, &(host_value, device_value)) in &b.attached {
+            if let Some(h) = host_value {
+                self.orphans.insert(b.host.wrapping_add(off), (h, device_value));
+            }
+        }
+        if self.orphans.len() > MAX_ORPHANS {
+            // Those whose pointee is no longer mapped at the same place can never be used.
+            let by_delta = &self.by_delta;
+            self.orphans.retain(|_, (h, d)| by_delta.contains_key(&d.wrapping_sub(*h)));
+            while self.orphans.len() > MAX_ORPHANS {
+                self.orphans.pop_first();
+            }
+        }
     }
 
     /// Forget a buffer (its range stays allocated until [`Buffers::free_range`]).
     pub(crate) fn remove(&mut self, addr: u64) -> Option<Buffer> {
         self.take_sent_back(addr);
+        self.orphan_attachments(addr);
         let b = self.by_addr.remove(&addr)?;
         self.order.remove(&addr);
         self.by_id.remove(&b.id);

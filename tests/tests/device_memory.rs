@@ -1,7 +1,9 @@
 //! Memory that device code allocates (issue 10, item 2): `new`, `malloc`, `calloc`, `realloc`,
 //! `aligned_alloc`, `posix_memalign`, `free` and `delete` in target regions. The objects one
 //! region makes are used (virtual calls included) and freed by regions on other workers, and
-//! survive the loss of the worker that made them.
+//! survive the loss of the worker that made them. The runs with checkpoints take them through
+//! the store `OMPCLUSTER_TEST_STORE` names (see tests/checkpoints.rs; `scripts/test-veloc.sh`
+//! runs them with VeloC).
 
 use ompcluster_tests::{ckpt_env, compile, describe, run, stdout, stderr, work_dir, NPS};
 

@@ -370,15 +370,22 @@ fn a_misspelled_setting_is_named_with_the_setting_it_probably_meant() {
 /// libomp's registration of each rank (`/dev/shm/__KMP_REGISTERED_LIB_<pid>_<uid>`, which
 /// libomp removes as it shuts down; our workers leave with `_exit`) and the launcher's private
 /// directory do not outlive a job: one that ends normally, nor one whose worker was killed
-/// and recovered from (the head removes what the dead rank left once it is reaped).
+/// and recovered from (the head removes what the dead rank left once it is reaped), nor one
+/// whose worker was killed as the job ended, once it had answered the head's EXIT, when no
+/// rank watches it any more (the launcher removes what it left).
 #[test]
 fn a_job_leaves_nothing_behind() {
     let prog = compile("sleepy.c");
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
     let registration = |pid: i32| Path::new("/dev/shm").join(format!("__KMP_REGISTERED_LIB_{pid}_{uid}"));
-    for kill in [None, Some(2u32)] {
-        let mut job = Job::spawn(4, &prog, &["4000", "50"], &[("OMPCLUSTER_HB_PERIOD", "100"), ("OMPCLUSTER_HB_TIMEOUT", "1000")]);
+    // (None, None): no failure; (Some(2), None): rank 2 SIGKILLed from outside in the middle;
+    // (None, Some(inject)): rank 2 killed by injection as the job ends.
+    for (kill, at_exit) in [(None, None), (Some(2u32), None), (None, Some("kill:rank=2:during=exit"))] {
+        let mut envs = vec![("OMPCLUSTER_HB_PERIOD", "100"), ("OMPCLUSTER_HB_TIMEOUT", "1000")];
+        envs.extend(at_exit.map(|i| ("OMPCLUSTER_FT_INJECT", i)));
+        let kill = kill.or(at_exit.map(|_| 2));
+        let mut job = Job::spawn(4, &prog, &["4000", "50"], &envs);
         let t0 = Instant::now();
         let ranks = loop {
             let r = job.ranks(&prog);
@@ -395,7 +402,7 @@ fn a_job_leaves_nothing_behind() {
         let status = ompcluster_tests::proc_env(ranks[0].1, "OMPCLUSTER_EXIT_STATUS_FILE").expect("the status file of the job");
         let launcher_dir = Path::new(&status).parent().expect("in a directory").to_path_buf();
         assert!(launcher_dir.is_dir(), "{launcher_dir:?}");
-        if let Some(k) = kill {
+        if let (Some(k), None) = (kill, at_exit) {
             // Past start-up (its rank processes and libomp start before MPI does).
             std::thread::sleep(Duration::from_secs(2));
             assert!(job.wait_timeout(Duration::ZERO).is_none(), "the job ended before the failure");
@@ -404,13 +411,18 @@ fn a_job_leaves_nothing_behind() {
             assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "SIGKILL to rank {k}");
         }
         let o = job.wait(DEFAULT_TIMEOUT);
-        assert!(o.status.success() && stdout(&o).contains("PASS"), "kill {kill:?}\n{}", describe(&o));
-        if kill.is_some() {
+        assert!(o.status.success() && stdout(&o).contains("PASS"), "kill {kill:?} {at_exit:?}\n{}", describe(&o));
+        if kill.is_some() && at_exit.is_none() {
             assert!(stderr(&o).contains("recovered from the loss of rank 2"), "no recovery\n{}", describe(&o));
         }
+        if at_exit.is_some() {
+            // The fault happened: rank 2 is gone, killed.
+            let pid = ranks.iter().find(|&&(r, _)| r == 2).expect("rank 2").1;
+            assert!(!Path::new(&format!("/proc/{pid}")).exists(), "rank 2 (pid {pid}) still there\n{}", describe(&o));
+        }
         let left: Vec<_> = ranks.iter().map(|&(_, pid)| registration(pid)).filter(|p| p.exists()).collect();
-        assert!(left.is_empty(), "kill {kill:?}: left behind {left:?}\n{}", describe(&o));
-        assert!(!launcher_dir.exists(), "kill {kill:?}: left behind {launcher_dir:?}");
+        assert!(left.is_empty(), "kill {kill:?} {at_exit:?}: left behind {left:?}\n{}", describe(&o));
+        assert!(!launcher_dir.exists(), "kill {kill:?} {at_exit:?}: left behind {launcher_dir:?}");
     }
 }
 

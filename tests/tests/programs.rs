@@ -481,3 +481,17 @@ fn structs_mapped_through_a_mapper_keep_their_pointers_on_the_worker() {
     ompcluster_tests::check_program_both("mapped_structs.c", &[]);
     ompcluster_tests::check_program_both("mapped_class.cpp", &[]);
 }
+
+/// The mapper variants `mapped_structs.c` leaves out (issue 36): `target update` of a nested
+/// member and of the outer struct whose mapper calls the nested one; an array of such structs
+/// and a struct whose mapper maps an array of mapped structs; several pointer members of which
+/// `exit data` brings one back (`map(from : T.a[:n])`, first or middle member) before the struct
+/// is mapped again; mappers with a name used explicitly, on `enter data`, regions, `update` and
+/// arrays. Every region dereferences every member on its worker, and every result is compared
+/// with the host's. The partial `exit data` deletes the struct's device copy while its other
+/// pointees stay mapped, and libomptarget 16 then does not attach them in the next copy: before
+/// the plugin attached them itself, the next region crashed its worker.
+#[test]
+fn structs_mapped_through_nested_named_and_partly_unmapped_mappers_are_right_on_the_worker() {
+    ompcluster_tests::check_program_both("mapped_mappers.c", &[]);
+}

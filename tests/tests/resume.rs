@@ -9,6 +9,8 @@
 //! `"resume"` object (null in a run without `--resume`) says what was skipped and why it went
 //! live. A log that is damaged or missing, or arguments that change what the program does, must
 //! never make a resumed job skip what it should run. Every run of every test is checked.
+//! The checkpoints go through the store `OMPCLUSTER_TEST_STORE` names (the embedded store by
+//! default; `scripts/test-veloc.sh` runs these tests again with VeloC in sync and async mode).
 
 use ompcluster_tests::{cholesky_example, compile, describe, env_refs, job_members, matmul_example, stderr, stdout, work_dir, Job};
 use serde_json::Value;
@@ -42,6 +44,12 @@ const CHECKPOINT_WAIT: Duration = Duration::from_secs(60);
 
 /// matmul N BS: 1,728 regions of 128 x 128 block products.
 const MATMUL: &[&str] = &["1536", "128"];
+/// The same with the VeloC store: 4,096 regions. VeloC writes each checkpoint twice (to
+/// scratch, then to the persistent directory), so its first one, which holds both input
+/// matrices, took 0.8 s to publish here against 0.13 s for the embedded store (and 0.1-0.2 s
+/// for the next ones against 0.02-0.1 s), and a run of 1536/128 under load published only
+/// checkpoint 1 before its regions were done.
+const MATMUL_VELOC: &[&str] = &["2048", "128"];
 /// cholesky N TS: 816 regions on 128 x 128 tiles.
 const CHOLESKY: &[&str] = &["2048", "128"];
 /// resume_stencil STEPS DELAY_US SEED: 8,000 regions of at least 1 ms on 4 blocks of 64 KiB.
@@ -91,7 +99,8 @@ fn mask_times(s: &str) -> String {
 }
 
 fn matmul() -> Case {
-    Case { name: "matmul", prog: matmul_example().to_path_buf(), args: MATMUL, done: "result correct", mask: mask_times }
+    let args = if ompcluster_tests::test_store() == ompcluster_tests::TestStore::Embedded { MATMUL } else { MATMUL_VELOC };
+    Case { name: "matmul", prog: matmul_example().to_path_buf(), args, done: "result correct", mask: mask_times }
 }
 
 fn cholesky() -> Case {
@@ -619,37 +628,65 @@ fn a_completed_job_resumed_skips_everything_it_can() {
 /// Workers killed while a resumed job runs: while the workers read the checkpointed versions
 /// it needs (`during=restore`), and after its first region run live. Each is recovered
 /// from as usual, and the output is the failure-free one.
+///
+/// Killed while the workers read the checkpoint, before any region ran live, the worker
+/// lost only versions the checkpoint holds, and recovery re-runs nothing. That holds when the
+/// first job's regions up to its checkpoint ended in program order. The stencil's `nowait`
+/// regions may not: the first job may have run region k+1 before region k when its
+/// checkpoint was taken, so that the resumed job runs k live (the log does not hold it) with
+/// the checkpoint holding a later version of a neighbour than k reads, which is rebuilt by
+/// re-running logged regions (seen once in 12 resumed jobs with the VeloC store: 40 re-run).
+/// Such a run is checked for the rest, and the case is made again (at most 4 first jobs)
+/// until a run where the first live region comes after the whole log shows the property.
 #[test]
 fn a_worker_killed_while_resuming_is_recovered() {
     let case = stencil();
     let (expected, _) = fresh(&case, case.args, &[], "failure-free, no checkpoints");
-    for (what, inject, rank) in [("while the workers read the checkpoint", "kill:rank=2:during=restore", 2u64), ("after it went live", "kill:rank=3:after_tasks=1", 3)] {
-        let dir = scratch_dir();
-        let ck = dir.path().join("ckpt");
-        kill_head(&case, case.args, &ck);
-        let mut envs = checkpointing(&ck);
-        envs.push(("OMPCLUSTER_FT_INJECT".into(), inject.into()));
-        let label = format!("{} {:?}, --resume, worker {rank} killed {what}", case.name, case.args);
-        let (o, r) = run_report(&case, case.args, &envs, true, &label);
-        assert!(
-            o.status.success() && (case.mask)(&stdout(&o)) == (case.mask)(&expected),
-            "{label}: the resumed job failed or printed something else than a fresh run\n--- a fresh run printed ---\n{expected}\n{}",
-            describe(&o)
-        );
-        let res = r["resume"].clone();
-        assert_resumed(&label, &o, &res, None);
-        let failed: Vec<u64> = r["failures"].as_array().map(|f| f.iter().filter_map(|x| x["rank"].as_u64()).collect()).unwrap_or_default();
-        assert_eq!(failed, vec![rank], "{label}: the report's failures: {r}\n{}", describe(&o));
-        let recovered = r["recoveries"].as_array().is_some_and(|v| v.iter().any(|x| x["dead"].as_array().is_some_and(|d| d.iter().any(|y| y.as_u64() == Some(rank)))));
-        assert!(recovered, "{label}: no recovery from the loss of rank {rank}: {r}\n{}", describe(&o));
-        if inject.contains("during=restore") {
-            // Killed before any region ran live: everything it lost is in the checkpoint, and
-            // recovery loads it rather than re-running the logged regions before it.
-            let rerun: u64 = r["recoveries"].as_array().map(|v| v.iter().filter_map(|x| x["tasks_reexecuted"].as_u64()).sum()).unwrap_or(0);
-            assert_eq!(rerun, 0, "{label}: recovery re-ran regions the checkpoint held: {r}\n{}", describe(&o));
-            assert_eq!(res["versions_rebuilt"].as_u64(), Some(0), "{label}: versions rebuilt by re-running: {res}\n{}", describe(&o));
-        }
+    let mut first_jobs = 0;
+    while !killed_while_resuming(&case, &expected, "while the workers read the checkpoint", "kill:rank=2:during=restore", 2) {
+        first_jobs += 1;
+        assert!(first_jobs < 4, "{} {:?}: in 4 first jobs, the checkpoint never followed regions that ended in program order", case.name, case.args);
     }
+    killed_while_resuming(&case, &expected, "after it went live", "kill:rank=3:after_tasks=1", 3);
+}
+
+/// A first job of `case` whose head is killed after checkpoint 2, resumed with `inject`
+/// killing worker `rank`: right, resumed, recovered. For a kill `during=restore`, also that
+/// recovery re-ran nothing, if the first job's regions ended in program order (see
+/// [`a_worker_killed_while_resuming_is_recovered`]); returns false if they did not.
+fn killed_while_resuming(case: &Case, expected: &str, what: &str, inject: &str, rank: u64) -> bool {
+    let dir = scratch_dir();
+    let ck = dir.path().join("ckpt");
+    kill_head(case, case.args, &ck);
+    let mut envs = checkpointing(&ck);
+    envs.push(("OMPCLUSTER_FT_INJECT".into(), inject.into()));
+    let label = format!("{} {:?}, --resume, worker {rank} killed {what}", case.name, case.args);
+    let (o, r) = run_report(case, case.args, &envs, true, &label);
+    assert!(
+        o.status.success() && (case.mask)(&stdout(&o)) == (case.mask)(expected),
+        "{label}: the resumed job failed or printed something else than a fresh run\n--- a fresh run printed ---\n{expected}\n{}",
+        describe(&o)
+    );
+    let res = r["resume"].clone();
+    assert_resumed(&label, &o, &res, None);
+    let failed: Vec<u64> = r["failures"].as_array().map(|f| f.iter().filter_map(|x| x["rank"].as_u64()).collect()).unwrap_or_default();
+    assert_eq!(failed, vec![rank], "{label}: the report's failures: {r}\n{}", describe(&o));
+    let recovered = r["recoveries"].as_array().is_some_and(|v| v.iter().any(|x| x["dead"].as_array().is_some_and(|d| d.iter().any(|y| y.as_u64() == Some(rank)))));
+    assert!(recovered, "{label}: no recovery from the loss of rank {rank}: {r}\n{}", describe(&o));
+    if !inject.contains("during=restore") {
+        return true;
+    }
+    // Live before the end of the log: the first job ended its regions out of order.
+    if res["switched_live_at_region"].as_u64().is_some_and(|k| res["first_job_regions"].as_u64().is_some_and(|n| k < n)) {
+        eprintln!("{label}: the first job's regions ended out of order at its checkpoint ({res}): made again");
+        return false;
+    }
+    // Killed before any region ran live: everything it lost is in the checkpoint, and
+    // recovery loads it rather than re-running the logged regions before it.
+    let rerun: u64 = r["recoveries"].as_array().map(|v| v.iter().filter_map(|x| x["tasks_reexecuted"].as_u64()).sum()).unwrap_or(0);
+    assert_eq!(rerun, 0, "{label}: recovery re-ran regions the checkpoint held: {r}\n{}", describe(&o));
+    assert_eq!(res["versions_rebuilt"].as_u64(), Some(0), "{label}: versions rebuilt by re-running: {res}\n{}", describe(&o));
+    true
 }
 
 /// SIGTERM (what Slurm sends ahead of a time limit, and what `scancel` sends) to the launcher at

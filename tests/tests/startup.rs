@@ -2,7 +2,8 @@
 //! over start-up, with 4 and 17 ranks. The job never hangs: a hit after start-up is recovered
 //! from; one during it ends the job within `OMPCLUSTER_START_TIMEOUT` (10 s here) plus the
 //! launcher's grace, with rank 0's message naming the stage and the rank (the plugin's
-//! `startup.rs`).
+//! `startup.rs`). Either way, no rank leaves its libomp registration in `/dev/shm` (the ranks
+//! mpirun stops as a job that did not start ends cannot remove it: the launcher does).
 
 use ompcluster_tests::{compile, describe, stderr, stdout, Job};
 use std::time::{Duration, Instant};
@@ -28,6 +29,8 @@ fn hit(np: u32, victim: u32, after: Duration, sig: i32) -> bool {
         std::thread::sleep(Duration::from_millis(2));
     };
     std::thread::sleep(after);
+    // The ranks there now (with 17, some may not have started yet).
+    let ranks = job.ranks(&prog);
     // SAFETY: kill has no memory-safety preconditions; the pid is a rank of our job.
     assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "{what}: the signal was not delivered");
     let hit_at = Instant::now();
@@ -39,6 +42,10 @@ fn hit(np: u32, victim: u32, after: Duration, sig: i32) -> bool {
     for l in err.lines().filter(|l| l.starts_with("ompcluster: rank ")) {
         eprintln!("  {l}");
     }
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let left: Vec<String> = ranks.iter().map(|&(_, p)| format!("/dev/shm/__KMP_REGISTERED_LIB_{p}_{uid}")).filter(|f| std::path::Path::new(f).exists()).collect();
+    assert!(left.is_empty(), "{what}: left behind {left:?}\n{}", describe(&o));
     if o.status.success() {
         // After start-up: recovered from, as any failure.
         assert!(stdout(&o).contains("sleepy: PASS"), "{what}\n{}", describe(&o));

@@ -1,6 +1,8 @@
 //! The run's timeline (`OMPCLUSTER_TRACE`) and its picture (`ompcluster-trace plot`), for real:
 //! the matmul example under `ompcluster-run`, the trace read back in the Chrome trace-event
-//! format and compared with the run report written by the same run, then drawn.
+//! format and compared with the run report written by the same run, then drawn. The run with
+//! checkpoints takes them through the store `OMPCLUSTER_TEST_STORE` names (see
+//! tests/checkpoints.rs; `scripts/test-veloc.sh` runs it with VeloC).
 
 use ompcluster_tests::{ckpt_env, describe, env_refs, launcher, matmul_example, run, stdout, work_dir, Report};
 use serde_json::Value;

@@ -205,3 +205,42 @@ fn a_pointer_member_stays_attached_when_its_struct_is_sent_again() {
     assert_eq!(bs.attach(u + 24, &dev_ptr.to_ne_bytes(), heap.clone(), None, false), None);
     assert_eq!(bs.attach(u, &with_w(host_ptr), heap, None, false), None);
 }
+
+#[test]
+fn a_struct_mapped_again_after_part_of_it_was_unmapped_gets_its_pointers_attached() {
+    let base = 0x10_0000;
+    let mut bs = Buffers::new(base, 1 << 24);
+    let heap = base..base + (1 << 24);
+    let host_s: u64 = 0x7ffe_0000_1000;
+    let (host_b, host_c) = (0x5555_0000_1000u64, 0x5555_0000_9000u64);
+    // The pointees, mapped (libomptarget translates host_b to dev_b).
+    let dev_b = bs.create(64, host_b).unwrap().addr;
+    let dev_c = bs.create(64, host_c).unwrap().addr;
+    let strukt = |b: u64, c: u64| [vec![0u8; 8], b.to_ne_bytes().to_vec(), c.to_ne_bytes().to_vec()].concat();
+    // The struct, sent, then both members attached.
+    let s = bs.create(24, host_s).unwrap().addr;
+    assert_eq!(bs.attach(s, &strukt(host_b, host_c), heap.clone(), None, true), None);
+    bs.new_version(s, [1].into());
+    assert_eq!(bs.attach(s + 8, &dev_b.to_ne_bytes(), heap.clone(), Some(host_b), false), None);
+    assert_eq!(bs.attach(s + 16, &dev_c.to_ne_bytes(), heap.clone(), Some(host_c), false), None);
+    // The struct deleted; c's pointee unmapped as well, b's stays.
+    bs.remove(s).unwrap();
+    let c = bs.remove(dev_c).unwrap();
+    assert_eq!(c.addr, dev_c);
+    // A new device copy of the struct, from the same host address: b is attached again, c
+    // (whose pointee libomptarget maps anew and attaches itself) is not.
+    let s2 = bs.create(24, host_s).unwrap().addr;
+    assert_eq!(bs.attach(s2, &strukt(host_b, host_c), heap.clone(), None, true), Some(strukt(dev_b, host_c)));
+    // ... and stays attached when the struct is sent again.
+    bs.new_version(s2, [1].into());
+    assert_eq!(bs.attach(s2, &strukt(host_b, host_c), heap.clone(), None, false), Some(strukt(dev_b, host_c)));
+    // Another struct at that host address later, whose member holds something else: as sent.
+    bs.remove(s2).unwrap();
+    let s3 = bs.create(24, host_s).unwrap().addr;
+    assert_eq!(bs.attach(s3, &strukt(0x5555_0000_5000, host_c), heap.clone(), None, true), None);
+    // The record of that slot went with the struct that brought something else: nothing
+    // for the next one.
+    bs.remove(s3).unwrap();
+    let s4 = bs.create(24, host_s).unwrap().addr;
+    assert_eq!(bs.attach(s4, &strukt(host_b, host_c), heap, None, true), None);
+}

@@ -284,6 +284,31 @@ fn catch_sigterm() {
     }
 }
 
+/// Remove what the job's ranks on this node left because they ended without cleaning up
+/// (killed, say, after the head stopped watching them, as the program ended): libomp's
+/// registration of each rank whose progress file in `dir` (`startup.rs`: its pid and stage)
+/// names a pid no process has any more. Returns how many files were removed.
+fn clean_after_ranks(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let pids: Vec<u32> = entries
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with("rank-")))
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok()?.split_whitespace().next()?.parse().ok())
+        .collect();
+    // Ranks mpirun was stopping as it ended (a job that did not start) may take a moment to
+    // be gone.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while pids.iter().any(|&p| event_system::process::start_time(p).is_some()) && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // A process that still has the pid (the rank, or a new process that may have registered
+    // under the same name) keeps its file.
+    pids.into_iter()
+        .filter(|&p| event_system::process::start_time(p).is_none())
+        .map(|p| event_system::process::libomp_registration(p).iter().filter(|f| std::fs::remove_file(f).is_ok()).count())
+        .sum()
+}
+
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("ompcluster-run: {msg}");
     ExitCode::from(2)
@@ -574,6 +599,9 @@ fn main() -> ExitCode {
         if let Some(pid) = ckpt_veloc::sweep_veloc_backend() {
             eprintln!("ompcluster-run: stopped the VeloC backend (pid {pid}) the job left running");
         }
+    }
+    if let Some(d) = &status_dir {
+        clean_after_ranks(d.path());
     }
     match status {
         Ok(status) => {
