@@ -6,7 +6,7 @@
 //! end, and at most 7 were in flight, on 16 workers or 32.
 
 use ompcluster_tests::{assert_pass, compile, describe, run_with_report, stderr, stdout, work_dir, Job, Report};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// `regions` independent 200 ms regions on `np - 1` workers: at least `most` in flight at once
 /// and `busy` workers used.

@@ -21,9 +21,9 @@ fn every_export_runs_behind_the_guard() {
 #[test]
 fn a_panic_message_is_its_text() {
     let p = std::panic::catch_unwind(|| panic!("bad {}", 7)).unwrap_err();
-    assert_eq!(super::panic_message(&*p), "bad 7");
+    assert_eq!(ft_handler::panic_message(&*p), "bad 7");
     let p = std::panic::catch_unwind(|| panic!("plain")).unwrap_err();
-    assert_eq!(super::panic_message(&*p), "plain");
+    assert_eq!(ft_handler::panic_message(&*p), "plain");
     let p = std::panic::catch_unwind(|| std::panic::panic_any(3u8)).unwrap_err();
-    assert_eq!(super::panic_message(&*p), "a panic without a message");
+    assert_eq!(ft_handler::panic_message(&*p), "a panic without a message");
 }
