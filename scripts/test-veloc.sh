@@ -26,7 +26,11 @@ for store in veloc-sync veloc-async; do
   echo "== checkpoint tests with OMPCLUSTER_TEST_STORE=$store"
   OMPCLUSTER_TEST_STORE=$store "$CARGO_BIN" test --release -p ompcluster-tests --test checkpoints -- --test-threads=1
   OMPCLUSTER_TEST_STORE=$store "$CARGO_BIN" test --release -p ompcluster-tests --test recovery -- --test-threads=1 checkpoint
-  OMPCLUSTER_TEST_STORE=$store "$CARGO_BIN" test --release -p ompcluster-tests --test resume -- --test-threads=1
+  # Resuming (11 tests, 6-11 minutes under VeloC) in one mode only, async, to keep CI's time:
+  # what a resume reads from the store is the same in both.
+  if [ "$store" = veloc-async ]; then
+    OMPCLUSTER_TEST_STORE=$store "$CARGO_BIN" test --release -p ompcluster-tests --test resume -- --test-threads=1
+  fi
   OMPCLUSTER_TEST_STORE=$store "$CARGO_BIN" test --release -p ompcluster-tests --test trace -- --test-threads=1 the_trace_marks_failures_checkpoints
   OMPCLUSTER_TEST_STORE=$store "$CARGO_BIN" test --release -p ompcluster-tests --test device_memory -- --test-threads=1 device_allocations_survive
 done
