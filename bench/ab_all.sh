@@ -31,4 +31,4 @@ echo "## 4. 1,000,000 regions, rank 2 killed at 90% (bench/ab_long_run.sh $round
 bash bench/ab_long_run.sh "$rounds" "$a" "$b"
 echo
 echo "## 5. METG (python3 bench/taskbench.py --rounds 2 --configs stock,ours-3w,before-3w --before A)"
-python3 bench/taskbench.py --rounds 2 --configs stock,ours-3w,before-3w --before "$a" 2>/dev/null
+python3 bench/taskbench.py --rounds 2 --no-save --configs stock,ours-3w,before-3w --before "$a" 2>/dev/null

@@ -258,6 +258,7 @@ def main():
     ap.add_argument("--ckpt-interval", type=float, default=0.2, help="OMPCLUSTER_CP_INTERVAL of ours-3w-ckpt (s)")
     ap.add_argument("--configs", default=None, help="subset of configurations, comma-separated")
     ap.add_argument("--threshold", type=float, default=0.5, help="METG efficiency threshold (default 0.5)")
+    ap.add_argument("--no-save", action="store_true", help="write nothing to bench/results and docs/img (an A/B)")
     ap.add_argument("--before", default=None, help="another build of the plugin (a .so): adds the configurations "
                     "before-3w and before-3w-nohh, ours-3w and ours-3w-nohh with it, for a side-by-side A/B")
     args = ap.parse_args()
@@ -404,8 +405,8 @@ def main():
         print()
         if sweep.validation_failures:
             sys.exit(1)
-        if args.quick:
-            print("taskbench: --quick: nothing written to bench/results", file=sys.stderr)
+        if args.quick or args.no_save:
+            print("taskbench: --quick or --no-save: nothing written to bench/results", file=sys.stderr)
             return
         common = {"width": args.width, "steps": args.steps, "rounds": rounds, "cores": CORES, "threshold": args.threshold,
                   "configs": {c[0]: c[1] for c in cfgs}}
