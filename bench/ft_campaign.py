@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Random failure campaign: N trials, each a program of tests/programs run on 4 ranks with one
 worker (a random rank, 1..3) killed (SIGKILL) or frozen (SIGSTOP, never resumed) from outside
-by pid at a random moment of its run. A trial is right when it exits 0 and prints exactly what
+by pid at a random moment of its run, timed from the end of the ranks' start-up (the progress
+files `startup.rs` writes, as the tests do): a rank frozen inside MPI_Init cannot be left
+behind, and ends the job after OMPCLUSTER_START_TIMEOUT with a message naming it
+(README, "Start-up"), which is not what this campaign measures. A trial is right when it exits 0 and prints exactly what
 the failure-free run printed, wrong when it prints something else or exits non-zero, a hang
 when it has not ended after the bound. Prints one line per trial and a summary with the
 recovery times the run reports give.
@@ -86,6 +89,21 @@ def ranks_of(job_pid, exe):
     return sorted(found)
 
 
+STARTED_STAGE = 8  # startup.rs: a rank's progress file reads "PID 8" once its start-up is done
+
+
+def started(rank, pid):
+    """Whether rank's progress file (beside the launcher's status file) says its start-up ended."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            status = next(kv.split(b"=", 1)[1].decode() for kv in f.read().split(b"\0")
+                          if kv.startswith(b"OMPCLUSTER_EXIT_STATUS_FILE="))
+        with open(os.path.join(os.path.dirname(status), f"rank-{rank}")) as f:
+            return f.read().split()[1] == str(STARTED_STAGE)
+    except (OSError, StopIteration, IndexError):
+        return False
+
+
 def kill_session(pid):
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -102,7 +120,7 @@ def kill_session(pid):
 
 
 def run(exe, args, extra_env, bound, hit=None):
-    """Run the job; hit = (rank, sig, seconds after the ranks appear). Returns
+    """Run the job; hit = (rank, sig, seconds after the ranks' start-up). Returns
     (status or None on hang, stdout, stderr, seconds)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.time()
@@ -111,7 +129,8 @@ def run(exe, args, extra_env, bound, hit=None):
         if hit:
             rank, sig, after = hit
             ranks = []
-            while len(ranks) < 4 and job.poll() is None and time.time() - t0 < 60:
+            while not (len(ranks) == 4 and all(started(r, p) for r, p in ranks)) \
+                    and job.poll() is None and time.time() - t0 < 60:
                 ranks = ranks_of(job.pid, os.path.realpath(exe))
                 time.sleep(0.02)
             time.sleep(after)
