@@ -540,7 +540,8 @@ impl Buffers {
             // Those whose pointee is no longer mapped at the same place can never be used.
             let by_delta = &self.by_delta;
             self.orphans.retain(|_, (h, d)| by_delta.contains_key(&d.wrapping_sub(*h)));
-            while self.orphans.len() > MAX_ORPHANS {
+            // Down to three quarters, so that the next deletes do not scan them all again.
+            while self.orphans.len() > MAX_ORPHANS / 4 * 3 {
                 self.orphans.pop_first();
             }
         }
@@ -549,7 +550,11 @@ impl Buffers {
     /// Forget a buffer (its range stays allocated until [`Buffers::free_range`]).
     pub(crate) fn remove(&mut self, addr: u64) -> Option<Buffer> {
         self.take_sent_back(addr);
-        self.orphan_attachments(addr);
+        // A doomed buffer's attachments were remembered when the program deleted it; since
+        // then a new struct at the same host address may have used and attached them again.
+        if self.by_addr.get(&addr).is_some_and(|b| !b.deleted) {
+            self.orphan_attachments(addr);
+        }
         let b = self.by_addr.remove(&addr)?;
         self.order.remove(&addr);
         self.by_id.remove(&b.id);

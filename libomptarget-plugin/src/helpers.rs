@@ -29,18 +29,15 @@ fn libomp_false(value: &str) -> bool {
 /// How many of libomp's hidden helper threads run tasks (its helper team less its main
 /// thread), from this process's libomp settings; `None` if it has no helpers.
 pub(crate) fn task_helpers() -> Option<i32> {
-    helper_ids_here().map(|ids| ids - 1)
-}
-
-/// [`helper_ids`] from this process's libomp settings.
-fn helper_ids_here() -> Option<i32> {
     let var = |name| std::env::var(name).ok();
-    helper_ids(var("LIBOMP_USE_HIDDEN_HELPER_TASK").as_deref(), var("LIBOMP_NUM_HIDDEN_HELPER_THREADS").as_deref())
+    helper_team(var("LIBOMP_USE_HIDDEN_HELPER_TASK").as_deref(), var("LIBOMP_NUM_HIDDEN_HELPER_THREADS").as_deref()).map(|team| team - 1)
 }
 
-/// How many global thread ids libomp's hidden helper team takes (see the module docs), or
-/// `None` if it has none.
-fn helper_ids(use_helpers: Option<&str>, count: Option<&str>) -> Option<i32> {
+/// How many threads libomp's hidden helper team has, main thread included, or `None` if it
+/// has none: 8 by default; a count set by `LIBOMP_NUM_HIDDEN_HELPER_THREADS` (at most 16) is
+/// of threads that run tasks, and libomp adds the main thread to it
+/// (`__kmp_stg_parse_num_hidden_helper_threads`).
+fn helper_team(use_helpers: Option<&str>, count: Option<&str>) -> Option<i32> {
     if use_helpers.is_some_and(libomp_false) {
         return None;
     }
@@ -56,17 +53,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn helper_ids_follow_libomps_settings() {
-        assert_eq!(helper_ids(None, None), Some(8));
-        assert_eq!(helper_ids(None, Some("2")), Some(3));
-        assert_eq!(helper_ids(None, Some("32")), Some(17));
-        assert_eq!(helper_ids(None, Some("0")), None);
-        assert_eq!(helper_ids(None, Some("many")), Some(8));
+    fn the_helper_team_follows_libomps_settings() {
+        assert_eq!(helper_team(None, None), Some(8));
+        assert_eq!(helper_team(None, Some("2")), Some(3));
+        assert_eq!(helper_team(None, Some("32")), Some(17));
+        assert_eq!(helper_team(None, Some("0")), None);
+        assert_eq!(helper_team(None, Some("many")), Some(8));
         for off in ["0", "false", "F", "no", "n", "off", "OF", ".false.", ".f.", "disabled", " false "] {
-            assert_eq!(helper_ids(Some(off), None), None, "{off}");
+            assert_eq!(helper_team(Some(off), None), None, "{off}");
         }
         for on in ["1", "true", "on", "yes", "o", "enabled", "disable"] {
-            assert_eq!(helper_ids(Some(on), None), Some(8), "{on}");
+            assert_eq!(helper_team(Some(on), None), Some(8), "{on}");
         }
     }
 }

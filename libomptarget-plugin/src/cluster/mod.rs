@@ -285,7 +285,8 @@ impl Cluster {
         let meter = Meter::new(n, cfg.trace.is_some(), cfg.verbose);
         let (base, size) = heap.buffer_space();
         let mut buffers = Buffers::new(base, size);
-        buffers.set_retention_budget(if recovery { cfg.ft_retain } else { 0 });
+        let retain = if recovery { cfg.ft_retain } else { 0 };
+        buffers.set_retention_budget(retain);
         if cfg.tasks.is_some() {
             buffers.remember_sizes();
         }
@@ -294,7 +295,7 @@ impl Cluster {
         let inject = crate::inject::Injector::new(cfg.ft_inject.as_deref().and_then(|s| crate::inject::parse(s, Some(n as i32)).ok()).unwrap_or_default());
         Cluster {
             link: Link::new(comm, live, procs),
-            ledger: Ledger::new(buffers, graph, prune::FIRST_PRUNE, recovery && cfg.ft_retain > 0),
+            ledger: Ledger::new(buffers, graph, prune::FIRST_PRUNE, retain > 0),
             offload: Offload::new(heap, Scheduler::new(cfg.policy), n),
             tolerance: Tolerance::new(recovery, cfg.spares as usize, n, inject),
             durability: Durability::new(ckpt, journal, replay, resume_record),

@@ -2,6 +2,7 @@
 //! ended, the ranks lost at start-up), a SIGTERM passed on to the program's head, and what
 //! ranks that died left behind on this node.
 
+use event_system::process::{self, Victim};
 use std::path::Path;
 use std::process::Command;
 
@@ -250,15 +251,8 @@ pub(crate) fn clean_after_ranks(dir: &Path) -> usize {
         .filter_map(|e| std::fs::read_to_string(e.path()).ok()?.split_whitespace().next()?.parse().ok())
         .collect();
     // Ranks mpirun was stopping as it ended (a job that did not start) may take a moment to
-    // be gone.
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
-    while pids.iter().any(|&p| event_system::process::start_time(p).is_some()) && std::time::Instant::now() < until {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    // A process that still has the pid (the rank, or a new process that may have registered
-    // under the same name) keeps its file.
-    pids.into_iter()
-        .filter(|&p| event_system::process::start_time(p).is_none())
-        .map(|p| event_system::process::libomp_registration(p).iter().filter(|f| std::fs::remove_file(f).is_ok()).count())
-        .sum()
+    // be gone; a process that still has the pid then (the rank, or a new process that may
+    // have registered under the same name) keeps its file.
+    let ranks: Vec<Victim> = pids.into_iter().map(|pid| Victim { pid, start: process::start_time(pid).unwrap_or(0) }).collect();
+    process::clean_after_all(&ranks, std::time::Duration::from_secs(3))
 }
