@@ -101,19 +101,12 @@ pub fn compile_plain(src: &str) -> PathBuf {
 }
 
 fn compile_with(src: &str, kind: &str, flags: &[&str]) -> PathBuf {
-    static CACHE: OnceLock<Mutex<HashMap<String, Slot>>> = OnceLock::new();
-    let key = format!("{kind}:{src}");
-    let slot = {
-        let mut m = CACHE.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
-        m.entry(key).or_default().clone()
-    };
-    let res = slot.get_or_init(|| {
+    cached(format!("{kind}:{src}"), || {
         let path = programs_dir().join(src);
         if !path.is_file() {
             return Err(format!("no such program {}", path.display()));
         }
-        let cxx = matches!(path.extension().and_then(|e| e.to_str()), Some("cpp" | "cc" | "cxx"));
-        let compiler = match (kind, cxx) {
+        let compiler = match (kind, is_cxx(&path)) {
             ("gcc", false) => "gcc",
             ("gcc", true) => "g++",
             (_, false) => "clang-16",
@@ -138,11 +131,12 @@ fn compile_with(src: &str, kind: &str, flags: &[&str]) -> PathBuf {
             ));
         }
         Ok(out)
-    });
-    match res {
-        Ok(p) => p.clone(),
-        Err(e) => panic!("{e}"),
-    }
+    })
+}
+
+/// Whether `src` is C++ (by its extension).
+fn is_cxx(src: &Path) -> bool {
+    matches!(src.extension().and_then(|e| e.to_str()), Some("cpp" | "cc" | "cxx"))
 }
 
 /// A compiler, through the project's compile wrappers (`ompcluster-cc`, `ompcluster-cxx`,
@@ -169,8 +163,7 @@ impl Toolchain {
 
     /// The wrapper for a source file and the variable naming its compiler, with its value.
     fn wrapper(self, src: &Path) -> (&'static str, &'static str, &'static str) {
-        let cxx = matches!(src.extension().and_then(|e| e.to_str()), Some("cpp" | "cc" | "cxx"));
-        match (self, cxx) {
+        match (self, is_cxx(src)) {
             (Toolchain::Flang19, _) => ("ompcluster-fortran", "OMPCLUSTER_FC", "flang-new-19"),
             (Toolchain::Clang16, false) => ("ompcluster-cc", "OMPCLUSTER_CC", "clang-16"),
             (Toolchain::Clang16, true) => ("ompcluster-cxx", "OMPCLUSTER_CXX", "clang++-16"),
@@ -789,6 +782,25 @@ fn compile_example(name: &str) -> PathBuf {
     let o = Command::new("clang-16").args(OFFLOAD_FLAGS).arg(&src).args(["-lm", "-o"]).arg(&out).output().expect("run clang-16");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     out
+}
+
+/// xorshift64*: reproducible moments from a seed ([`test_seed`]).
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next number.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in [lo, hi).
+    pub fn between(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo)
+    }
 }
 
 /// The seed of a test's random moments: `OMPC_TEST_SEED` if set, else drawn from the clock.

@@ -4,7 +4,7 @@
 //! product, Jacobi iterations with a reduction) are right on 1 to 3 workers, spread over the
 //! workers where the work allows, and survive a worker killed and one frozen.
 
-use ompcluster_tests::{compile, compile_by, describe, example_by, launcher, run, run_with_report, stderr, stdout, test_seed, Toolchain, NPS};
+use ompcluster_tests::{compile, compile_by, describe, example_by, launcher, run, run_with_report, stderr, stdout, test_seed, Rng, Toolchain, NPS};
 use std::process::{Command, Output};
 
 /// The examples' output line without its time (`matmul N=.. BS=.. tasks=..: 1.234 s, max
@@ -101,21 +101,13 @@ fn fortran_regions_spread_over_the_workers() {
     }
 }
 
-/// xorshift64*: moments from the test's seed.
-fn next(seed: &mut u64) -> u64 {
-    *seed ^= *seed >> 12;
-    *seed ^= *seed << 25;
-    *seed ^= *seed >> 27;
-    seed.wrapping_mul(0x2545_F491_4F6C_DD1D)
-}
-
 /// A worker killed after a random number of regions, then one frozen (never resumed), each
 /// time one that runs regions in the failure-free run (a random one of them: Jacobi's chain
 /// of regions on one buffer runs on one worker): each run prints what the failure-free run
 /// printed and exits 0, and its report shows the failure.
 #[test]
 fn fortran_programs_survive_a_worker_killed_and_one_frozen() {
-    let mut seed = test_seed("fortran_programs_survive_a_worker_killed_and_one_frozen");
+    let mut rng = Rng(test_seed("fortran_programs_survive_a_worker_killed_and_one_frozen"));
     let ft = [("OMPCLUSTER_HB_PERIOD", "100"), ("OMPCLUSTER_HB_TIMEOUT", "1000"), ("OMP_NUM_THREADS", "4")];
     // Regions each program runs (fsaxpy: one per block; fmatmul: nb^3; fjacobi: 2 per step and
     // one per residual), to pick moments inside the run.
@@ -128,8 +120,8 @@ fn fortran_programs_survive_a_worker_killed_and_one_frozen() {
         assert!(!busy.is_empty(), "{src}: no worker ran regions: {report:?}");
         let total = regions.iter().find(|(s, _)| s == src).map(|&(_, n)| n).unwrap_or(8);
         for action in ["kill", "stop"] {
-            let rank = busy[(next(&mut seed) % busy.len() as u64) as usize];
-            let after = 1 + next(&mut seed) % (total * 2 / 3);
+            let rank = busy[(rng.next() % busy.len() as u64) as usize];
+            let after = 1 + rng.next() % (total * 2 / 3);
             let inject = format!("{action}:rank={rank}:after_tasks={after}");
             let mut envs = ft.to_vec();
             envs.push(("OMPCLUSTER_FT_INJECT", &inject));

@@ -3,7 +3,7 @@
 //! must exit 0 and print PASS (each program checks its own results). Programs with many
 //! regions are also checked through the run report.
 
-use ompcluster_tests::{check_program_both, compile, describe, run, run_with_report, stdout, NPS};
+use ompcluster_tests::{check_program_both, compile, describe, run, run_with_report, stdout, Report, NPS};
 use std::os::unix::process::ExitStatusExt;
 
 #[test]
@@ -298,6 +298,15 @@ fn what_kernels_write_is_found_exactly() {
     assert!(ompcluster_tests::stderr(&o).contains("OMPCLUSTER_WRITE_DETECTION"), "{}", describe(&o));
 }
 
+/// The run's 2,400 regions spread over its 3 workers: each ran 15-60 % of them.
+fn assert_spread(r: &Report, what: &str) {
+    assert_eq!(r.tasks_executed, 2400, "{r:?}");
+    for w in ["1", "2", "3"] {
+        let n = r.counts.tasks_per_worker.get(w).copied().unwrap_or(0);
+        assert!((360..=1440).contains(&n), "{what}: worker {w} ran {n} of 2400 regions: {r:?}");
+    }
+}
+
 /// Blocks kept on the device, one independent in-place task per block per step (issue 24):
 /// every worker of 3 runs between 15 % and 60 % of the tasks, with blocks of 512 KiB and of
 /// 32 KiB (before, one worker ran all of them: the first wave followed the first task's
@@ -309,11 +318,7 @@ fn resident_blocks_spread_over_the_workers() {
         for _ in 0..2 {
             let (o, r) = run_with_report(4, &prog, &["6", doubles, "400"], &[]);
             assert!(o.status.success() && stdout(&o).contains("result correct"), "{}", describe(&o));
-            assert_eq!(r.tasks_executed, 2400, "{r:?}");
-            for w in ["1", "2", "3"] {
-                let n = r.counts.tasks_per_worker.get(w).copied().unwrap_or(0);
-                assert!((360..=1440).contains(&n), "{doubles} doubles per block: worker {w} ran {n} of 2400 tasks: {r:?}");
-            }
+            assert_spread(&r, &format!("{doubles} doubles per block"));
         }
     }
 }
@@ -328,11 +333,7 @@ fn halo_stencil_blocks_spread_over_the_workers() {
     for mode in ["sync", "depend"] {
         let (o, r) = run_with_report(4, &prog, &["6", "65536", "400", mode], &[]);
         assert!(o.status.success() && stdout(&o).contains("result correct"), "{}", describe(&o));
-        assert_eq!(r.tasks_executed, 2400, "{r:?}");
-        for w in ["1", "2", "3"] {
-            let n = r.counts.tasks_per_worker.get(w).copied().unwrap_or(0);
-            assert!((360..=1440).contains(&n), "{mode}: worker {w} ran {n} of 2400 regions: {r:?}");
-        }
+        assert_spread(&r, mode);
     }
 }
 

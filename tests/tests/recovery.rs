@@ -3,7 +3,7 @@
 //! by seeded random numbers, or by `OMPCLUSTER_FT_INJECT`; every run must print exactly what
 //! the failure-free run printed and exit 0, within a bound after which it fails as a hang.
 
-use ompcluster_tests::{compile, describe, stderr, stdout, Job, Report};
+use ompcluster_tests::{compile, describe, stderr, stdout, Job, Report, Rng};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -62,22 +62,6 @@ const MOVE_RACE: (&str, &[&str]) = ("ft_move_race.c", &["8", "50", "16384", "2"]
 
 fn args_of(src: &str) -> &'static [&'static str] {
     PROGRAMS.iter().chain([&DEVICE_NEW, &SHARED_READER, &TEMP_INPUTS, &MOVE_RACE]).find(|(s, _)| *s == src).map(|(_, a)| *a).expect("a known program")
-}
-
-/// xorshift64*: reproducible moments from a seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform in [lo, hi).
-    fn between(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo)
-    }
 }
 
 /// The failure-free output of `src` (computed once per test binary run).
