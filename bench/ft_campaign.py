@@ -80,11 +80,10 @@ def ranks_of(job_pid, exe):
                 sid = int(f.read().rsplit(")", 1)[1].split()[3])
             if sid != job_pid:
                 continue
-            with open(f"/proc/{p}/environ", "rb") as f:
-                for kv in f.read().split(b"\0"):
-                    if kv.startswith(b"OMPI_COMM_WORLD_RANK="):
-                        found.append((int(kv.split(b"=")[1]), int(p)))
-        except OSError:
+            rank = environ_of(p, "OMPI_COMM_WORLD_RANK")
+            if rank is not None:
+                found.append((int(rank), int(p)))
+        except (OSError, ValueError):
             pass
     return sorted(found)
 
@@ -94,14 +93,24 @@ STARTED_STAGE = 8  # startup.rs: a rank's progress file reads "PID 8" once its s
 
 def started(rank, pid):
     """Whether rank's progress file (beside the launcher's status file) says its start-up ended."""
+    status = environ_of(pid, "OMPCLUSTER_EXIT_STATUS_FILE")
     try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            status = next(kv.split(b"=", 1)[1].decode() for kv in f.read().split(b"\0")
-                          if kv.startswith(b"OMPCLUSTER_EXIT_STATUS_FILE="))
         with open(os.path.join(os.path.dirname(status), f"rank-{rank}")) as f:
             return f.read().split()[1] == str(STARTED_STAGE)
-    except (OSError, StopIteration, IndexError):
+    except (OSError, TypeError, IndexError):
         return False
+
+
+def environ_of(pid, name):
+    """The value of name in process pid's environment, or None."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            for kv in f.read().split(b"\0"):
+                if kv.startswith(name.encode() + b"="):
+                    return kv.split(b"=", 1)[1].decode(errors="replace")
+    except OSError:
+        pass
+    return None
 
 
 def kill_session(pid):

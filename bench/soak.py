@@ -106,17 +106,6 @@ def session_members(sid):
     return out
 
 
-def environ_of(pid, name):
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            for kv in f.read().split(b"\0"):
-                if kv.startswith(name.encode() + b"="):
-                    return kv.split(b"=", 1)[1].decode(errors="replace")
-    except OSError:
-        pass
-    return None
-
-
 def files_under(d):
     found = []
     for base, dirs, files in os.walk(d):
@@ -162,7 +151,7 @@ def run_once(exe, args, np_, env_extra, bound, fault, work, t_origin, samples, r
                 if len(ranks) == np_ and appeared is None:
                     appeared = now
                     for p in ranks.values():
-                        j = environ_of(p, "OMPI_MCA_ess_base_jobid")
+                        j = ftc.environ_of(p, "OMPI_MCA_ess_base_jobid")
                         if j:
                             jobids.add(j)
             pids.update(ranks.values())
