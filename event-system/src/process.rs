@@ -90,15 +90,43 @@ pub fn clean_after(v: Victim) -> usize {
     remove_registration(v.pid)
 }
 
+/// The libomp registrations of this user's processes written at or after `since`, with the
+/// pid each names: regular files only (the names are in shared directories).
+pub fn registrations_since(since: std::time::SystemTime) -> Vec<(u32, std::path::PathBuf)> {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let suffix = format!("_{uid}");
+    let mut found = Vec::new();
+    for dir in ["/dev/shm", "/tmp"] {
+        let Ok(entries) = std::fs::read_dir(dir) else { continue };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("__KMP_REGISTERED_LIB_")).and_then(|r| r.strip_suffix(suffix.as_str())).and_then(|p| p.parse::<u32>().ok()) else {
+                continue;
+            };
+            let Ok(meta) = e.path().symlink_metadata() else { continue };
+            if meta.is_file() && std::os::unix::fs::MetadataExt::uid(&meta) == uid && meta.modified().is_ok_and(|m| m >= since) {
+                found.push((pid, e.path()));
+            }
+        }
+    }
+    found
+}
+
 /// [`clean_after`] each of `victims`, waiting up to `bound` for those just killed to be
 /// reaped. Returns how many files were removed.
 pub fn clean_after_all(victims: &[Victim], bound: std::time::Duration) -> usize {
+    wait_gone(victims, bound);
+    victims.iter().map(|&v| clean_after(v)).sum()
+}
+
+/// Wait up to `bound` for each of `victims` (other than this process) to be gone and reaped.
+pub fn wait_gone(victims: &[Victim], bound: std::time::Duration) {
     let until = std::time::Instant::now() + bound;
     let there = |v: &Victim| v.pid != std::process::id() && start_time(v.pid) == Some(v.start);
     while victims.iter().any(there) && std::time::Instant::now() < until {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    victims.iter().map(|&v| clean_after(v)).sum()
 }
 
 #[cfg(test)]
@@ -107,6 +135,7 @@ mod tests {
 
     #[test]
     fn a_killed_process_s_libomp_registration_is_removed_once_it_is_gone() {
+        let _one = REGISTRATIONS.lock().unwrap_or_else(|e| e.into_inner());
         let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         let v = Victim { pid: child.id(), start: start_time(child.id()).unwrap() };
         // Written as libomp would (in /tmp here: /dev/shm may be missing where tests run).
@@ -125,6 +154,25 @@ mod tests {
         reaper.join().unwrap();
         assert!(!file.exists());
         assert_eq!(clean_after(v), 0, "nothing left");
+    }
+
+    /// Held by the tests that write registrations: a sweep would take the other's file.
+    static REGISTRATIONS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[test]
+    fn registrations_written_since_a_moment_are_found() {
+        let _one = REGISTRATIONS.lock().unwrap_or_else(|e| e.into_inner());
+        let since = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let [_, file] = libomp_registration(child.id());
+        std::fs::write(&file, "0x1-cafe-libomp.so").unwrap();
+        assert!(registrations_since(since).contains(&(child.id(), file.clone())));
+        // Not before the moment.
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+        assert!(!registrations_since(later).iter().any(|(p, _)| *p == child.id()));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        std::fs::remove_file(file).unwrap();
     }
 
     #[test]

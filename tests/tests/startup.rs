@@ -3,19 +3,25 @@
 //! from; one during it ends the job within `OMPCLUSTER_START_TIMEOUT` (10 s here) plus the
 //! launcher's grace, with rank 0's message naming the stage and the rank (the plugin's
 //! `startup.rs`). Either way, no rank leaves its libomp registration in `/dev/shm` (the ranks
-//! mpirun stops as a job that did not start ends cannot remove it: the launcher does).
+//! mpirun stops as a job that did not start ends cannot remove it, nor can a rank killed
+//! before it began our start-up: the launcher does).
 
 use ompcluster_tests::{compile, describe, stderr, stdout, Job};
 use std::time::{Duration, Instant};
 
 const START_TIMEOUT_S: u64 = 10;
 
-/// Hit worker `victim` of an `np`-rank job `after` its process appeared, with `sig`.
-/// Returns whether the hit fell in start-up (the job ended saying so).
-fn hit(np: u32, victim: u32, after: Duration, sig: i32) -> bool {
+/// Hit worker `victim` of an `np`-rank job with `sig`, `after` its process appeared (or, with
+/// `registered`, after libomp registered it: libomp starts before our runtime does, so the
+/// rank has no progress file yet). Returns whether the hit fell in start-up (the job ended
+/// saying so).
+fn hit(np: u32, victim: u32, registered: bool, after: Duration, sig: i32) -> bool {
     let prog = compile("sleepy.c");
     let timeout = START_TIMEOUT_S.to_string();
-    let what = format!("-np {np}: signal {sig} to rank {victim} {after:?} after it appeared");
+    let what = format!("-np {np}: signal {sig} to rank {victim} {after:?} after {}", if registered { "libomp registered it" } else { "it appeared" });
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let registration = |pid: i32| std::path::PathBuf::from(format!("/dev/shm/__KMP_REGISTERED_LIB_{pid}_{uid}"));
     let mut job = Job::spawn(np, &prog, &["2000", "50"], &[("OMPCLUSTER_START_TIMEOUT", &timeout), ("OMPCLUSTER_HB_PERIOD", "100"), ("OMPCLUSTER_HB_TIMEOUT", "1000")]);
     let t0 = Instant::now();
     let pid = loop {
@@ -28,11 +34,25 @@ fn hit(np: u32, victim: u32, after: Duration, sig: i32) -> bool {
         }
         std::thread::sleep(Duration::from_millis(2));
     };
+    // The rank's progress file (the plugin's `startup.rs`), beside the launcher's status file.
+    let progress = ompcluster_tests::proc_env(pid, "OMPCLUSTER_EXIT_STATUS_FILE").map(|f| std::path::PathBuf::from(f).with_file_name(format!("rank-{victim}")));
+    if registered {
+        // Between the two: loading the plugins takes some 30 ms (more with 17 ranks on 2 cores).
+        while !registration(pid).exists() {
+            assert!(t0.elapsed() < Duration::from_secs(30) && job.wait_timeout(Duration::ZERO).is_none(), "{what}: no libomp registration");
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
     std::thread::sleep(after);
-    // The ranks there now (with 17, some may not have started yet).
-    let ranks = job.ranks(&prog);
+    let began = progress.as_ref().is_some_and(|f| f.exists());
     // SAFETY: kill has no memory-safety preconditions; the pid is a rank of our job.
     assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "{what}: the signal was not delivered");
+    // The ranks there now (with 17, some may not have started yet). Looked for after the hit:
+    // reading every process's environment takes longer than the moment the hit is aimed at.
+    let mut ranks = job.ranks(&prog);
+    if !ranks.contains(&(victim, pid)) {
+        ranks.push((victim, pid));
+    }
     let hit_at = Instant::now();
     // Start-up's bound, the launcher's grace and mpirun's stop, with room for a slow machine.
     let o = job.wait(Duration::from_secs(START_TIMEOUT_S + 50));
@@ -42,9 +62,12 @@ fn hit(np: u32, victim: u32, after: Duration, sig: i32) -> bool {
     for l in err.lines().filter(|l| l.starts_with("ompcluster: rank ")) {
         eprintln!("  {l}");
     }
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    let left: Vec<String> = ranks.iter().map(|&(_, p)| format!("/dev/shm/__KMP_REGISTERED_LIB_{p}_{uid}")).filter(|f| std::path::Path::new(f).exists()).collect();
+    // Each rank that left its registration, with what became of its process.
+    let left: Vec<String> = ranks
+        .iter()
+        .filter(|&&(_, p)| registration(p).exists())
+        .map(|&(r, p)| format!("rank {r} (pid {p}, {})", std::fs::read_to_string(format!("/proc/{p}/stat")).map_or("gone".into(), |s| format!("still there: {s}"))))
+        .collect();
     assert!(left.is_empty(), "{what}: left behind {left:?}\n{}", describe(&o));
     if o.status.success() {
         // After start-up: recovered from, as any failure.
@@ -57,6 +80,11 @@ fn hit(np: u32, victim: u32, after: Duration, sig: i32) -> bool {
         "{what}: the job failed without saying that it did not start\n{}",
         describe(&o)
     );
+    if registered {
+        // The fault fell where meant: libomp registered the rank, our runtime had not begun.
+        assert!(!began, "{what}: the rank had begun our start-up: the hit missed its moment");
+        assert!(err.contains(&format!("ompcluster: rank {victim} never began the runtime's start-up")), "{what}\n{}", describe(&o));
+    }
     // The rank is named: as lost (a progress file), or as one that never began.
     assert!(err.contains(&format!("ompcluster: rank {victim} ")), "{what}: rank {victim} is not named\n{}", describe(&o));
     assert!(err.contains("ompcluster-run: the job did not start"), "{what}\n{}", describe(&o));
@@ -68,8 +96,9 @@ fn a_worker_killed_or_frozen_while_the_job_starts_never_hangs_it() {
     let mut in_startup = 0;
     for (np, victim) in [(4, 2), (17, 5)] {
         // Start-up ends about 150 ms after a rank's process appears (on this machine).
-        for (after_ms, sig) in [(0, libc::SIGKILL), (40, libc::SIGSTOP), (80, libc::SIGKILL), (120, libc::SIGKILL), (1000, libc::SIGKILL)] {
-            in_startup += hit(np, victim, Duration::from_millis(after_ms), sig) as usize;
+        // The first: killed before it wrote its progress file, with its libomp registration.
+        for (registered, after_ms, sig) in [(true, 0, libc::SIGKILL), (false, 0, libc::SIGKILL), (false, 40, libc::SIGSTOP), (false, 80, libc::SIGKILL), (false, 120, libc::SIGKILL), (false, 1000, libc::SIGKILL)] {
+            in_startup += hit(np, victim, registered, Duration::from_millis(after_ms), sig) as usize;
         }
     }
     assert!(in_startup > 0, "no hit fell in start-up: the test tested nothing");

@@ -240,19 +240,37 @@ pub(crate) fn catch_sigterm() {
 }
 
 /// Remove what the job's ranks on this node left because they ended without cleaning up
-/// (killed, say, after the head stopped watching them, as the program ended): libomp's
-/// registration of each rank whose progress file in `dir` (`startup.rs`: its pid and stage)
-/// names a pid no process has any more. Returns how many files were removed.
-pub(crate) fn clean_after_ranks(dir: &Path) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    let pids: Vec<u32> = entries
-        .flatten()
-        .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with("rank-")))
-        .filter_map(|e| std::fs::read_to_string(e.path()).ok()?.split_whitespace().next()?.parse().ok())
-        .collect();
-    // Ranks mpirun was stopping as it ended (a job that did not start) may take a moment to
-    // be gone; a process that still has the pid then (the rank, or a new process that may
-    // have registered under the same name) keeps its file.
-    let ranks: Vec<Victim> = pids.into_iter().map(|pid| Victim { pid, start: process::start_time(pid).unwrap_or(0) }).collect();
-    process::clean_after_all(&ranks, std::time::Duration::from_secs(3))
+/// (killed, say, after the head stopped watching them as the program ended, or as the job
+/// started, before our runtime began): libomp's registration of each process of this user
+/// written since the job began (`since`) whose process is gone. A rank of this job (its
+/// environment names `status_file`) still there once mpirun has ended is killed, and it and
+/// processes not yet reaped get up to 3 s to be gone. Returns how many files were removed.
+pub(crate) fn clean_after_ranks(status_file: &Path, since: std::time::SystemTime) -> usize {
+    use std::time::{Duration, Instant};
+    let until = Instant::now() + Duration::from_secs(3);
+    let ours = |pid: u32| {
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        env.split(|&b| b == 0).any(|kv| kv.strip_prefix(b"OMPCLUSTER_EXIT_STATUS_FILE=") == Some(status_file.as_os_str().as_encoded_bytes()))
+    };
+    let mut removed = 0;
+    loop {
+        let mut waiting = false;
+        for (pid, file) in process::registrations_since(since) {
+            match process::state(pid) {
+                None => removed += std::fs::remove_file(file).is_ok() as usize,
+                Some('Z') | Some('X') => waiting = true,
+                Some(_) if pid != std::process::id() && ours(pid) => {
+                    let start = process::start_time(pid).unwrap_or(0);
+                    process::kill(Victim { pid, start });
+                    waiting = true;
+                }
+                // Another job's, or another program's.
+                Some(_) => {}
+            }
+        }
+        if !waiting || Instant::now() > until {
+            return removed;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

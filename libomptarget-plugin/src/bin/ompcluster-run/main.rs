@@ -322,6 +322,8 @@ fn main() -> ExitCode {
         // Before mpirun starts: a SIGTERM that comes before its ranks do waits for the head.
         catch_sigterm();
     }
+    // (A file's time may trail the clock by a kernel tick: a second of slack.)
+    let began = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
     let status = cmd.spawn().and_then(|mut child| {
         let noise = child.stderr.take().map(|err| {
             std::thread::spawn(move || {
@@ -345,8 +347,8 @@ fn main() -> ExitCode {
             eprintln!("ompcluster-run: stopped the VeloC backend (pid {pid}) the job left running");
         }
     }
-    if let Some(d) = &status_dir {
-        clean_after_ranks(d.path());
+    if let Some(f) = &status_file {
+        clean_after_ranks(f, began);
     }
     match status {
         Ok(status) => {
