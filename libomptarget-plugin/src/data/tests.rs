@@ -244,3 +244,33 @@ fn a_struct_mapped_again_after_part_of_it_was_unmapped_gets_its_pointers_attache
     let s4 = bs.create(24, host_s).unwrap().addr;
     assert_eq!(bs.attach(s4, &strukt(host_b, host_c), heap, None, true), None);
 }
+
+#[test]
+fn a_doomed_struct_removed_late_does_not_bring_back_attachments_a_new_struct_used() {
+    let base = 0x10_0000;
+    let mut bs = Buffers::new(base, 1 << 24);
+    let heap = base..base + (1 << 24);
+    let (host_s, host_b) = (0x7ffe_0000_1000u64, 0x5555_0000_1000u64);
+    let dev_b = bs.create(64, host_b).unwrap().addr;
+    let strukt = |b: u64| [vec![0u8; 8], b.to_ne_bytes().to_vec()].concat();
+    let s = bs.create(16, host_s).unwrap().addr;
+    assert_eq!(bs.attach(s, &strukt(host_b), heap.clone(), None, true), None);
+    bs.new_version(s, [1].into());
+    assert_eq!(bs.attach(s + 8, &dev_b.to_ne_bytes(), heap.clone(), Some(host_b), false), None);
+    // The program deletes the struct while a region in flight still reaches it: doomed, not
+    // removed. Its attachment is remembered now.
+    bs.doom(s);
+    // A new struct at the same host address takes the attachment, then points its member
+    // elsewhere: the attachment ends.
+    let s2 = bs.create(16, host_s).unwrap().addr;
+    assert_ne!(s2, s);
+    assert_eq!(bs.attach(s2, &strukt(host_b), heap.clone(), None, true), Some(strukt(dev_b)));
+    bs.new_version(s2, [1].into());
+    assert_eq!(bs.attach(s2, &strukt(0x5555_0000_5000), heap.clone(), None, false), None);
+    bs.remove(s2).unwrap();
+    // The region in flight ends: the doomed struct goes, and does not remember its
+    // attachment a second time.
+    bs.remove(s).unwrap();
+    let s3 = bs.create(16, host_s).unwrap().addr;
+    assert_eq!(bs.attach(s3, &strukt(host_b), heap, None, true), None);
+}
