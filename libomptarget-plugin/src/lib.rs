@@ -26,5 +26,5 @@ mod runtime;
 mod same_build;
 pub mod sigterm;
 mod stack;
-mod startup;
+pub mod startup;
 pub mod wrapper;

@@ -60,6 +60,18 @@ impl Stage {
     }
 }
 
+/// What a rank whose progress file says `stage` still had to finish when it ended, for the
+/// launcher (`rank 0 ended during ...`); None for a number that is no stage, or `Started`.
+pub fn unfinished_stage(stage: u8) -> Option<&'static str> {
+    Stage::of(stage).filter(|s| *s != Stage::Started).map(Stage::what)
+}
+
+/// The progress file of a rank, read: its pid and its stage's number.
+pub fn read_progress(text: &str) -> Option<(u32, u8)> {
+    let mut it = text.split_whitespace();
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
 static STAGE: AtomicU8 = AtomicU8::new(0);
 static DONE: Mutex<bool> = Mutex::new(false);
 static WAKE: Condvar = Condvar::new();
@@ -120,9 +132,8 @@ fn fate(rank: i32) -> Option<String> {
     let Some(text) = progress_file(rank).and_then(|f| std::fs::read_to_string(f).ok()) else {
         return Some(format!("rank {rank} never began the runtime's start-up (it did not start or ended before, or it runs on another node)"));
     };
-    let mut it = text.split_whitespace();
-    let pid: u32 = it.next()?.parse().ok()?;
-    let stage = it.next().and_then(|s| s.parse().ok()).and_then(Stage::of)?;
+    let (pid, stage) = read_progress(&text)?;
+    let stage = Stage::of(stage)?;
     match event_system::process::state(pid) {
         None | Some('Z') | Some('X') => Some(format!("rank {rank} (pid {pid}) ended during {}", stage.what())),
         Some('T') | Some('t') => Some(format!("rank {rank} (pid {pid}) is frozen (stopped) in {}", stage.what())),

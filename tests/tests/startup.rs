@@ -14,8 +14,8 @@ const START_TIMEOUT_S: u64 = 10;
 /// Hit worker `victim` of an `np`-rank job with `sig`, `after` its process appeared (or, with
 /// `registered`, after libomp registered it: libomp starts before our runtime does, so the
 /// rank has no progress file yet). Returns whether the hit fell in start-up (the job ended
-/// saying so).
-fn hit(np: u32, victim: u32, registered: bool, after: Duration, sig: i32) -> bool {
+/// saying so), and whether it fell before the rank began our start-up (no progress file).
+fn hit(np: u32, victim: u32, registered: bool, after: Duration, sig: i32) -> (bool, bool) {
     let prog = compile("sleepy.c");
     let timeout = START_TIMEOUT_S.to_string();
     let what = format!("-np {np}: signal {sig} to rank {victim} {after:?} after {}", if registered { "libomp registered it" } else { "it appeared" });
@@ -73,22 +73,33 @@ fn hit(np: u32, victim: u32, registered: bool, after: Duration, sig: i32) -> boo
         // After start-up: recovered from, as any failure.
         assert!(stdout(&o).contains("sleepy: PASS"), "{what}\n{}", describe(&o));
         assert!(err.contains(&format!("recovered from the loss of rank {victim}")), "{what}: no recovery reported\n{}", describe(&o));
-        return false;
+        return (false, !began);
+    }
+    // Open MPI's MPI_Init may itself notice a rank that died in it ("MPI_INIT has failed
+    // because at least one MPI process is unreachable") and end the job at once, before the
+    // start-up bound: the launcher then says where rank 0 was (its progress file). Seen once
+    // in about 60 hits.
+    if err.contains("MPI_INIT has failed") && !err.contains("ompcluster: rank 0: the job did not start") {
+        assert!(
+            err.contains("ompcluster-run: the job did not start: rank 0 ended in MPI's start-up (MPI_Init)"),
+            "{what}: MPI_Init ended the job, and the launcher did not say where rank 0 was\n{}",
+            describe(&o)
+        );
+        return (true, !began);
     }
     assert!(
         err.contains(&format!("ompcluster: rank 0: the job did not start within {START_TIMEOUT_S} s")) && err.contains("this rank still waits in"),
         "{what}: the job failed without saying that it did not start\n{}",
         describe(&o)
     );
-    if registered {
-        // The fault fell where meant: libomp registered the rank, our runtime had not begun.
-        assert!(!began, "{what}: the rank had begun our start-up: the hit missed its moment");
+    if !began {
+        // Before our start-up: rank 0 can only say that the rank never began it.
         assert!(err.contains(&format!("ompcluster: rank {victim} never began the runtime's start-up")), "{what}\n{}", describe(&o));
     }
     // The rank is named: as lost (a progress file), or as one that never began.
     assert!(err.contains(&format!("ompcluster: rank {victim} ")), "{what}: rank {victim} is not named\n{}", describe(&o));
     assert!(err.contains("ompcluster-run: the job did not start"), "{what}\n{}", describe(&o));
-    true
+    (true, !began)
 }
 
 #[test]
@@ -98,7 +109,19 @@ fn a_worker_killed_or_frozen_while_the_job_starts_never_hangs_it() {
         // Start-up ends about 150 ms after a rank's process appears (on this machine).
         // The first: killed before it wrote its progress file, with its libomp registration.
         for (registered, after_ms, sig) in [(true, 0, libc::SIGKILL), (false, 0, libc::SIGKILL), (false, 40, libc::SIGSTOP), (false, 80, libc::SIGKILL), (false, 120, libc::SIGKILL), (false, 1000, libc::SIGKILL)] {
-            in_startup += hit(np, victim, registered, Duration::from_millis(after_ms), sig) as usize;
+            if registered {
+                // The moment between libomp's registration and our progress file is a few ms
+                // (4 with 17 ranks on 2 cores): up to 5 jobs, each checked, until one hit lands
+                // in it.
+                let landed = (0..5).any(|_| {
+                    let (started, before_ours) = hit(np, victim, true, Duration::from_millis(after_ms), sig);
+                    in_startup += started as usize;
+                    before_ours
+                });
+                assert!(landed, "-np {np}: no hit of 5 fell between libomp's registration of rank {victim} and our start-up");
+                continue;
+            }
+            in_startup += hit(np, victim, registered, Duration::from_millis(after_ms), sig).0 as usize;
         }
     }
     assert!(in_startup > 0, "no hit fell in start-up: the test tested nothing");

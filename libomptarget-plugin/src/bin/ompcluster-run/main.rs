@@ -357,10 +357,19 @@ fn main() -> ExitCode {
             if let Some(f) = &status_file {
                 match read_status(f).map(|st| st.how) {
                     None => {
-                        eprintln!(
-                            "ompcluster-run: the cluster device never started on rank 0: the plugin {} did not load there (so libomptarget ran every target region on each rank's own host, each rank running the whole program), or rank 0 ended before the program started",
-                            plugin.display()
-                        );
+                        // Rank 0's progress file (the plugin's `startup.rs`) tells a start-up cut
+                        // short (MPI_Init may itself end the job when a rank dies in it) from a
+                        // plugin that never loaded.
+                        let progress = std::fs::read_to_string(f.with_file_name("rank-0")).ok();
+                        match progress.as_deref().and_then(ompcluster_plugin::startup::read_progress).and_then(|(_, s)| ompcluster_plugin::startup::unfinished_stage(s)) {
+                            Some(stage) => eprintln!(
+                                "ompcluster-run: the job did not start: rank 0 ended in {stage} (MPI's own message above, if any, says why; a rank probably died as the job started)"
+                            ),
+                            None => eprintln!(
+                                "ompcluster-run: the cluster device never started on rank 0: the plugin {} did not load there (so libomptarget ran every target region on each rank's own host, each rank running the whole program), or rank 0 ended before the program started",
+                                plugin.display()
+                            ),
+                        }
                         code = if code == 0 { 1 } else { code };
                     }
                     // The program died of this signal (see the plugin's `crash_status.rs`).
