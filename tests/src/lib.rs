@@ -465,8 +465,10 @@ impl Job {
     }
 
     /// Kill the launcher and everything it started (its descendants and every process marked
-    /// as this job's) with SIGKILL.
+    /// as this job's) with SIGKILL, and remove the libomp registrations in `/dev/shm` of the
+    /// ranks killed (the launcher, killed too, cannot).
     pub fn kill(&mut self) {
+        let mut killed = Vec::new();
         for _ in 0..3 {
             let mut procs = descendants(self.pid);
             procs.extend(job_members(&self.marker).into_iter().filter(|&p| p != self.pid));
@@ -483,7 +485,18 @@ impl Job {
             if procs.is_empty() {
                 break;
             }
+            killed.extend(procs);
             std::thread::sleep(Duration::from_millis(20));
+        }
+        // Once reaped (a moment: their parents died with them), no process has their pids.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while killed.iter().any(|p| Path::new(&format!("/proc/{p}")).exists()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        for p in killed.into_iter().filter(|p| !Path::new(&format!("/proc/{p}")).exists()) {
+            let _ = std::fs::remove_file(format!("/dev/shm/__KMP_REGISTERED_LIB_{p}_{uid}"));
         }
     }
 

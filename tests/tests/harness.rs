@@ -1,4 +1,5 @@
-//! The harness itself: a hang is a failure ("timed out") and leaves no process behind.
+//! The harness itself: a hang is a failure ("timed out") and leaves no process behind, nor the
+//! ranks' libomp registrations.
 
 use ompcluster_tests::{compile, job_members, Job};
 use std::time::{Duration, Instant};
@@ -18,6 +19,19 @@ fn a_hang_times_out_and_is_killed() {
     let prog = compile("hang.c");
     let job = Job::spawn(3, &prog, &[], &[]);
     let marker = job.marker().to_string();
+    // The ranks, once libomp registered each (`/dev/shm`): the harness removes what they leave.
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let registration = |pid: i32| std::path::PathBuf::from(format!("/dev/shm/__KMP_REGISTERED_LIB_{pid}_{uid}"));
+    let t0 = Instant::now();
+    let ranks = loop {
+        let r = job.ranks(&prog);
+        if r.len() == 3 && r.iter().all(|&(_, p)| registration(p).exists()) {
+            break r;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "the 3 ranks did not start: {r:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let t = Instant::now();
     let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.wait(Duration::from_secs(4))));
     let took = t.elapsed();
@@ -33,6 +47,8 @@ fn a_hang_times_out_and_is_killed() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(live(job_members(&marker)), Vec::<i32>::new(), "processes left behind");
+    let left: Vec<_> = ranks.iter().map(|&(_, p)| registration(p)).filter(|f| f.exists()).collect();
+    assert!(left.is_empty(), "registrations left behind: {left:?}");
 }
 
 /// A process of the job that outlives its launcher fails the test that ran it (and is killed).
