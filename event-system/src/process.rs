@@ -116,17 +116,12 @@ pub fn registrations_since(since: std::time::SystemTime) -> Vec<(u32, std::path:
 /// [`clean_after`] each of `victims`, waiting up to `bound` for those just killed to be
 /// reaped. Returns how many files were removed.
 pub fn clean_after_all(victims: &[Victim], bound: std::time::Duration) -> usize {
-    wait_gone(victims, bound);
-    victims.iter().map(|&v| clean_after(v)).sum()
-}
-
-/// Wait up to `bound` for each of `victims` (other than this process) to be gone and reaped.
-pub fn wait_gone(victims: &[Victim], bound: std::time::Duration) {
     let until = std::time::Instant::now() + bound;
     let there = |v: &Victim| v.pid != std::process::id() && start_time(v.pid) == Some(v.start);
     while victims.iter().any(there) && std::time::Instant::now() < until {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+    victims.iter().map(|&v| clean_after(v)).sum()
 }
 
 #[cfg(test)]

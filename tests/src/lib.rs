@@ -330,6 +330,14 @@ pub fn proc_env(pid: i32, var: &str) -> Option<String> {
     })
 }
 
+/// Where libomp registers process `pid` of this user (`__kmp_register_library_startup`):
+/// removed as libomp shuts down, left by a process that is killed.
+pub fn libomp_registration(pid: i32) -> PathBuf {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    PathBuf::from(format!("/dev/shm/__KMP_REGISTERED_LIB_{pid}_{uid}"))
+}
+
 /// The executable of process `pid`.
 pub fn proc_exe(pid: i32) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/exe")).ok()
@@ -493,10 +501,8 @@ impl Job {
         while killed.iter().any(|p| Path::new(&format!("/proc/{p}")).exists()) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
-        // SAFETY: getuid has no preconditions.
-        let uid = unsafe { libc::getuid() };
         for p in killed.into_iter().filter(|p| !Path::new(&format!("/proc/{p}")).exists()) {
-            let _ = std::fs::remove_file(format!("/dev/shm/__KMP_REGISTERED_LIB_{p}_{uid}"));
+            let _ = std::fs::remove_file(libomp_registration(p));
         }
     }
 

@@ -1,7 +1,7 @@
 //! The harness itself: a hang is a failure ("timed out") and leaves no process behind, nor the
 //! ranks' libomp registrations.
 
-use ompcluster_tests::{compile, job_members, Job};
+use ompcluster_tests::{compile, job_members, libomp_registration as registration, Job};
 use std::time::{Duration, Instant};
 
 fn live(pids: Vec<i32>) -> Vec<i32> {
@@ -20,9 +20,6 @@ fn a_hang_times_out_and_is_killed() {
     let job = Job::spawn(3, &prog, &[], &[]);
     let marker = job.marker().to_string();
     // The ranks, once libomp registered each (`/dev/shm`): the harness removes what they leave.
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    let registration = |pid: i32| std::path::PathBuf::from(format!("/dev/shm/__KMP_REGISTERED_LIB_{pid}_{uid}"));
     let t0 = Instant::now();
     let ranks = loop {
         let r = job.ranks(&prog);

@@ -376,9 +376,7 @@ fn a_misspelled_setting_is_named_with_the_setting_it_probably_meant() {
 #[test]
 fn a_job_leaves_nothing_behind() {
     let prog = compile("sleepy.c");
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    let registration = |pid: i32| Path::new("/dev/shm").join(format!("__KMP_REGISTERED_LIB_{pid}_{uid}"));
+    let registration = ompcluster_tests::libomp_registration;
     // (None, None): no failure; (Some(2), None): rank 2 SIGKILLed from outside in the middle;
     // (None, Some(inject)): rank 2 killed by injection as the job ends.
     for (kill, at_exit) in [(None, None), (Some(2u32), None), (None, Some("kill:rank=2:during=exit"))] {

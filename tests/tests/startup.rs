@@ -6,7 +6,7 @@
 //! mpirun stops as a job that did not start ends cannot remove it, nor can a rank killed
 //! before it began our start-up: the launcher does).
 
-use ompcluster_tests::{compile, describe, stderr, stdout, Job};
+use ompcluster_tests::{compile, describe, libomp_registration as registration, stderr, stdout, Job};
 use std::time::{Duration, Instant};
 
 const START_TIMEOUT_S: u64 = 10;
@@ -19,9 +19,6 @@ fn hit(np: u32, victim: u32, registered: bool, after: Duration, sig: i32) -> (bo
     let prog = compile("sleepy.c");
     let timeout = START_TIMEOUT_S.to_string();
     let what = format!("-np {np}: signal {sig} to rank {victim} {after:?} after {}", if registered { "libomp registered it" } else { "it appeared" });
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    let registration = |pid: i32| std::path::PathBuf::from(format!("/dev/shm/__KMP_REGISTERED_LIB_{pid}_{uid}"));
     let mut job = Job::spawn(np, &prog, &["2000", "50"], &[("OMPCLUSTER_START_TIMEOUT", &timeout), ("OMPCLUSTER_HB_PERIOD", "100"), ("OMPCLUSTER_HB_TIMEOUT", "1000")]);
     let t0 = Instant::now();
     let pid = loop {
