@@ -19,6 +19,8 @@ fn hit(np: u32, victim: u32, registered: bool, after: Duration, sig: i32) -> (bo
     let prog = compile("sleepy.c");
     let timeout = START_TIMEOUT_S.to_string();
     let what = format!("-np {np}: signal {sig} to rank {victim} {after:?} after {}", if registered { "libomp registered it" } else { "it appeared" });
+    // (A file's time may trail the clock by a kernel tick.)
+    let job_began = std::time::SystemTime::now() - Duration::from_secs(1);
     let mut job = Job::spawn(np, &prog, &["2000", "50"], &[("OMPCLUSTER_START_TIMEOUT", &timeout), ("OMPCLUSTER_HB_PERIOD", "100"), ("OMPCLUSTER_HB_TIMEOUT", "1000")]);
     let t0 = Instant::now();
     let pid = loop {
@@ -59,10 +61,13 @@ fn hit(np: u32, victim: u32, registered: bool, after: Duration, sig: i32) -> (bo
     for l in err.lines().filter(|l| l.starts_with("ompcluster: rank ")) {
         eprintln!("  {l}");
     }
-    // Each rank that left its registration, with what became of its process.
+    // Each rank that left its registration, with what became of its process. Written during
+    // this job: pids are reused (32768 here), and a file an earlier process of that pid left
+    // (a job killed with its launcher) is not this job's.
+    let this_job = |p: i32| std::fs::metadata(registration(p)).and_then(|m| m.modified()).is_ok_and(|m| m >= job_began);
     let left: Vec<String> = ranks
         .iter()
-        .filter(|&&(_, p)| registration(p).exists())
+        .filter(|&&(_, p)| this_job(p))
         .map(|&(r, p)| format!("rank {r} (pid {p}, {})", std::fs::read_to_string(format!("/proc/{p}/stat")).map_or("gone".into(), |s| format!("still there: {s}"))))
         .collect();
     assert!(left.is_empty(), "{what}: left behind {left:?}\n{}", describe(&o));
