@@ -158,11 +158,7 @@ pub(crate) const HEAD_READY_WAIT: std::time::Duration = std::time::Duration::fro
 /// final checkpoint). If rank 0 runs on another host (other ranks run here but not rank 0
 /// for 5 s, or no rank at all within the wait), mpirun is told to abort the job (SIGINT).
 pub(crate) fn pass_sigterm(mpirun: u32, waited: std::time::Duration) -> bool {
-    let rank_of = |p: u32| -> Option<u32> {
-        let env = std::fs::read(format!("/proc/{p}/environ")).ok()?;
-        let v = env.split(|&b| b == 0).find_map(|v| v.strip_prefix(b"OMPI_COMM_WORLD_RANK="))?;
-        std::str::from_utf8(v).ok()?.parse().ok()
-    };
+    let rank_of = |p: u32| -> Option<u32> { std::str::from_utf8(&proc_env(p, "OMPI_COMM_WORLD_RANK")?).ok()?.parse().ok() };
     let ranks: Vec<(u32, u32)> = descendants(mpirun).into_iter().filter_map(|p| Some((p, rank_of(p)?))).collect();
     // A wrapper (a shell, a tool) run by mpirun has rank 0's environment too: the program is
     // the one that handles SIGTERM, else the deepest (descendants come children first).
@@ -197,6 +193,12 @@ pub(crate) fn pass_sigterm(mpirun: u32, waited: std::time::Duration) -> bool {
         }
     }
     true
+}
+
+/// The value of `var` in process `pid`'s environment (`/proc/PID/environ`), if readable.
+fn proc_env(pid: u32, var: &str) -> Option<Vec<u8>> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|&b| b == 0).find_map(|kv| kv.strip_prefix(var.as_bytes())?.strip_prefix(b"=")).map(<[u8]>::to_vec)
 }
 
 /// Whether process `pid` catches SIGTERM (its `SigCgt` mask in `/proc/PID/status`).
@@ -248,10 +250,7 @@ pub(crate) fn catch_sigterm() {
 pub(crate) fn clean_after_ranks(status_file: &Path, since: std::time::SystemTime) -> usize {
     use std::time::{Duration, Instant};
     let until = Instant::now() + Duration::from_secs(3);
-    let ours = |pid: u32| {
-        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        env.split(|&b| b == 0).any(|kv| kv.strip_prefix(b"OMPCLUSTER_EXIT_STATUS_FILE=") == Some(status_file.as_os_str().as_encoded_bytes()))
-    };
+    let ours = |pid: u32| proc_env(pid, "OMPCLUSTER_EXIT_STATUS_FILE").as_deref() == Some(status_file.as_os_str().as_encoded_bytes());
     let mut removed = 0;
     loop {
         let mut waiting = false;
