@@ -485,7 +485,10 @@ fn heartbeat_thread(comm: RawComm, shared: Arc<Shared>, cfg: Config) {
     let mut core = Core::new(shared.rank as u32, ring, core_cfg, now_us());
     let mut pending: Vec<PendingSend> = Vec::new();
     let mut inbox: Vec<(u32, Vec<u8>)> = Vec::new();
+    // Every round of this loop is short (no MPI wait): it must keep going (the `watchdog` crate).
+    let beat = watchdog::global().beat("ft-heartbeat", "a round of the heartbeat");
     while !shared.stop.load(Ordering::SeqCst) {
+        beat.tick();
         let tick_start = Instant::now();
         {
             let mut net = MpiNet {

@@ -73,6 +73,10 @@ pub struct Config {
     /// How long start-up may take before a rank gives up on the job (`OMPCLUSTER_START_TIMEOUT`,
     /// seconds, default 60): see `startup.rs`.
     pub start_timeout: std::time::Duration,
+    /// How long a thread of ours that has work may go without moving before the watchdog ends
+    /// the rank (`OMPCLUSTER_WATCHDOG`, seconds, default 60; 0: no watchdog). See the
+    /// `watchdog` crate.
+    pub watchdog: Option<std::time::Duration>,
     /// How workers find what a kernel wrote (`OMPCLUSTER_WRITE_DETECTION`: `auto`, the
     /// default, tracks written pages where the system allows it and hashes otherwise;
     /// `pages` requires page tracking; `hash` hashes every buffer a kernel can reach).
@@ -170,6 +174,10 @@ impl Config {
         let buddy_share_percent = number("OMPCLUSTER_FT_BUDDY_SHARE", 10, 1..=100, "a percentage")?;
         let spares = number("OMPCLUSTER_FT_SPARES", 0, 0..=65_535, "a number of ranks")? as u32;
         let start_timeout = std::time::Duration::from_secs(number("OMPCLUSTER_START_TIMEOUT", 60, 1..=86_400, "a number of seconds")?);
+        let watchdog = match number("OMPCLUSTER_WATCHDOG", 60, 0..=86_400, "a number of seconds (0: no watchdog)")? {
+            0 => None,
+            s => Some(std::time::Duration::from_secs(s)),
+        };
         let write_detection = match var("OMPCLUSTER_WRITE_DETECTION") {
             None => event_system::worker::written::Detection::Auto,
             Some(v) => v.parse().map_err(|e: String| bad("OMPCLUSTER_WRITE_DETECTION", &v, e))?,
@@ -181,6 +189,7 @@ impl Config {
             buddy_share_percent,
             spares,
             start_timeout,
+            watchdog,
             ft_inject,
             fragment: fragment as usize,
             heap_size,
@@ -230,6 +239,7 @@ pub const SETTINGS: &[&str] = &[
     "OMPCLUSTER_WRITE_DETECTION",
     "OMPCLUSTER_RESUME",
     "OMPCLUSTER_START_TIMEOUT",
+    "OMPCLUSTER_WATCHDOG",
     // Fault tolerance.
     "OMPCLUSTER_FT_DISABLE",
     "OMPCLUSTER_FT_INJECT",

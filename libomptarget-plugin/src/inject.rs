@@ -28,6 +28,12 @@
 //!
 //! Test only: `other_build:rank=R` makes worker R claim another build of the runtime in the
 //! job's first exchange (`same_build.rs`): the job must stop at start-up, naming both builds.
+//!
+//! Test only: `park:thread=NAME:after_ms=N` (the head) or `park:rank=R:thread=NAME:after_ms=N`
+//! parks a long-lived thread of ours N ms after start-up, at its next round, as a thread stuck
+//! on a lock would be: the watchdog (`OMPCLUSTER_WATCHDOG`, the `watchdog` crate) must end the
+//! rank with a message naming it. NAME is one of [`PARKABLE`]. Each rank acts on its own
+//! (`Injector::parks_of`); nothing is sent.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,7 +55,13 @@ pub enum Action {
     /// Test only: the rank claims another build at start-up (`other_build:rank=R`; trigger
     /// [`Trigger::AtStart`]). Never sent to a rank.
     OtherBuild,
+    /// Test only: the rank parks its thread of this name (one of [`PARKABLE`]; trigger
+    /// [`Trigger::AfterMs`]). Never sent: each rank acts on its own.
+    Park(&'static str),
 }
+
+/// The threads `park:` can name: those that hold a watchdog beat.
+pub const PARKABLE: [&str; 4] = ["ft-heartbeat", "ompc-ft-buddy", "ompc-ft-prober", "ompc-worker-poll"];
 
 impl Action {
     /// The signal (0, no signal, for [`Action::Panic`], which is no signal to a rank).
@@ -57,7 +69,7 @@ impl Action {
         match self {
             Action::Kill => libc::SIGKILL,
             Action::Stop => libc::SIGSTOP,
-            Action::Panic | Action::SlowMoves(_) | Action::OtherBuild => 0,
+            Action::Panic | Action::SlowMoves(_) | Action::OtherBuild | Action::Park(_) => 0,
         }
     }
 }
@@ -104,6 +116,10 @@ impl fmt::Display for Fault {
             Action::Panic => return write!(f, "{PANIC_DURING_RECOVERY}"),
             Action::SlowMoves(ms) => return write!(f, "slow:moves={ms}"),
             Action::OtherBuild => return write!(f, "other_build:rank={}", self.rank),
+            Action::Park(name) => {
+                let Trigger::AfterMs(ms) = self.trigger else { unreachable!("park is parsed with after_ms only") };
+                return write!(f, "park:rank={}:thread={name}:after_ms={ms}", self.rank);
+            }
         };
         let t = match self.trigger {
             Trigger::AfterTasks(n) => format!("after_tasks={n}"),
@@ -159,6 +175,24 @@ pub fn parse(spec: &str, ranks: Option<i32>) -> Result<Vec<Fault>, String> {
             out.push(Fault { action: Action::OtherBuild, rank, trigger: Trigger::AtStart, fired: AtomicBool::new(false) });
             continue;
         }
+        if parts[0] == "park" {
+            let (rank, thread, after) = match parts[1..] {
+                [thread, after] => (Some("rank=0"), thread, after),
+                [rank, thread, after] => (Some(rank), thread, after),
+                _ => (None, "", ""),
+            };
+            let rank = rank.and_then(|r| r.strip_prefix("rank=")).and_then(|r| r.parse::<i32>().ok()).filter(|&r| r >= 0 && ranks.is_none_or(|n| r < n));
+            let thread = thread.strip_prefix("thread=").and_then(|t| PARKABLE.iter().copied().find(|&p| p == t));
+            let ms = after.strip_prefix("after_ms=").and_then(|n| n.parse::<u64>().ok());
+            let (Some(rank), Some(thread), Some(ms)) = (rank, thread, ms) else {
+                return Err(format!(
+                    "{item:?}: expected park:[rank=R:]thread=NAME:after_ms=N with NAME one of {} (test only: the thread stops N ms after start-up)",
+                    PARKABLE.join(", ")
+                ));
+            };
+            out.push(Fault { action: Action::Park(thread), rank, trigger: Trigger::AfterMs(ms), fired: AtomicBool::new(false) });
+            continue;
+        }
         let [action, rank, trigger] = parts[..] else {
             return Err(format!("{item:?} is not ACTION:rank=R:TRIGGER"));
         };
@@ -205,6 +239,18 @@ impl Injector {
     /// Over `faults`.
     pub fn new(faults: Vec<Fault>) -> Self {
         Injector { faults, injected: Default::default() }
+    }
+
+    /// The threads rank `me` must park, with when (ms after start-up).
+    pub fn parks_of(&self, me: i32) -> Vec<(&'static str, u64)> {
+        self.faults
+            .iter()
+            .filter(|f| f.rank == me)
+            .filter_map(|f| match (f.action, f.trigger) {
+                (Action::Park(name), Trigger::AfterMs(ms)) => Some((name, ms)),
+                _ => None,
+            })
+            .collect()
     }
 
     /// No fault to inject?
@@ -353,6 +399,24 @@ mod tests {
         for bad in ["other_build", "other_build:rank=0", "other_build:rank=4", "other_build:rank=x", "other_build:rank=1:after_ms=3"] {
             let e = parse(bad, Some(4)).expect_err(bad);
             assert!(e.contains("other_build:rank=R") && e.contains("test only"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn park() {
+        let f = parse("park:thread=ompc-ft-buddy:after_ms=300; park:rank=2:thread=ompc-worker-poll:after_ms=5; kill:rank=1:after_tasks=3", Some(4)).unwrap();
+        assert_eq!((f[0].action, f[0].rank, f[0].trigger), (Action::Park("ompc-ft-buddy"), 0, Trigger::AfterMs(300)));
+        assert_eq!(f[1].to_string(), "park:rank=2:thread=ompc-worker-poll:after_ms=5");
+        assert_eq!(parse(&f[1].to_string(), Some(4)).unwrap()[0].to_string(), f[1].to_string());
+        let inj = Injector::new(f);
+        assert_eq!(inj.parks_of(0), vec![("ompc-ft-buddy", 300)]);
+        assert_eq!(inj.parks_of(2), vec![("ompc-worker-poll", 5)]);
+        assert!(inj.parks_of(1).is_empty());
+        // Never sent.
+        assert_eq!(inj.due(|_| true), vec![(Action::Kill, 1, Trigger::AfterTasks(3))]);
+        for bad in ["park", "park:thread=main:after_ms=1", "park:thread=ompc-ft-buddy", "park:rank=4:thread=ft-heartbeat:after_ms=1", "park:thread=ft-heartbeat:after_tasks=1"] {
+            let e = parse(bad, Some(4)).expect_err(bad);
+            assert!(e.contains("park:[rank=R:]thread=NAME:after_ms=N") && e.contains("ompc-ft-prober"), "{bad}: {e}");
         }
     }
 

@@ -360,6 +360,10 @@ pub(crate) fn init() -> Result<(), String> {
     // MPI is finalised explicitly at shutdown (see `finalize`), not when `universe` drops.
     std::mem::forget(universe);
     let live: Arc<dyn Liveness> = Arc::new(DetectorLiveness(det));
+    let watch = cfg.watchdog;
+    let parks = cfg.ft_inject.as_deref().and_then(|s| crate::inject::parse(s, Some(comm.size())).ok()).map_or(Vec::new(), |f| {
+        crate::inject::Injector::new(f).parks_of(comm.rank())
+    });
     let rt = if comm.rank() == 0 {
         let ckpt = store.map(|s| crate::checkpoint::Checkpointer::new(s, cp_cfg));
         let live = Arc::new(Fenced::new(live, comm.size() as usize));
@@ -368,6 +372,7 @@ pub(crate) fn init() -> Result<(), String> {
         Runtime::Worker(Mutex::new(Some((comm, heap, store))))
     };
     let _ = RUNTIME.set(rt);
+    start_watchdog(watch, parks);
     if let Some(Runtime::Head(c)) = RUNTIME.get() {
         if recovery {
             c.start_handler(cannot_recover).map_err(|e| format!("cannot start the recovery handler thread: {e}"))?;
@@ -384,6 +389,33 @@ pub(crate) fn init() -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Start the watchdog over this rank's threads (the `watchdog` crate; `bound`: none, no
+/// watchdog): a thread of ours that stops moving while it has work is an internal error (the
+/// head ends the job, a worker stops and the head recovers from its loss). And park the
+/// threads the test-only injection names (`park:`, `inject.rs`), each `ms` after now.
+fn start_watchdog(bound: Option<std::time::Duration>, parks: Vec<(&'static str, u64)>) {
+    if let Some(bound) = bound {
+        let started = watchdog::start(bound, move |seen| {
+            let threads: Vec<String> = seen.iter().map(ToString::to_string).collect();
+            internal_error(format_args!("the runtime made no progress for {} s (OMPCLUSTER_WATCHDOG): {}", bound.as_secs(), threads.join("; ")))
+        });
+        if let Err(e) = started {
+            eprintln!("ompcluster: cannot start the watchdog ({e}): a thread of ours that stops may hang the job");
+        }
+    }
+    for (name, ms) in parks {
+        let _ = std::thread::Builder::new().name("ompc-ft-park".into()).spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            // The thread may not hold its beat yet (the buddy thread starts with the first
+            // region): until it does, for at most a minute.
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while watchdog::global().park(name) == 0 && std::time::Instant::now() < until {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        });
+    }
 }
 
 /// A library registers its images. On a worker, this is where it becomes a worker for good.

@@ -70,6 +70,9 @@ struct Worker {
     busy: AtomicUsize,
     /// Wakes the polling thread when one of them ends.
     ended: Ended,
+    /// The polling thread's progress, whichever thread polls (the `watchdog` crate): running
+    /// while it polls, waiting while it handles an event itself, idle while no thread polls.
+    poll_beat: watchdog::Beat,
     ckpt: Option<Arc<dyn CheckpointSink>>,
     /// A signal to raise once EXIT is answered (`Event::Inject` with `at_exit`; 0: none).
     exit_signal: AtomicI32,
@@ -103,6 +106,7 @@ pub fn run(
         threads: AtomicUsize::new(1),
         busy: AtomicUsize::new(0),
         ended: Ended::default(),
+        poll_beat: watchdog::global().beat("ompc-worker-poll", "polling for the head's events"),
         ckpt,
         stdout: match output::Capture::start(1) {
             Ok(c) => Some(c),
@@ -226,7 +230,17 @@ enum Turn {
 /// threads then took turns polling, each turn costing futex calls and a cold cache (on
 /// 2 cores, several microseconds per short event).
 fn lead(w: &Arc<Worker>) -> Result<Turn, CommError> {
+    use watchdog::State;
     let mut inbox = w.poll.lock();
+    w.poll_beat.set(State::Running, "polling for the head's events");
+    // Whichever way this turn ends, no thread polls until the next one takes the lock.
+    struct NoLeader<'a>(&'a watchdog::Beat);
+    impl Drop for NoLeader<'_> {
+        fn drop(&mut self) {
+            self.0.set(State::Idle, "no thread polls (all handle events)");
+        }
+    }
+    let _no_leader = NoLeader(&w.poll_beat);
     // Spin, then yield for 5 ms, then sleep up to 1 ms between polls (see README.md).
     let fresh = || Backoff::new(Duration::from_millis(5), Duration::from_millis(1));
     loop {
@@ -235,6 +249,7 @@ fn lead(w: &Arc<Worker>) -> Result<Turn, CommError> {
         let mut nap = NAP_MIN;
         let mut napped = false;
         let msg = loop {
+            w.poll_beat.tick();
             if w.exit.load(Ordering::Acquire) {
                 return Ok(Turn::Stop);
             }
@@ -312,9 +327,13 @@ fn lead(w: &Arc<Worker>) -> Result<Turn, CommError> {
             | Event::Retrieve(_)
             | Event::Fence { .. }
             | Event::Execute { short: true, .. } => {
-                if let Some(r) = handle(w, &env)? {
-                    w.comm.send_msg(HEAD, env.tag, &r, w.live.as_ref())?;
-                }
+                // A kernel, a transfer: bounded elsewhere (the user's code; the detector).
+                w.poll_beat.waiting("an event handled on the polling thread", || -> Result<(), CommError> {
+                    if let Some(r) = handle(w, &env)? {
+                        w.comm.send_msg(HEAD, env.tag, &r, w.live.as_ref())?;
+                    }
+                    Ok(())
+                })?;
             }
             _ => {
                 w.busy.fetch_add(1, Ordering::AcqRel);

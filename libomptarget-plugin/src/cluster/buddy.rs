@@ -82,18 +82,24 @@ impl Buddy<'static> {
 
 impl<'a> Buddy<'a> {
     fn buddy_loop(&self) {
+        use watchdog::State;
         let policy = policy(self.cfg);
+        // Watched (the `watchdog` crate): running between its waits on workers and the gate.
+        let beat = watchdog::global().beat("ompc-ft-buddy", "a pass of buddy copies");
         loop {
+            beat.set(State::Idle, "sleeping between passes");
             std::thread::sleep(policy.interval);
+            beat.set(State::Running, "a pass of buddy copies");
             if self.stopped.is_set() || self.offload.local().is_some() {
                 return;
             }
-            self.buddy_pass(&policy);
+            self.buddy_pass(&policy, &beat);
             // The copies just made let the record forget what came before them: pruned here,
             // off the offloading threads' path (see `Pruner::maybe_prune`), like a region,
             // under the gate's read side.
             let _busy = self.tolerance.buddy_busy.lock();
-            let _gate = self.tolerance.ft.enter();
+            let _gate = beat.waiting("the gate (a recovery holds it)", || self.tolerance.ft.enter());
+            beat.set(State::Running, "pruning the task record");
             if self.stopped.check().is_ok() {
                 Pruner::of(*self).prune();
             }
@@ -102,7 +108,7 @@ impl<'a> Buddy<'a> {
 
     /// Copy to the head every version that only workers hold, furthest behind first, in
     /// batches from one worker at a time.
-    fn buddy_pass(&self, policy: &BuddyPolicy) {
+    fn buddy_pass(&self, policy: &BuddyPolicy, beat: &watchdog::Beat) {
         let (mut head_bytes, todo) = {
             let bufs = self.ledger.buffers.lock();
             let mut head_bytes = 0;
@@ -132,7 +138,8 @@ impl<'a> Buddy<'a> {
                 return;
             }
             let t0 = Instant::now();
-            match self.buddy_batch(policy, &mut todo, &mut head_bytes) {
+            // The gate, and copies from a worker (bounded by the failure detector).
+            match beat.waiting("a batch of copies from a worker", || self.buddy_batch(policy, &mut todo, &mut head_bytes)) {
                 Ok(0) => {}
                 Ok(_) => std::thread::sleep(policy.pause_after(t0.elapsed())),
                 // A worker died (the handler recovers), or the device stopped: next pass.

@@ -93,7 +93,10 @@ impl<'a> Failures<'a> {
     /// It runs until the process ends: during shutdown too, where a dead worker must not
     /// make the head wait for the heartbeat timeout (it is then only fenced, not recovered).
     fn probe(&self, local: &[(i32, Victim)]) {
+        // Watched (the `watchdog` crate): every round reads /proc and notes failures, no wait.
+        let beat = watchdog::global().beat("ompc-ft-prober", "looking at the workers on this host");
         loop {
+            beat.tick();
             for &(r, v) in local {
                 if !self.link.live.is_dead(r) && event_system::process::is_gone(v) {
                     if self.stopped.is_set() {

@@ -1,0 +1,56 @@
+//! A runtime that checks itself (issue 35, part 5; the `watchdog` crate): a thread of ours
+//! that stops while it has work ends its rank with a message naming it, instead of leaving the
+//! job hung. Threads are stopped with the test-only injection `park:[rank=R:]thread=NAME:
+//! after_ms=N` (`inject.rs`), as a thread stuck on a lock would be.
+
+use ompcluster_tests::{compile, describe, stderr, stdout, Job};
+use std::time::{Duration, Instant};
+
+const BOUND_S: &str = "2";
+
+/// The head's prober parked: the job ends within the bound and a little, non-zero, with one
+/// message naming the thread and what it was doing.
+#[test]
+fn a_parked_head_thread_ends_the_job_with_a_message() {
+    let prog = compile("sleepy.c");
+    let t0 = Instant::now();
+    let o = Job::spawn(4, &prog, &["3000", "200"], &[("OMPCLUSTER_WATCHDOG", BOUND_S), ("OMPCLUSTER_FT_INJECT", "park:thread=ompc-ft-prober:after_ms=500")])
+        .wait(Duration::from_secs(60));
+    let took = t0.elapsed();
+    let err = stderr(&o);
+    assert!(!o.status.success(), "the job went on with a stopped thread\n{}", describe(&o));
+    assert!(!stdout(&o).contains("sleepy: PASS"), "{}", describe(&o));
+    let line = err.lines().find(|l| l.starts_with("ompcluster: the runtime made no progress for 2 s (OMPCLUSTER_WATCHDOG): ")).unwrap_or_else(|| panic!("no watchdog message\n{}", describe(&o)));
+    assert!(line.contains("thread ompc-ft-prober running in \"looking at the workers on this host\", last moved"), "{line}");
+    assert!(line.ends_with("; ending the job"), "{line}");
+    // 3000 regions of 200 ms on 3 workers (16 at once each) take about 13 s: ended by the watchdog.
+    assert!(took < Duration::from_secs(30), "took {took:?}\n{}", describe(&o));
+}
+
+/// Worker 2's polling thread parked: nothing reads the head's events to it any more while
+/// its heartbeat goes on. Its watchdog stops it, and the head recovers from its loss.
+#[test]
+fn a_parked_worker_poller_stops_the_worker_and_the_job_recovers() {
+    let prog = compile("sleepy.c");
+    let o = Job::spawn(
+        4,
+        &prog,
+        &["1000", "200"],
+        &[("OMPCLUSTER_WATCHDOG", BOUND_S), ("OMPCLUSTER_HB_PERIOD", "100"), ("OMPCLUSTER_HB_TIMEOUT", "1000"), ("OMPCLUSTER_FT_INJECT", "park:rank=2:thread=ompc-worker-poll:after_ms=800")],
+    )
+    .wait(Duration::from_secs(120));
+    let err = stderr(&o);
+    assert!(o.status.success() && stdout(&o).contains("sleepy: PASS"), "{}", describe(&o));
+    assert!(err.contains("ompcluster worker 2: the runtime made no progress for 2 s (OMPCLUSTER_WATCHDOG): thread ompc-worker-poll running"), "{}", describe(&o));
+    assert!(err.contains("recovered from the loss of rank 2"), "no recovery\n{}", describe(&o));
+}
+
+/// Kernels that each run longer than the bound are no stall: the polling thread waits on
+/// them, or hands them off and goes on polling.
+#[test]
+fn kernels_longer_than_the_bound_are_no_stall() {
+    let prog = compile("sleepy.c");
+    let o = Job::spawn(3, &prog, &["6", "1500"], &[("OMPCLUSTER_WATCHDOG", "1")]).wait(Duration::from_secs(120));
+    assert!(o.status.success() && stdout(&o).contains("sleepy: PASS"), "{}", describe(&o));
+    assert!(!stderr(&o).contains("made no progress"), "{}", describe(&o));
+}

@@ -1,0 +1,326 @@
+//! A runtime that checks itself (issue 35, part 5). Each long-lived thread of ours that must
+//! keep moving (the heartbeat, the head's buddy copies and prober, a worker's polling
+//! leader...) holds a [`Beat`]: it ticks as it goes round, and says when it is idle (nothing
+//! to do) or waiting on something bounded elsewhere (a peer, whose death the failure detector
+//! notices; a user kernel, which may run for hours). A watchdog thread looks at every beat
+//! once a second: one that is `Running` and has not ticked for the bound has stopped while it
+//! has work (a lock held across a wait, a lost wake-up, a bug of ours), and the watchdog
+//! reports every thread that is not idle, with what each is doing, to its caller, which ends
+//! the job with a message instead of leaving it hung.
+//!
+//! Design note (threads): a beat's state and counter are atomics written only by the thread
+//! that holds it; the registry's list (a mutex) is touched when a beat is made or dropped and
+//! by the watchdog thread, once a second. The rule itself ([`Registry::check`]) takes the
+//! time as an argument, so that it is tested without a clock.
+
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+/// What a thread holding a beat is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum State {
+    /// Nothing to do (it waits for work): never a stall.
+    Idle = 0,
+    /// Working: it must tick within the bound.
+    Running = 1,
+    /// Waiting on something bounded elsewhere (a peer, a user kernel): never a stall.
+    Waiting = 2,
+}
+
+impl State {
+    fn of(n: u8) -> State {
+        match n {
+            0 => State::Idle,
+            1 => State::Running,
+            _ => State::Waiting,
+        }
+    }
+}
+
+struct Slot {
+    name: String,
+    progress: AtomicU64,
+    state: AtomicU8,
+    what: Mutex<&'static str>,
+    park: AtomicBool,
+}
+
+/// A thread's beat (see the crate's doc). Dropped as the thread ends.
+pub struct Beat(Arc<Slot>);
+
+impl Beat {
+    /// One more round: progress. A beat asked to park (the test-only injection
+    /// `park:thread=NAME`) parks its thread here for ever, as a stuck thread would be.
+    pub fn tick(&self) {
+        self.0.progress.fetch_add(1, Ordering::Relaxed);
+        if self.0.park.load(Ordering::Relaxed) {
+            loop {
+                std::thread::park();
+            }
+        }
+    }
+
+    /// The thread is now in `state`, doing `what` (for the watchdog's message).
+    pub fn set(&self, state: State, what: &'static str) {
+        *self.0.what.lock() = what;
+        self.0.state.store(state as u8, Ordering::Release);
+        self.tick();
+    }
+
+    /// Run `f`, a wait bounded elsewhere (`what`: on whom), as [`State::Waiting`], then go back
+    /// to [`State::Running`].
+    pub fn waiting<R>(&self, what: &'static str, f: impl FnOnce() -> R) -> R {
+        let before = *self.0.what.lock();
+        self.set(State::Waiting, what);
+        let r = f();
+        self.set(State::Running, before);
+        r
+    }
+}
+
+/// A thread found stopped, or (in a report) one that was not idle then.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    /// The beat's name (its thread's).
+    pub name: String,
+    /// Its state then.
+    pub state: State,
+    /// What it was doing.
+    pub what: &'static str,
+    /// How long since it last ticked.
+    pub still_for: Duration,
+}
+
+impl std::fmt::Display for Seen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match self.state {
+            State::Idle => "idle",
+            State::Running => "running",
+            State::Waiting => "waiting",
+        };
+        write!(f, "thread {} {state} in \"{}\", last moved {:.1} s ago", self.name, self.what, self.still_for.as_secs_f64())
+    }
+}
+
+/// Every beat of this process.
+#[derive(Default)]
+pub struct Registry {
+    beats: Mutex<Vec<Weak<Slot>>>,
+}
+
+/// What the watchdog remembers between looks: each beat's progress and since when, and when
+/// it last looked.
+#[derive(Default)]
+pub struct Memory {
+    last: Vec<(Weak<Slot>, u64, Instant)>,
+    looked: Option<Instant>,
+}
+
+impl Registry {
+    /// A new beat named `name`, running, doing `what`.
+    pub fn beat(&self, name: &str, what: &'static str) -> Beat {
+        let slot = Arc::new(Slot {
+            name: name.to_string(),
+            progress: AtomicU64::new(0),
+            state: AtomicU8::new(State::Running as u8),
+            what: Mutex::new(what),
+            park: AtomicBool::new(false),
+        });
+        let mut beats = self.beats.lock();
+        beats.retain(|w| w.strong_count() > 0);
+        beats.push(Arc::downgrade(&slot));
+        Beat(slot)
+    }
+
+    /// Ask the beats named `name` to park their threads at their next tick (test only).
+    /// Returns how many there were.
+    pub fn park(&self, name: &str) -> usize {
+        let beats = self.beats.lock();
+        let mut n = 0;
+        for s in beats.iter().filter_map(Weak::upgrade).filter(|s| s.name == name) {
+            s.park.store(true, Ordering::Relaxed);
+            n += 1;
+        }
+        n
+    }
+
+    /// Look at every beat at `now`: if one is [`State::Running`] and has not ticked for
+    /// `bound`, every beat that is not idle (the stopped ones first), else None. A look that
+    /// comes half the bound or more after the one before means that the whole process was
+    /// paused (SIGSTOP, a machine that did not run it): time counts afresh from it, since the
+    /// threads could not move either.
+    pub fn check(&self, now: Instant, bound: Duration, mem: &mut Memory) -> Option<Vec<Seen>> {
+        let beats: Vec<Arc<Slot>> = self.beats.lock().iter().filter_map(Weak::upgrade).collect();
+        mem.last.retain(|(w, _, _)| w.strong_count() > 0);
+        if mem.looked.replace(now).is_some_and(|t| now.saturating_duration_since(t) >= bound / 2) {
+            for e in &mut mem.last {
+                e.2 = now;
+            }
+        }
+        let mut seen = Vec::new();
+        let mut stalled = false;
+        for s in &beats {
+            let progress = s.progress.load(Ordering::Relaxed);
+            let state = State::of(s.state.load(Ordering::Acquire));
+            let since = match mem.last.iter_mut().find(|(w, _, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(s))) {
+                Some(e) if e.1 == progress => e.2,
+                Some(e) => {
+                    (e.1, e.2) = (progress, now);
+                    now
+                }
+                None => {
+                    mem.last.push((Arc::downgrade(s), progress, now));
+                    now
+                }
+            };
+            let still_for = now.saturating_duration_since(since);
+            let stopped = state == State::Running && still_for >= bound;
+            stalled |= stopped;
+            if state != State::Idle {
+                seen.push((!stopped, Seen { name: s.name.clone(), state, what: *s.what.lock(), still_for }));
+            }
+        }
+        if !stalled {
+            return None;
+        }
+        seen.sort_by_key(|(not_stopped, s)| (*not_stopped, std::cmp::Reverse(s.still_for)));
+        Some(seen.into_iter().map(|(_, s)| s).collect())
+    }
+}
+
+/// This process's registry.
+pub fn global() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(Registry::default)
+}
+
+/// Start the watchdog thread over [`global`] with `bound`: on a stall it calls `on_stall`
+/// with what [`Registry::check`] saw (which should end the process; if it returns, the
+/// watchdog stops).
+pub fn start(bound: Duration, on_stall: impl Fn(&[Seen]) + Send + 'static) -> std::io::Result<()> {
+    let look = (bound / 4).clamp(Duration::from_millis(100), Duration::from_secs(1));
+    std::thread::Builder::new().name("ompc-watchdog".into()).spawn(move || {
+        let mut mem = Memory::default();
+        loop {
+            std::thread::sleep(look);
+            if let Some(seen) = global().check(Instant::now(), bound, &mut mem) {
+                on_stall(&seen);
+                return;
+            }
+        }
+    })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const B: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn a_running_beat_that_stops_ticking_is_a_stall_and_idle_or_waiting_ones_never_are() {
+        let r = Registry::default();
+        let mut mem = Memory::default();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let buddy = r.beat("ompc-ft-buddy", "copying");
+        let poll = r.beat("ompc-worker", "polling");
+        let hb = r.beat("ompc-heartbeat", "beating");
+        poll.set(State::Idle, "no events");
+        assert_eq!(r.check(at(0), B, &mut mem), None);
+        // The heartbeat goes on, the buddy thread waits on a peer, the poller is idle: 60 s on.
+        for s in 1..=60 {
+            hb.tick();
+            if s == 1 {
+                buddy.set(State::Waiting, "a copy from rank 2");
+            }
+            assert_eq!(r.check(at(s), B, &mut mem), None, "at {s} s");
+        }
+        // Back to work, then stuck: a stall once the bound passes, not before.
+        buddy.set(State::Running, "pruning");
+        for s in 61..=70 {
+            hb.tick();
+            assert_eq!(r.check(at(s), B, &mut mem), None, "at {s} s");
+        }
+        hb.tick();
+        let seen = r.check(at(71), B, &mut mem).expect("a stall");
+        // The stopped thread first, then the others not idle; the idle poller left out.
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert_eq!((seen[0].name.as_str(), seen[0].state, seen[0].what, seen[0].still_for), ("ompc-ft-buddy", State::Running, "pruning", B));
+        assert_eq!(seen[1].name, "ompc-heartbeat");
+        assert_eq!(seen[0].to_string(), "thread ompc-ft-buddy running in \"pruning\", last moved 10.0 s ago");
+    }
+
+    #[test]
+    fn a_parked_beat_stops_its_thread_and_is_found() {
+        let r = Arc::new(Registry::default());
+        let beat = r.beat("ompc-ft-prober", "probing");
+        let ticks = Arc::new(AtomicU64::new(0));
+        let t = ticks.clone();
+        std::thread::spawn(move || loop {
+            beat.tick();
+            t.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(1));
+        });
+        while ticks.load(Ordering::Relaxed) < 3 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(r.park("ompc-ft-prober"), 1);
+        assert_eq!(r.park("no-such-thread"), 0);
+        let mut mem = Memory::default();
+        let t0 = Instant::now();
+        std::thread::sleep(Duration::from_millis(20));
+        let parked_at = ticks.load(Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(ticks.load(Ordering::Relaxed), parked_at, "the thread still runs");
+        for s in 0..10 {
+            assert_eq!(r.check(t0 + Duration::from_secs(s), B, &mut mem), None);
+        }
+        let seen = r.check(t0 + B, B, &mut mem).expect("the parked thread is found");
+        assert_eq!(seen[0].name, "ompc-ft-prober");
+    }
+
+    #[test]
+    fn a_pause_of_the_whole_process_is_no_stall() {
+        let r = Registry::default();
+        let mut mem = Memory::default();
+        let t0 = Instant::now();
+        let _poll = r.beat("ompc-worker-poll", "polling");
+        assert_eq!(r.check(t0, B, &mut mem), None);
+        // Frozen for 3 bounds (the watchdog too): its next look counts afresh...
+        assert_eq!(r.check(t0 + 3 * B, B, &mut mem), None);
+        // ... and a thread that still does not move is found a bound later.
+        for s in 1..10 {
+            assert_eq!(r.check(t0 + 3 * B + Duration::from_secs(s), B, &mut mem), None);
+        }
+        assert!(r.check(t0 + 4 * B, B, &mut mem).is_some());
+    }
+
+    #[test]
+    fn a_dropped_beat_is_forgotten() {
+        let r = Registry::default();
+        let mut mem = Memory::default();
+        let t0 = Instant::now();
+        let beat = r.beat("ompc-region", "a region");
+        assert_eq!(r.check(t0, B, &mut mem), None);
+        drop(beat);
+        for s in 1..=20 {
+            assert_eq!(r.check(t0 + Duration::from_secs(s), B, &mut mem), None);
+        }
+        assert!(r.beats.lock().iter().all(|w| w.strong_count() == 0));
+    }
+
+    #[test]
+    fn waiting_comes_back_to_running() {
+        let r = Registry::default();
+        let beat = r.beat("t", "working");
+        let state = || State::of(beat.0.state.load(Ordering::Acquire));
+        let inside = beat.waiting("rank 3", state);
+        assert_eq!(inside, State::Waiting);
+        assert_eq!((state(), *beat.0.what.lock()), (State::Running, "working"));
+    }
+}
