@@ -191,6 +191,13 @@ pub enum Event {
         /// Arguments that are the head's C standard streams ([`StdStream::in_args`]): the
         /// worker passes its own instead.
         streams: Vec<(u32, StdStream)>,
+        /// Digest every changed region after the kernel (`Reply::Executed::digests`): the
+        /// head compares the results of replicas of one region (`cluster/replicas.rs`).
+        digest: bool,
+        /// Test only (`OMPCLUSTER_FT_INJECT`, `flip:`): flip one bit of the first region
+        /// mapped `from` (else the first region that is not image data) as soon as the kernel
+        /// returns, as a faulty core would have written it.
+        flip: bool,
     },
     /// Save these regions as part of checkpoint `ckpt` (to scratch: fast) and reply `Ok` (or
     /// `Error`); after an `Ok`, flush them to persistent storage and reply again, on the same
@@ -335,6 +342,9 @@ pub enum Reply {
         /// Regions the EXECUTE asked back (`send_back`) that the kernel changed, in increasing
         /// order: their bytes follow this reply, raw, on the request tag, in this order.
         returned: Vec<u32>,
+        /// With `Event::Execute::digest`: for each changed region (in order of `changed`), an
+        /// xxh3-64 of its bytes (of an image's data, the program's pieces only); else empty.
+        digests: Vec<u64>,
     },
     /// A checkpoint flush is durable: the store's records of it, serialised by the store.
     Flushed(#[serde(with = "serde_bytes")] Vec<u8>),
@@ -365,7 +375,7 @@ pub enum ProtocolError {
 /// * 1: bincode 1 (fixed-size integers), before ranks exchanged versions.
 /// * 2: postcard 1 (its documented wire format: variable-length integers, a length before
 ///   every sequence); the first exchange of versions and build identifiers.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// A [`postcard`] output that appends to a vector (the transport's reused send buffer, whose
 /// first byte is already the frame's).
@@ -615,6 +625,8 @@ mod tests {
                 replay: vec![Region { addr: 8192, size: 4096 }],
                 send_back: vec![true],
                 streams: vec![(2, StdStream::Stderr)],
+                digest: false,
+                flip: true,
             },
         };
         let bytes = encode(&ev).unwrap();
@@ -668,9 +680,10 @@ mod tests {
             allocated: vec![],
             freed: vec![],
             returned: vec![0],
+            digests: vec![0x0102],
         };
-        assert_eq!(encode(&ok).unwrap(), [2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f, 0, 2, b'h', b'i', 0, 0, 0, 1, 0]);
-        assert_eq!(PROTOCOL_VERSION, 2, "the pinned bytes above are protocol 2's");
+        assert_eq!(encode(&ok).unwrap(), [2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f, 0, 2, b'h', b'i', 0, 0, 0, 1, 0, 1, 0x82, 0x02]);
+        assert_eq!(PROTOCOL_VERSION, 3, "the pinned bytes above are protocol 3's");
     }
 
     #[test]
@@ -705,6 +718,8 @@ mod tests {
             replay: vec![],
             send_back: vec![],
             streams,
+            digest: false,
+            flip: false,
         };
         assert!(exec(vec![(1, StdStream::Stderr)]).validate(0x1000, 0x3000).is_ok());
         assert!(exec(vec![(2, StdStream::Stdout)]).validate(0x1000, 0x3000).is_err());

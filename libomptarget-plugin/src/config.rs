@@ -77,6 +77,15 @@ pub struct Config {
     /// the rank (`OMPCLUSTER_WATCHDOG`, seconds, default 60; 0: no watchdog). See the
     /// `watchdog` crate.
     pub watchdog: Option<std::time::Duration>,
+    /// Workers each target region runs on at once (`OMPCLUSTER_FT_REPLICAS`, 1 to 3, default
+    /// 1): see `cluster/replicas.rs`.
+    pub replicas: u32,
+    /// Replicas' results count only when they agree (`OMPCLUSTER_FT_VOTE=1`; needs
+    /// `OMPCLUSTER_FT_REPLICAS` of 2 or 3).
+    pub vote: bool,
+    /// Votes a worker may lose before it is retired as a failed worker
+    /// (`OMPCLUSTER_FT_VOTE_RETIRE`, default 3; 0: never).
+    pub vote_retire: u32,
     /// How workers find what a kernel wrote (`OMPCLUSTER_WRITE_DETECTION`: `auto`, the
     /// default, tracks written pages where the system allows it and hashes otherwise;
     /// `pages` requires page tracking; `hash` hashes every buffer a kernel can reach).
@@ -178,6 +187,15 @@ impl Config {
             0 => None,
             s => Some(std::time::Duration::from_secs(s)),
         };
+        let replicas = number("OMPCLUSTER_FT_REPLICAS", 1, 1..=3, "a number of workers per region")? as u32;
+        if replicas > 1 && var("OMPCLUSTER_FT_DISABLE").as_deref().map(str::trim) == Some("1") {
+            return Err(bad("OMPCLUSTER_FT_REPLICAS", &replicas.to_string(), "replicas are a fault tolerance mechanism, and OMPCLUSTER_FT_DISABLE=1 turns fault tolerance off"));
+        }
+        let vote = flag("OMPCLUSTER_FT_VOTE")?;
+        if vote && replicas < 2 {
+            return Err(bad("OMPCLUSTER_FT_VOTE", "1", "voting compares the results of replicas: set OMPCLUSTER_FT_REPLICAS to 2 or 3"));
+        }
+        let vote_retire = number("OMPCLUSTER_FT_VOTE_RETIRE", 3, 0..=1_000_000, "a number of lost votes (0: never retire)")? as u32;
         let write_detection = match var("OMPCLUSTER_WRITE_DETECTION") {
             None => event_system::worker::written::Detection::Auto,
             Some(v) => v.parse().map_err(|e: String| bad("OMPCLUSTER_WRITE_DETECTION", &v, e))?,
@@ -190,6 +208,9 @@ impl Config {
             spares,
             start_timeout,
             watchdog,
+            replicas,
+            vote,
+            vote_retire,
             ft_inject,
             fragment: fragment as usize,
             heap_size,
@@ -249,6 +270,9 @@ pub const SETTINGS: &[&str] = &[
     "OMPCLUSTER_FT_BUDDY_INTERVAL",
     "OMPCLUSTER_FT_BUDDY_SHARE",
     "OMPCLUSTER_FT_BUDDY_MEMORY",
+    "OMPCLUSTER_FT_REPLICAS",
+    "OMPCLUSTER_FT_VOTE",
+    "OMPCLUSTER_FT_VOTE_RETIRE",
     // The failure detector.
     "OMPCLUSTER_HB_PERIOD",
     "OMPCLUSTER_HB_TIMEOUT",

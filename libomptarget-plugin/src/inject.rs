@@ -34,6 +34,12 @@
 //! on a lock would be: the watchdog (`OMPCLUSTER_WATCHDOG`, the `watchdog` crate) must end the
 //! rank with a message naming it. NAME is one of [`PARKABLE`]. Each rank acts on its own
 //! (`Injector::parks_of`); nothing is sent.
+//!
+//! Test only: `flip:rank=R:TRIGGER` (TRIGGER `after_tasks=N` or `after_ms=N`) injects silent
+//! data corruption, not a failure: the next target region run on worker R once the trigger is
+//! met gets one bit of what it wrote flipped as its kernel returns, as a faulty core would
+//! (`Event::Execute::flip`; which bit: the worker's `flipped_bit`). Only replicas with
+//! voting (`OMPCLUSTER_FT_VOTE=1`, `cluster/replicas.rs`) can notice it.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -58,6 +64,9 @@ pub enum Action {
     /// Test only: the rank parks its thread of this name (one of [`PARKABLE`]; trigger
     /// [`Trigger::AfterMs`]). Never sent: each rank acts on its own.
     Park(&'static str),
+    /// Test only: one bit of what the next region run on the rank writes is flipped
+    /// (`Injector::flip_due`, asked as each EXECUTE is sent). No signal.
+    Flip,
 }
 
 /// The threads `park:` can name: those that hold a watchdog beat.
@@ -69,7 +78,7 @@ impl Action {
         match self {
             Action::Kill => libc::SIGKILL,
             Action::Stop => libc::SIGSTOP,
-            Action::Panic | Action::SlowMoves(_) | Action::OtherBuild | Action::Park(_) => 0,
+            Action::Panic | Action::SlowMoves(_) | Action::OtherBuild | Action::Park(_) | Action::Flip => 0,
         }
     }
 }
@@ -113,6 +122,7 @@ impl fmt::Display for Fault {
         let a = match self.action {
             Action::Kill => "kill",
             Action::Stop => "stop",
+            Action::Flip => "flip",
             Action::Panic => return write!(f, "{PANIC_DURING_RECOVERY}"),
             Action::SlowMoves(ms) => return write!(f, "slow:moves={ms}"),
             Action::OtherBuild => return write!(f, "other_build:rank={}", self.rank),
@@ -199,7 +209,8 @@ pub fn parse(spec: &str, ranks: Option<i32>) -> Result<Vec<Fault>, String> {
         let action = match action {
             "kill" => Action::Kill,
             "stop" => Action::Stop,
-            a => return Err(format!("{item:?}: unknown action {a:?} (kill or stop; panic:during=recovery, slow:moves=MS and other_build:rank=R for tests)")),
+            "flip" => Action::Flip,
+            a => return Err(format!("{item:?}: unknown action {a:?} (kill or stop; flip, panic:during=recovery, slow:moves=MS and other_build:rank=R for tests)")),
         };
         let rank: i32 = rank
             .strip_prefix("rank=")
@@ -223,6 +234,9 @@ pub fn parse(spec: &str, ranks: Option<i32>) -> Result<Vec<Fault>, String> {
                 ))
             }
         };
+        if action == Action::Flip && !matches!(trigger, Trigger::AfterTasks(_) | Trigger::AfterMs(_)) {
+            return Err(format!("{item:?}: a flip takes after_tasks=N or after_ms=N (test only: a bit of what the next region run on R writes is flipped)"));
+        }
         out.push(Fault { action, rank, trigger, fired: AtomicBool::new(false) });
     }
     Ok(out)
@@ -251,6 +265,22 @@ impl Injector {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Test only (`flip:`): should the region about to be sent to `rank` have a bit of what it
+    /// writes flipped, `tasks` regions being done and `ms` ms since start-up? True once per
+    /// flip fault, the first time its trigger is met (the fault is then marked fired).
+    pub fn flip_due(&self, rank: i32, tasks: u64, ms: u64) -> bool {
+        self.faults.iter().any(|f| {
+            f.action == Action::Flip
+                && f.rank == rank
+                && match f.trigger {
+                    Trigger::AfterTasks(n) => tasks >= n,
+                    Trigger::AfterMs(n) => ms >= n,
+                    _ => false,
+                }
+                && !f.fired.swap(true, Ordering::AcqRel)
+        })
     }
 
     /// No fault to inject?
@@ -417,6 +447,25 @@ mod tests {
         for bad in ["park", "park:thread=main:after_ms=1", "park:thread=ompc-ft-buddy", "park:rank=4:thread=ft-heartbeat:after_ms=1", "park:thread=ft-heartbeat:after_tasks=1"] {
             let e = parse(bad, Some(4)).expect_err(bad);
             assert!(e.contains("park:[rank=R:]thread=NAME:after_ms=N") && e.contains("ompc-ft-prober"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn flip() {
+        let f = parse("flip:rank=2:after_tasks=3; flip:rank=1:after_ms=50; kill:rank=3:after_tasks=9", Some(4)).unwrap();
+        assert_eq!(f[0].to_string(), "flip:rank=2:after_tasks=3");
+        assert_eq!(parse(&f[1].to_string(), Some(4)).unwrap()[0].to_string(), "flip:rank=1:after_ms=50");
+        let inj = Injector::new(f);
+        // Not before its trigger, not on another rank, once only.
+        assert!(!inj.flip_due(2, 2, 10_000));
+        assert!(!inj.flip_due(1, 100, 49));
+        assert!(inj.flip_due(2, 3, 0));
+        assert!(!inj.flip_due(2, 4, 0));
+        assert!(inj.flip_due(1, 0, 50));
+        // Never a signal.
+        assert_eq!(inj.due(|_| true), vec![(Action::Kill, 3, Trigger::AfterTasks(9))]);
+        for bad in ["flip:rank=2:during=recovery", "flip:rank=0:after_tasks=1", "flip:after_tasks=1"] {
+            assert!(parse(bad, Some(4)).is_err(), "{bad}");
         }
     }
 

@@ -14,6 +14,61 @@ pub(crate) struct Stats {
     exchanged: AtomicU64,
     merges: AtomicU64,
     most_in_flight: AtomicU64,
+    /// What replicas did (`cluster/replicas.rs`).
+    pub(crate) replicas: Replicas,
+}
+
+/// Counters of replicas and votes (the report's `replicas`).
+#[derive(Debug, Default)]
+pub(crate) struct Replicas {
+    pub(crate) regions: AtomicU64,
+    pub(crate) extra_runs: AtomicU64,
+    pub(crate) taken_from_other: AtomicU64,
+    pub(crate) copies_kept: AtomicU64,
+    pub(crate) votes: AtomicU64,
+    pub(crate) corrections: AtomicU64,
+    pub(crate) tiebreaks: AtomicU64,
+    pub(crate) unvoted: AtomicU64,
+    /// Taken alone, innermost.
+    pub(crate) record: parking_lot::Mutex<VoteRecord>,
+}
+
+/// What voting found (see [`Replicas::record`]).
+#[derive(Debug, Default)]
+pub(crate) struct VoteRecord {
+    pub(crate) disagreements: Vec<run_report::Disagreement>,
+    /// Rank -> votes it lost.
+    pub(crate) lost: BTreeMap<i32, u64>,
+    /// Workers retired for losing votes.
+    pub(crate) retired: Vec<i32>,
+}
+
+impl Replicas {
+    /// Votes lost by `rank` so far, this one included.
+    pub(crate) fn lose_vote(&self, rank: i32) -> u64 {
+        let mut r = self.record.lock();
+        let n = r.lost.entry(rank).or_default();
+        *n += 1;
+        *n
+    }
+
+    fn report(&self) -> run_report::ReplicaStats {
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let r = self.record.lock();
+        run_report::ReplicaStats {
+            regions_replicated: n(&self.regions),
+            replica_runs: n(&self.extra_runs),
+            taken_from_other: n(&self.taken_from_other),
+            copies_kept: n(&self.copies_kept),
+            votes: n(&self.votes),
+            corrections: n(&self.corrections),
+            tiebreaks: n(&self.tiebreaks),
+            unvoted: n(&self.unvoted),
+            disagreements: r.disagreements.clone(),
+            lost_by_rank: r.lost.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            retired: r.retired.clone(),
+        }
+    }
 }
 
 impl Stats {
@@ -25,6 +80,7 @@ impl Stats {
             exchanged: AtomicU64::new(0),
             merges: AtomicU64::new(0),
             most_in_flight: AtomicU64::new(0),
+            replicas: Replicas::default(),
         }
     }
     /// `n` regions are in flight now.
@@ -33,6 +89,10 @@ impl Stats {
     }
     pub(crate) fn add_task(&self, worker: i32) {
         self.per_worker[worker as usize].fetch_add(1, Ordering::Relaxed);
+    }
+    /// Regions run so far (re-runs by recovery not counted).
+    pub(crate) fn tasks(&self) -> u64 {
+        self.per_worker.iter().map(|n| n.load(Ordering::Relaxed)).sum()
     }
     pub(crate) fn add_submitted(&self, n: u64) {
         self.submitted.fetch_add(n, Ordering::Relaxed);
@@ -103,6 +163,7 @@ impl Stats {
             wall_seconds,
             workers_alive_at_end: workers,
             write_detection: WRITE_DETECTION.get().cloned().unwrap_or_default(),
+            replicas: self.replicas.report(),
             ..Report::default()
         }
     }

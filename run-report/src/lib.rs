@@ -76,6 +76,52 @@ pub struct Report {
     pub resume_log: Option<JournalStats>,
     /// A resumed job (`ompcluster-run --resume`): what it skipped, where it switched to live and why.
     pub resume: Option<ResumeRecord>,
+    /// Replicas and votes (`OMPCLUSTER_FT_REPLICAS`, `OMPCLUSTER_FT_VOTE`).
+    #[serde(default)]
+    pub replicas: ReplicaStats,
+}
+
+/// What replicas of regions did (`OMPCLUSTER_FT_REPLICAS=k`, `OMPCLUSTER_FT_VOTE=1`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaStats {
+    /// Regions run on more than one worker.
+    pub regions_replicated: u64,
+    /// Runs besides the one whose result was taken (k - 1 per replicated region).
+    pub replica_runs: u64,
+    /// Regions whose result was taken from a replica other than the first-placed one (the
+    /// first-placed one failed, or lost the vote).
+    pub taken_from_other: u64,
+    /// Copies of versions replicas made that became holders (a failure of the worker whose
+    /// result was taken then costs no re-run of that region).
+    pub copies_kept: u64,
+    /// Regions whose result a majority of at least two replicas agreed on.
+    pub votes: u64,
+    /// Regions where at least one replica's result differed from the one taken.
+    pub corrections: u64,
+    /// Regions run again because their replicas disagreed with no majority.
+    pub tiebreaks: u64,
+    /// With voting, regions whose result no majority checked: one worker was left, or the
+    /// other replicas' workers died while it ran.
+    pub unvoted: u64,
+    /// Each disagreement, in order.
+    pub disagreements: Vec<Disagreement>,
+    /// Rank (as a string) -> votes it lost.
+    pub lost_by_rank: BTreeMap<String, u64>,
+    /// Workers retired for losing `OMPCLUSTER_FT_VOTE_RETIRE` votes.
+    pub retired: Vec<i32>,
+}
+
+/// Replicas of one region that wrote different results.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Disagreement {
+    /// The region's kernel.
+    pub kernel: String,
+    /// The workers whose results were taken (empty: no majority).
+    pub majority: Vec<i32>,
+    /// The workers whose results differed from it (every replica, with no majority).
+    pub losers: Vec<i32>,
+    /// When, seconds since start-up.
+    pub at_seconds: f64,
 }
 
 /// What ran where and what moved: in the report, and in the timeline's summary of a trace

@@ -32,6 +32,28 @@ pub struct Ran {
     pub allocated: Vec<Allocated>,
     /// Blocks allocated before that it freed (their start).
     pub freed: Vec<u64>,
+    /// With [`Checks::digest`]: per changed region, in order, the digest of its bytes.
+    pub digests: Vec<u64>,
+}
+
+/// What a run does besides the kernel (see `Event::Execute`'s fields of the same names).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Checks {
+    /// Digest each changed region after the kernel.
+    pub(super) digest: bool,
+    /// Test only: flip one bit of what the kernel wrote (see [`flipped_bit`]).
+    pub(super) flip: bool,
+}
+
+/// The byte and bit of a region of `size` bytes an injected flip changes: bit 4 of byte
+/// 6 of the eight-byte word in its middle (a double's exponent, an int's bit 20), or of
+/// its first byte if it is smaller than a word.
+pub(super) fn flipped_bit(size: u64) -> (u64, u8) {
+    if size < 8 {
+        (0, 1 << 4)
+    } else {
+        (((size / 2) & !7) + 6, 1 << 4)
+    }
 }
 
 /// What [`Device::execute`] notes of one region before the call.
@@ -102,6 +124,7 @@ impl Device {
         ptrs: &[*mut u8],
         assume_written: &[bool],
         replay: &[Region],
+        checks: Checks,
     ) -> Result<Ran, String> {
         let entry = {
             let images = self.images.read();
@@ -143,6 +166,20 @@ impl Device {
         // argument list.
         unsafe { exec::call_kernel(entry, args) };
         let (blocks, freed) = run.finish();
+        if checks.flip {
+            let mem = self.memory.read();
+            // The region a faulty core's write lands in: the first mapped `from`, else the
+            // first that is not image data (libomp's lock words live there).
+            let target = (0..regions.len()).find(|&i| assume_written[i]).or_else(|| (0..regions.len()).find(|&i| !mem.is_image_data(regions[i].addr)));
+            if let Some(i) = target.filter(|&i| regions[i].size > 0) {
+                let (at, bit) = flipped_bit(regions[i].size);
+                // SAFETY: the caller guarantees `ptrs[i]` points to the `regions[i].size`
+                // writable bytes of a region held here for the whole call; `at` is below
+                // that size.
+                unsafe { *ptrs[i].add(at as usize) ^= bit };
+                tracing::warn!(addr = regions[i].addr, at, "injected a bit flip (OMPCLUSTER_FT_INJECT)");
+            }
+        }
         let seconds = start.elapsed().as_secs_f64();
         let allocated = blocks
             .into_iter()
@@ -191,7 +228,20 @@ impl Device {
             };
             changed.push(c);
         }
-        Ok(Ran { changed, pointers, seconds, patches, allocated, freed })
+        let digests = if checks.digest {
+            let mem = self.memory.read();
+            (0..regions.len())
+                .filter(|&i| changed[i])
+                .map(|i| {
+                    let pieces = mem.pieces_to_hash(regions[i].addr, regions[i].size);
+                    // SAFETY: as above (the region is held here for the whole call).
+                    unsafe { exec::hash(ptrs[i], regions[i].size as usize, pieces.as_deref()) }
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Ok(Ran { changed, pointers, seconds, patches, allocated, freed, digests })
     }
 
     /// Write `bytes`, which came from another rank, at device address `addr` (held here, at
@@ -263,6 +313,6 @@ impl LocalDevice {
     pub unsafe fn execute(&self, image: u32, kernel: u32, args: &[u64], regions: &[Region], assume_written: &[bool]) -> Result<Ran, String> {
         let ptrs: Vec<*mut u8> = regions.iter().map(|r| r.addr as *mut u8).collect();
         // SAFETY: forwarded contract; device addresses are local addresses.
-        unsafe { self.dev.execute(self.bounds, image, kernel, args, regions, &ptrs, assume_written, &[]) }
+        unsafe { self.dev.execute(self.bounds, image, kernel, args, regions, &ptrs, assume_written, &[], Checks::default()) }
     }
 }

@@ -471,7 +471,7 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
             }
             (Err(e), _) | (_, Err(e)) => Reply::Error(e),
         },
-        Event::Execute { image, kernel, args, regions, assume_written, replay, send_back, streams, .. } => {
+        Event::Execute { image, kernel, args, regions, assume_written, replay, send_back, streams, digest, flip, .. } => {
             // The head's standard streams, passed by value, become this process's.
             let own;
             let args = if streams.is_empty() {
@@ -484,7 +484,8 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
                 own = a;
                 &own
             };
-            let (reply, back) = execute(w, env.tag, *image, *kernel, args, regions, assume_written, replay, send_back);
+            let checks = device::Checks { digest: *digest, flip: *flip };
+            let (reply, back) = execute(w, env.tag, *image, *kernel, args, regions, assume_written, replay, send_back, checks);
             if back.is_empty() {
                 reply
             } else {
@@ -631,6 +632,7 @@ fn execute(
     assume_written: &[bool],
     replay: &[protocol::Region],
     send_back: &[bool],
+    checks: device::Checks,
 ) -> (Reply, Vec<Vec<u8>>) {
     let ptrs = {
         let mem = w.dev.memory.read();
@@ -647,7 +649,7 @@ fn execute(
         // SAFETY: every pointer was resolved to a held range of the stated size, and the head
         // keeps these buffers allocated while the kernel runs; libomptarget generated the
         // argument list for exactly this kernel.
-        unsafe { w.dev.execute((w.heap.base(), w.heap.end()), image, kernel, args, regions, &ptrs, assume_written, replay) }
+        unsafe { w.dev.execute((w.heap.base(), w.heap.end()), image, kernel, args, regions, &ptrs, assume_written, replay, checks) }
     };
     match ran {
         Ok(ran) => {
@@ -679,6 +681,7 @@ fn execute(
                 allocated: ran.allocated,
                 freed: ran.freed,
                 returned,
+                digests: ran.digests,
             };
             (reply, back)
         }

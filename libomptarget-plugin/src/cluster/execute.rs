@@ -15,10 +15,12 @@ use super::link::Link;
 use super::meter::Meter;
 use super::offload::Offload;
 use super::{ClusterError, Result};
+use crate::inject::Injector;
 use crate::data::{Place, HEAD};
 use event_system::protocol::{Event, FoundPointers, Patch, Region, Reply, StdStream, MAX_SEND_BACK};
 
 /// A worker's report of a kernel run (see `Reply::Executed`; its output is printed already).
+#[derive(Default)]
 pub(super) struct Executed {
     /// Per region: did it change?
     pub(super) changed: Vec<bool>,
@@ -36,9 +38,12 @@ pub(super) struct Executed {
     pub(super) freed: Vec<u64>,
     /// Regions whose new contents came back with the reply: (region index, bytes).
     pub(super) returned: Vec<(usize, Vec<u8>)>,
-    /// What it printed (kept only for the log, `journal.rs`).
+    /// What it printed (kept only for the log, `journal.rs`; by [`Executor::await_quiet`],
+    /// all of it, for [`Executor::print`]).
     pub(super) output: Vec<u8>,
     pub(super) errors: Vec<u8>,
+    /// With [`Execute::digest`]: per changed region, the digest of its bytes.
+    pub(super) digests: Vec<u64>,
 }
 
 /// One kernel run to ask of a rank: kernel `kernel` of image `image` with argument values
@@ -60,6 +65,8 @@ pub(super) struct Execute<'a> {
     pub(super) short: bool,
     /// Drop what it prints (a re-run: its first run printed it).
     pub(super) quiet: bool,
+    /// Digest what it changed (replicas, `replicas.rs`).
+    pub(super) digest: bool,
 }
 
 /// An EXECUTE sent to a worker whose reply is still to come: what checking that reply needs.
@@ -70,6 +77,7 @@ pub(super) struct Posted {
     assume_written: Vec<bool>,
     send_back: Vec<bool>,
     quiet: bool,
+    digest: bool,
     /// When it was sent, on the trace's clock.
     since: Option<f64>,
 }
@@ -78,7 +86,7 @@ view! {
     /// The EXECUTE client: borrows the link (the EXECUTE and its reply), the meter (the trace),
     /// the durability (a region's output is kept for the log; the head's copies wait for a
     /// checkpoint saving them) and the offload (the head's own device, libomp's messages seen).
-    pub(super) struct Executor { link: Link, offload: Offload, durability: Durability, meter: Meter }
+    pub(super) struct Executor { link: Link, offload: Offload, durability: Durability, meter: Meter, inject: Injector }
 }
 
 impl<'a> Executor<'a> {
@@ -105,7 +113,12 @@ impl<'a> Executor<'a> {
         assert!(run.assume_written.len() == n && run.send_back.len() == n, "one flag per region");
         let since = self.meter.trace_now();
         let sizes = run.regions.iter().map(|r| r.size).collect();
-        let posted = Posted { rank: w, tag: 0, sizes, assume_written: run.assume_written.clone(), send_back: run.send_back.clone(), quiet: run.quiet, since };
+        let posted = Posted { rank: w, tag: 0, sizes, assume_written: run.assume_written.clone(), send_back: run.send_back.clone(), quiet: run.quiet, digest: run.digest, since };
+        // Test only (`flip:`): a bit of what this run writes is flipped on the worker.
+        let flip = self.inject.flip_due(w, self.meter.stats.tasks(), self.meter.start.elapsed().as_millis() as u64);
+        if flip {
+            self.meter.log(format_args!("INJECT a bit flip into the next region run on {w}"));
+        }
         let event = Event::Execute {
             image: run.image,
             kernel: run.kernel,
@@ -116,6 +129,8 @@ impl<'a> Executor<'a> {
             replay: run.replay,
             send_back: run.send_back,
             streams: StdStream::in_args(run.args),
+            digest: run.digest,
+            flip,
         };
         let tag = self.link.post(w, event)?;
         Ok(Posted { tag, ..posted })
@@ -124,37 +139,50 @@ impl<'a> Executor<'a> {
     /// Wait for the reply to `p`, check it, receive the bytes it sends back, and print what
     /// the run printed (unless it is quiet).
     pub(super) fn await_executed(&self, p: Posted) -> Result<Executed> {
+        let (w, quiet) = (p.rank, p.quiet);
+        let mut ran = self.await_quiet(p)?;
+        if !quiet {
+            self.print(w, &mut ran);
+        }
+        Ok(ran)
+    }
+
+    /// Print what the run `ran` on `w` printed (awaited by [`Executor::await_quiet`]), and
+    /// keep it only if the log needs it.
+    pub(super) fn print(&self, w: i32, ran: &mut Executed) {
+        let errors = self.once_per_job(w, &ran.errors);
+        if !ran.output.is_empty() || !errors.is_empty() {
+            // What the region printed, after what the program printed before it.
+            // SAFETY: flushing all C streams is always allowed.
+            unsafe { libc::fflush(std::ptr::null_mut()) };
+            event_system::write_all(1, &ran.output);
+            event_system::write_all(2, &errors);
+        }
+        if self.durability.journal.is_some() {
+            ran.errors = errors;
+        } else {
+            ran.output = Vec::new();
+            ran.errors = Vec::new();
+        }
+    }
+
+    /// As [`Executor::await_executed`], but what the run printed is returned in full, not
+    /// printed (replicas: only the result taken is printed).
+    pub(super) fn await_quiet(&self, p: Posted) -> Result<Executed> {
         let w = p.rank;
-        let (changed, pointers, seconds, patches, output, errors, allocated, freed, returned) = match self.link.comm.recv_msg::<Reply>(w, p.tag, self.link.live.as_ref())? {
-            Reply::Executed { changed, pointers, seconds, patches, output, errors, allocated, freed, returned } => {
-                (changed, pointers, seconds, patches, output, errors, allocated, freed, returned)
+        let (changed, pointers, seconds, patches, output, errors, allocated, freed, returned, digests) = match self.link.comm.recv_msg::<Reply>(w, p.tag, self.link.live.as_ref())? {
+            Reply::Executed { changed, pointers, seconds, patches, output, errors, allocated, freed, returned, digests } => {
+                (changed, pointers, seconds, patches, output, errors, allocated, freed, returned, digests)
             }
             Reply::Error(msg) => return Err(ClusterError::Worker { rank: w, msg }),
             Reply::PeerDead(peer) => return Err(ClusterError::PeerDead(peer)),
             other => return Err(ClusterError::Worker { rank: w, msg: format!("bad reply to EXECUTE: {other:?}") }),
         };
-        let reply = ReplyParts { changed: &changed, pointers: &pointers, seconds, patches: &patches, returned: &returned };
+        let reply = ReplyParts { changed: &changed, pointers: &pointers, seconds, patches: &patches, returned: &returned, digests: &digests };
         if let Err(why) = check_reply(&reply, &p) {
             return Err(ClusterError::Worker { rank: w, msg: format!("bad reply to EXECUTE: {why}") });
         }
-        let (output, errors) = if p.quiet {
-            (Vec::new(), Vec::new())
-        } else {
-            let errors = self.once_per_job(w, &errors);
-            if !output.is_empty() || !errors.is_empty() {
-                // What the region printed, after what the program printed before it.
-                // SAFETY: flushing all C streams is always allowed.
-                unsafe { libc::fflush(std::ptr::null_mut()) };
-                event_system::write_all(1, &output);
-                event_system::write_all(2, &errors);
-            }
-            // Kept for the log only (`journal.rs`).
-            if self.durability.journal.is_some() {
-                (output, errors)
-            } else {
-                (Vec::new(), Vec::new())
-            }
-        };
+        let (output, errors) = if p.quiet { (Vec::new(), Vec::new()) } else { (output, errors) };
         let mut back = Vec::with_capacity(returned.len());
         for i in returned {
             let i = i as usize;
@@ -168,7 +196,7 @@ impl<'a> Executor<'a> {
             }
             back.push((i, bytes));
         }
-        Ok(Executed { changed, pointers, seconds, patches, allocated, freed, traced: p.since.zip(self.meter.trace_now()), returned: back, output, errors })
+        Ok(Executed { changed, pointers, seconds, patches, allocated, freed, traced: p.since.zip(self.meter.trace_now()), returned: back, output, errors, digests })
     }
 
     /// Run kernel `index` of `image` on the head over `regions` (staged here), as a worker
@@ -195,6 +223,7 @@ impl<'a> Executor<'a> {
             returned: Vec::new(),
             output: Vec::new(),
             errors: Vec::new(),
+            digests: Vec::new(),
         })
     }
 
@@ -276,6 +305,7 @@ struct ReplyParts<'a> {
     seconds: f64,
     patches: &'a [(u32, Patch)],
     returned: &'a [u32],
+    digests: &'a [u64],
 }
 
 /// What is wrong with `r` as the reply to `p`, if anything: one flag per region, every region
@@ -292,6 +322,10 @@ fn check_reply(r: &ReplyParts<'_>, p: &Posted) -> std::result::Result<(), String
     let changed = r.changed.iter().filter(|&&c| c).count();
     if r.pointers.len() != changed {
         return Err(format!("{} pointer scans for {changed} changed regions", r.pointers.len()));
+    }
+    let digests = if p.digest { changed } else { 0 };
+    if r.digests.len() != digests {
+        return Err(format!("{} digests for {digests} (changed regions, if asked)", r.digests.len()));
     }
     if !(r.seconds.is_finite() && r.seconds >= 0.0) {
         return Err(format!("a kernel time of {} s", r.seconds));
@@ -331,11 +365,11 @@ mod tests {
     use super::*;
 
     fn posted(n: usize) -> Posted {
-        Posted { rank: 1, tag: 7, sizes: vec![64; n], assume_written: vec![false; n], send_back: vec![false; n], quiet: false, since: None }
+        Posted { rank: 1, tag: 7, sizes: vec![64; n], assume_written: vec![false; n], send_back: vec![false; n], quiet: false, digest: false, since: None }
     }
 
     fn reply<'a>(changed: &'a [bool], pointers: &'a [FoundPointers], patches: &'a [(u32, Patch)], returned: &'a [u32]) -> ReplyParts<'a> {
-        ReplyParts { changed, pointers, seconds: 0.5, patches, returned }
+        ReplyParts { changed, pointers, seconds: 0.5, patches, returned, digests: &[] }
     }
 
     const NONE: FoundPointers = FoundPointers::Many;
@@ -364,6 +398,19 @@ mod tests {
             bad_time.seconds = s;
             assert!(check_reply(&bad_time, &p).is_err(), "{s}");
         }
+    }
+
+    #[test]
+    fn one_digest_per_changed_region_when_asked() {
+        let mut p = posted(3);
+        let c = [true, false, true];
+        let ptrs = [NONE, NONE];
+        let with = |d: &'static [u64]| ReplyParts { digests: d, ..reply(&c, &ptrs, &[], &[]) };
+        assert!(check_reply(&with(&[1, 2]), &p).is_err(), "not asked");
+        p.digest = true;
+        assert_eq!(check_reply(&with(&[1, 2]), &p), Ok(()));
+        assert!(check_reply(&with(&[1]), &p).unwrap_err().contains("1 digests for 2"));
+        assert!(check_reply(&with(&[1, 2, 3]), &p).is_err());
     }
 
     #[test]

@@ -28,6 +28,7 @@ use super::meter::Meter;
 use super::movement::Movement;
 use super::offload::{Kernel, Offload, WriteSet, SHORT_KERNEL_NS};
 use super::prune::Pruner;
+use super::replicas::Replicator;
 use super::requests::Requests;
 use super::resume::{self, Resumer};
 use super::tolerance::Tolerance;
@@ -86,8 +87,14 @@ impl<'a> Launcher<'a> {
             }
         }
         let mut again = 0;
+        // Replicas disagreed with no majority: the run again has three (`replicas.rs`).
+        let mut tiebreak = false;
         loop {
-            match Requests::of(*self).resilient(|| self.launch_once(entry, args, begins, hosts, mapped_from)) {
+            match Requests::of(*self).resilient(|| self.launch_once(entry, args, begins, hosts, mapped_from, tiebreak)) {
+                Err(ClusterError::RunAgain(e)) if again < MAX_RUNS_AGAIN && matches!(*e, ClusterError::Disagreed(_)) => {
+                    again += 1;
+                    tiebreak = true;
+                }
                 // Its change could not be merged with a region's that ran at the same time on
                 // another worker: run it again over that one's (it is now known to write the
                 // buffer, so it shares a worker with the next writers).
@@ -113,7 +120,7 @@ impl<'a> Launcher<'a> {
         self.link.workers().filter(move |&r| !on_head && !self.tolerance.is_idle_spare(r)).chain(on_head.then_some(HEAD))
     }
 
-    fn launch_once(&self, entry: usize, args: &[u64], begins: &[u64], hosts: &[u64], mapped_from: &[bool]) -> Result<()> {
+    fn launch_once(&self, entry: usize, args: &[u64], begins: &[u64], hosts: &[u64], mapped_from: &[bool], tiebreak: bool) -> Result<()> {
         let _gate = Requests::of(*self).enter()?;
         let t0 = self.meter.start.elapsed().as_secs_f64();
         let kernel = self.offload.kernels.read().get(&entry).cloned().ok_or(ClusterError::UnknownKernel(entry))?;
@@ -124,7 +131,7 @@ impl<'a> Launcher<'a> {
         let roots: Vec<u64> = args.iter().chain(begins).copied().collect();
         // How long a run waits for this kernel's first run to teach what it writes.
         let learn_until = Instant::now() + LEARNING_WAIT;
-        let (w, reach, assume_written, marked, reach_args, learning, task_key) = {
+        let (w, extra, reach, assume_written, marked, reach_args, learning, task_key) = {
             let mut bufs = self.ledger.buffers.lock();
             loop {
                 // A run of a kernel whose write set is unknown marks everything it reaches as
@@ -205,17 +212,45 @@ impl<'a> Launcher<'a> {
                             let assume_written: Vec<bool> = reached.iter().map(|&(.., from)| from).collect();
                             // Its content key, for the log (`journal.rs`).
                             let task_key = self.durability.keyed().then(|| kernel.region_key(args, reached.iter().map(|(b, ..)| *b)));
-                            Some((w, reach, assume_written, may_write, reach_args, task_key))
+                            // Replicas (`replicas.rs`): on workers where no other region
+                            // uses a copy this one may write, and none is on its way.
+                            let k = if tiebreak { 3 } else { self.cfg.replicas as usize };
+                            let replicable = k > 1 && Place::of(w).is_worker() && !kernel.allocates.load(Ordering::Relaxed);
+                            let extra = if replicable && pins.is_empty() {
+                                let free = |r: i32| r != w && !arriving(r) && reached.iter().zip(&may_write).all(|((b, ..), &m)| !m || !b.using.contains_key(&r));
+                                let pool: Vec<Candidate> = candidates.iter().copied().filter(|c| free(c.rank)).collect();
+                                Replicator::of(*self).pick(w, pool, k - 1)
+                            } else {
+                                Vec::new()
+                            };
+                            if replicable && extra.is_empty() && self.meter.verbose() {
+                                let why = if pins.is_empty() { "no other worker free of regions using what it may write" } else { "it reaches a buffer another region writes" };
+                                self.meter.log(format_args!("UNREPLICATED {} on {w}: {why}", kernel.name));
+                            }
+                            // Voting: a region runs on two workers at least, if two are left; it
+                            // waits until two can take it (a region writing what it reaches
+                            // ends, or one using a copy it would write there), if any runs.
+                            let others_run = self.offload.all_in_flight() > 0;
+                            if self.cfg.vote && replicable && extra.is_empty() && others_run && self.targets().filter(|&r| Place::of(r).is_worker()).nth(1).is_some() {
+                                None
+                            } else {
+                                Some((w, extra, reach, assume_written, may_write, reach_args, task_key))
+                            }
                         }
                     }
                 };
-                let Some((w, reach, assume_written, may_write, reach_args, task_key)) = placed else {
+                let Some((w, extra, reach, assume_written, may_write, reach_args, task_key)) = placed else {
                     self.ledger.moved.wait(&mut bufs);
                     continue;
                 };
                 for ((a, ..), m) in reach.iter().zip(&may_write) {
                     if let Some(b) = bufs.get_mut(*a) {
                         b.begin_use(w);
+                        // A replica's copy is its own (no other region may write it, see
+                        // `extra` above): only the first-placed worker is marked writing.
+                        for &r in &extra {
+                            b.begin_use(r);
+                        }
                         if *m {
                             b.writing = Some((w, b.writing.map_or(0, |(_, n)| n) + 1));
                         }
@@ -227,7 +262,10 @@ impl<'a> Launcher<'a> {
                 }
                 // Counted under the lock, so that the next placement sees it.
                 self.offload.start_running(w);
-                break (w, reach, assume_written, may_write, reach_args, learning, task_key);
+                for &r in &extra {
+                    self.offload.start_running(r);
+                }
+                break (w, extra, reach, assume_written, may_write, reach_args, learning, task_key);
             }
         };
         self.meter.stats.note_in_flight(self.offload.all_in_flight());
@@ -240,9 +278,20 @@ impl<'a> Launcher<'a> {
             .zip(&assume_written)
             .map(|(((_, size, ..), &args), &from)| from && args & back_args != 0 && *size <= MAX_SEND_BACK)
             .collect();
-        let mut snaps = Vec::new();
-        let result = self.run_on(w, &kernel, args, &reach, assume_written.clone(), send_back, &mut snaps);
-        self.offload.stop_running(w);
+        let (w, mut snaps, result, agree) = if extra.is_empty() {
+            let mut snaps = Vec::new();
+            let result = self.run_on(w, &kernel, args, &reach, assume_written.clone(), send_back, &mut snaps);
+            self.offload.stop_running(w);
+            (w, snaps, result, Vec::new())
+        } else {
+            let set: Vec<i32> = std::iter::once(w).chain(extra).collect();
+            let replicator = Replicator::of(*self);
+            let runs = replicator.run_set(&set, &kernel, args, &reach, &marked, &assume_written, send_back);
+            let taken = replicator.take_result(&kernel, &reach, &marked, runs, tiebreak);
+            self.offload.stop_running(taken.0);
+            taken
+        };
+        let mut agree = agree;
         // The kernel is done with its copies (`changed`: which it changed; all, if unknown).
         // Returns the buffers the program deleted meanwhile that no region uses any more.
         // Called once on every path, under the `buffers` lock, and followed by a wake-up.
@@ -277,7 +326,10 @@ impl<'a> Launcher<'a> {
             self.ledger.moved.notify_all();
             Memory::of(*self).finish_deletes(deleted)?;
         }
-        let Executed { changed, pointers, seconds: kernel_s, patches, allocated, freed, traced, returned, output, errors } = result?;
+        let Executed { changed, pointers, seconds: kernel_s, patches, allocated, freed, traced, returned, output, errors, .. } = result?;
+        if !allocated.is_empty() || !freed.is_empty() {
+            kernel.allocates.store(true, Ordering::Relaxed);
+        }
         // It ran over the versions it was placed over, allocated and freed nothing, and ran
         // on a worker: it may go in the log (if nothing below rules it out).
         let mut clean = task_key.is_some() && Place::of(w) != Place::Head && allocated.is_empty() && freed.is_empty() && reach.iter().zip(&snaps).all(|(r, s)| r.3 == s.version);
@@ -328,6 +380,7 @@ impl<'a> Launcher<'a> {
                 match Merger::of(*self).merge_concurrent_changes(&Run { w, reach: &reach, changed: &changed, snaps: &snaps }, &kernel, &patches, &merged) {
                     Ok(m) => merged.extend(m),
                     Err(e) => {
+                        Replicator::of(*self).abandon(&reach, &marked, std::mem::take(&mut agree));
                         let deleted = release_writes(&mut self.ledger.buffers.lock(), Some(&changed));
                         self.ledger.moved.notify_all();
                         Memory::of(*self).finish_deletes(deleted)?;
@@ -335,6 +388,7 @@ impl<'a> Launcher<'a> {
                     }
                 }
             };
+            Replicator::of(*self).settle_agreeing(&mut bufs, &reach, &mut agree);
             deleted = release_writes(&mut bufs, Some(&changed));
             let mut found = pointers.into_iter();
             for (i, ((addr, _, id, version), c)) in reach.iter().zip(changed).enumerate() {
@@ -372,7 +426,9 @@ impl<'a> Launcher<'a> {
                     // state). For recovery, this one ran after it, over that version: re-run
                     // from the version it started from, it would lose the other's changes.
                     let alone = b.commits_from.get(&w).copied().unwrap_or(0) == snaps[i].commits_start;
-                    clean &= alone && b.version == *version;
+                    // The version it makes is exactly its change of the version it started from.
+                    let exact_change = alone && b.version == *version;
+                    clean &= exact_change;
                     if alone {
                         b.points_to = PointsTo::from(f);
                     } else {
@@ -392,6 +448,9 @@ impl<'a> Launcher<'a> {
                         unlearn.extend(made_by.map(|(_, e, m)| (e, m)));
                     }
                     let v = bufs.new_version(addr, [w].into()).expect("live buffer");
+                    if exact_change {
+                        Replicator::of(*self).install(&mut bufs, i, addr, v, &snaps, &agree);
+                    }
                     // Bytes sent back are this version's only if no other kernel changed the
                     // copy meanwhile (recorded above, or running there still).
                     let exact = alone && bufs.get(addr).is_some_and(|b| !b.using.contains_key(&w));
@@ -511,13 +570,27 @@ impl<'a> Launcher<'a> {
         send_back: Vec<bool>,
         snaps: &mut Vec<Snap>,
     ) -> Result<Executed> {
+        self.prepare_on(w, reach, snaps)?;
+        let short = kernel.last_ns.load(Ordering::Relaxed) < SHORT_KERNEL_NS;
+        let run = Execute { image: kernel.image, kernel: kernel.index, args, regions: regions_of(reach), assume_written, send_back, replay: Vec::new(), short, quiet: false, digest: false };
+        let ran = Executor::of(*self).execute(w, run);
+        if ran.is_err() {
+            self.ended(&mut self.ledger.buffers.lock(), w, reach, snaps);
+            self.ledger.moved.notify_all();
+        }
+        ran
+    }
+
+    /// Make `w` ready to run a kernel over `reach`: its inputs moved there, no merge holding
+    /// a copy it uses; it then counts as running on them (until [`Self::ended`]) and `snaps`
+    /// says what its copies were at the start. On an error nothing of that happened.
+    pub(super) fn prepare_on(&self, w: i32, reach: &[(u64, u64, u64, u64)], snaps: &mut Vec<Snap>) -> Result<()> {
         // The inputs from the head go out together, their answers are awaited together.
         let mut pending = Vec::new();
         let started = Movement::of(*self).start_moves(reach.iter().map(|r| r.0), w, &mut pending);
         let finished = Movement::of(*self).finish_moves(&mut pending);
         started?;
         finished?;
-        let regions: Vec<Region> = reach.iter().map(|&(addr, size, ..)| Region { addr, size }).collect();
         // It starts once no merge holds a copy it uses, and counts as running on them until
         // it is done (see `Buffer::running`).
         {
@@ -557,20 +630,13 @@ impl<'a> Launcher<'a> {
                 })
                 .collect();
         }
-        let short = kernel.last_ns.load(Ordering::Relaxed) < SHORT_KERNEL_NS;
-        let run = Execute { image: kernel.image, kernel: kernel.index, args, regions, assume_written, send_back, replay: Vec::new(), short, quiet: false };
-        let ran = Executor::of(*self).execute(w, run);
-        if ran.is_err() {
-            self.ended(&mut self.ledger.buffers.lock(), w, reach, snaps);
-            self.ledger.moved.notify_all();
-        }
-        ran
+        Ok(())
     }
 
     /// A kernel that [`Self::run_on`] ran on `w` ended: it no longer runs on its copies (the
     /// caller notifies `moved`). Called once per successful `run_on` (which calls it itself
     /// on failure), under the lock that records the run, to save a lock round.
-    fn ended(&self, bufs: &mut Buffers, w: i32, reach: &[(u64, u64, u64, u64)], snaps: &mut [Snap]) {
+    pub(super) fn ended(&self, bufs: &mut Buffers, w: i32, reach: &[(u64, u64, u64, u64)], snaps: &mut [Snap]) {
         for ((a, ..), snap) in reach.iter().zip(snaps.iter_mut()) {
             if let Some(b) = bufs.get_mut(*a) {
                 if let Some(n) = b.running.get_mut(&w) {
@@ -584,4 +650,9 @@ impl<'a> Launcher<'a> {
             }
         }
     }
+}
+
+/// The regions an EXECUTE over `reach` names.
+pub(super) fn regions_of(reach: &[(u64, u64, u64, u64)]) -> Vec<Region> {
+    reach.iter().map(|&(addr, size, ..)| Region { addr, size }).collect()
 }

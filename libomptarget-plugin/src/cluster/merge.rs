@@ -271,7 +271,7 @@ impl<'a> Merger<'a> {
     /// its changes was merged yet and every version it changed still has a copy elsewhere,
     /// forget its copies and return [`ClusterError::RunAgain`]: it then runs again, over the
     /// other region's change, as one after the other on one device. Else `e`.
-    fn rerun_or(&self, e: ClusterError, run: &Run, done: &BTreeSet<usize>) -> ClusterError {
+    pub(super) fn rerun_or(&self, e: ClusterError, run: &Run, done: &BTreeSet<usize>) -> ClusterError {
         let w = run.w;
         let restorable = done.is_empty() && {
             let bufs = self.ledger.buffers.lock();
@@ -295,19 +295,24 @@ impl<'a> Merger<'a> {
         if !restorable {
             return e;
         }
+        self.undo(run);
+        self.meter.log(format_args!("RUN AGAIN on {w}: {e}"));
+        ClusterError::RunAgain(Box::new(e))
+    }
+
+    /// Forget what the kernel run `run` changed: its worker's copies of those buffers hold no
+    /// known version any more (version 0's are made zeros again), and the kernels that shared
+    /// them and are not recorded yet run again (see `Buffer::undone`).
+    pub(super) fn undo(&self, run: &Run) {
         {
-            // Kernels that shared these copies and are done but not recorded lose their
-            // changes too: they run again as well (see `Buffer::undone`).
             let mut bufs = self.ledger.buffers.lock();
             for ((addr, ..), _) in run.reach.iter().zip(run.changed).filter(|(_, c)| **c) {
                 if let Some(b) = bufs.get_mut(*addr) {
-                    *b.undone.entry(w).or_default() += 1;
+                    *b.undone.entry(run.w).or_default() += 1;
                 }
             }
         }
         self.forget_copies_changed(run);
-        self.meter.log(format_args!("RUN AGAIN on {w}: {e}"));
-        ClusterError::RunAgain(Box::new(e))
     }
 
     /// Forget `w`'s copies of the buffers a kernel changed there whose changes are not

@@ -121,6 +121,7 @@ mod offload;
 mod on_head;
 mod prune;
 mod recovery;
+mod replicas;
 mod requests;
 mod rerun;
 mod resume;
@@ -191,6 +192,10 @@ pub enum ClusterError {
     /// Recovery could not rebuild what a failure destroyed.
     #[error("recovery failed: {0}")]
     Unrecoverable(String),
+    /// Replicas of a region disagree and none has a majority (`replicas.rs`): it runs again,
+    /// on more replicas, if the versions it started from are still somewhere.
+    #[error("{0}")]
+    Disagreed(String),
     /// A kernel's copy of a buffer changed under it before it started (see `launch.rs`).
     #[error("the copy of {0:#x} a region was placed on changed before it started, too often")]
     Unplaced(u64),

@@ -141,6 +141,9 @@ pub(super) struct Kernel {
     /// retrieved right after a run: their new contents come back with the EXECUTE's reply.
     /// Unlearned when bytes so sent were replaced before being retrieved.
     pub(super) send_back: std::sync::atomic::AtomicU64,
+    /// A run of it allocated or freed device memory (`malloc` in a region): its runs are not
+    /// replicated (`launch.rs`: each replica's blocks would lie in its own worker's arena).
+    pub(super) allocates: std::sync::atomic::AtomicBool,
 }
 
 impl Kernel {

@@ -1,0 +1,461 @@
+//! Replicas of a region (`OMPCLUSTER_FT_REPLICAS=k`) and the vote over their results
+//! (`OMPCLUSTER_FT_VOTE=1`): the pure part, [`tally`]. The launch itself is `launch.rs`
+//! (`Launcher::launch_once`, `Launcher::run_set`); the design is `docs/recovery.md`,
+//! "Replicas and voting".
+//!
+//! A replicated region is one launch: placed on k workers under the `buffers` lock, its inputs
+//! moved to each, k EXECUTEs posted, every reply awaited (each wait bounded by the failure
+//! detector, as every wait on a worker is), then one result is taken. Each replica's worker
+//! digests what it changed (`Event::Execute::digest`), so the head knows which replicas wrote
+//! the same bytes: their copies become holders of the versions the region made, so that the
+//! loss of the worker whose result was taken costs no re-run. A replica whose result differs
+//! is never a holder. With voting, a result counts only when a majority of the replicas
+//! agree on it.
+
+use super::durability::Durability;
+use super::execute::{Execute, Executed, Executor};
+use super::failures::Failures;
+use super::launch::{regions_of, Launcher};
+use super::ledger::Ledger;
+use super::link::Link;
+use super::merge::{Merger, Run, Snap};
+use super::meter::Meter;
+use super::offload::{Kernel, Offload, SHORT_KERNEL_NS};
+use super::tolerance::Tolerance;
+use super::{ClusterError, Result, Stopped};
+use crate::config::Config;
+use crate::data::Buffers;
+use crate::inject::Injector;
+use scheduler::Candidate;
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+
+view! {
+    /// Running a region's replicas and taking one result: borrows the whole cluster, as a
+    /// launch does (it moves inputs, runs kernels, undoes changes, and reports a worker that
+    /// lost too many votes as failed).
+    pub(super) struct Replicator { link: Link, ledger: Ledger, offload: Offload, tolerance: Tolerance, durability: Durability, meter: Meter, cfg: Config, stopped: Stopped }
+    also { tolerance.inject: Injector }
+}
+
+/// One replica's run: its worker, what its copies were when it started (empty: it never
+/// started), and its result.
+pub(super) struct SetRun {
+    pub(super) w: i32,
+    pub(super) snaps: Vec<Snap>,
+    pub(super) ran: Result<Executed>,
+}
+
+impl SetRun {
+    /// Which regions it changed: as reported; if it failed after it started, every region
+    /// it may write (`marked`); none if it never started.
+    fn changed(&self, marked: &[bool]) -> Vec<bool> {
+        match &self.ran {
+            Ok(e) => e.changed.clone(),
+            Err(_) if self.snaps.is_empty() => vec![false; marked.len()],
+            Err(_) => marked.to_vec(),
+        }
+    }
+}
+
+/// `reach` with the versions a run started from.
+fn with_versions(reach: &[(u64, u64, u64, u64)], snaps: &[Snap]) -> Vec<(u64, u64, u64, u64)> {
+    reach.iter().zip(snaps).map(|(&(a, s, id, _), sn)| (a, s, id, sn.version)).collect()
+}
+
+/// The result a launch takes from its replicas: the run taken (its worker, its snaps and
+/// its result), and the replicas whose results agree with it (see [`Replicator::install`]).
+pub(super) type Taken = (i32, Vec<Snap>, Result<Executed>, Vec<SetRun>);
+
+impl<'a> Replicator<'a> {
+    /// Up to `n` workers from `pool` for replicas of a region placed on `w`: each the
+    /// scheduler's choice among those on a host not used yet, or among all left if none is.
+    /// Called under the `buffers` lock.
+    pub(super) fn pick(&self, w: i32, mut pool: Vec<Candidate>, n: usize) -> Vec<i32> {
+        let host = |r: i32| self.link.process(r).map(|p| p.0);
+        let mut hosts = vec![host(w)];
+        let mut picked = Vec::with_capacity(n);
+        while picked.len() < n {
+            let elsewhere: Vec<Candidate> = pool.iter().copied().filter(|c| !hosts.contains(&host(c.rank))).collect();
+            let Some(r) = self.offload.sched.choose(if elsewhere.is_empty() { &pool } else { &elsewhere }) else { break };
+            picked.push(r);
+            hosts.push(host(r));
+            pool.retain(|c| c.rank != r);
+        }
+        picked
+    }
+
+    /// Run the kernel on every worker of `set` (placed, marked and counted running by the
+    /// launch): every replica's inputs are moved first, then the EXECUTEs are posted, the
+    /// first-placed one first, then every reply is awaited. Moves come first because a replica
+    /// changes its copies in place: a copy moved from a worker whose replica already runs
+    /// would hold part of its changes. A replica whose copy was taken from a copy some other
+    /// kernel could reach meanwhile (`Buffer::torn`) of a buffer it may write does not run: it
+    /// could start from other bytes; with voting none runs then, and the launch places the
+    /// region again ([`ClusterError::RunAgain`]). Only the first-placed one sends bytes back.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn run_set(&self, set: &[i32], kernel: &Kernel, args: &[u64], reach: &[(u64, u64, u64, u64)], marked: &[bool], assume_written: &[bool], send_back: Vec<bool>) -> Vec<SetRun> {
+        let launcher = Launcher::of(*self);
+        let exec = Executor::of(*self);
+        let short = kernel.last_ns.load(Ordering::Relaxed) < SHORT_KERNEL_NS;
+        // Kernel changes of each buffer so far (see `torn` below).
+        let changes: Vec<u64> = {
+            let bufs = self.ledger.buffers.lock();
+            reach.iter().map(|(a, ..)| bufs.get(*a).map_or(0, |b| b.kernel_changes)).collect()
+        };
+        let mut runs: Vec<SetRun> = set
+            .iter()
+            .map(|&r| {
+                let mut snaps = Vec::new();
+                let ran = launcher.prepare_on(r, reach, &mut snaps).map(|()| Executed::default());
+                SetRun { w: r, snaps, ran }
+            })
+            .collect();
+        {
+            let mut bufs = self.ledger.buffers.lock();
+            // A copy of a buffer it may write taken from a copy another kernel could change:
+            // from outside the set, or from a member's copy that another kernel runs on or
+            // changed since (no member runs yet; each counts once in `running`).
+            let torn = |bufs: &Buffers, w: i32| {
+                reach.iter().zip(marked).zip(&changes).find_map(|(((a, ..), &m), &c)| {
+                    let b = bufs.get(*a).filter(|_| m)?;
+                    let src = *b.torn.get(&w)?;
+                    let own = set.contains(&src) && b.running.get(&src).is_none_or(|&n| n <= 1) && b.kernel_changes == c;
+                    (!own).then_some(*a)
+                })
+            };
+            let unready = runs.iter().find_map(|r| match &r.ran {
+                Ok(_) => torn(&bufs, r.w),
+                Err(ClusterError::RunAgain(e)) => match **e {
+                    ClusterError::Unplaced(a) => Some(a),
+                    _ => None,
+                },
+                Err(_) => None,
+            });
+            for (i, run) in runs.iter_mut().enumerate() {
+                let skip = match unready {
+                    // Voting: no replica runs unless all can.
+                    Some(a) if self.cfg.vote => Some(a),
+                    _ if i == 0 => None,
+                    _ => torn(&bufs, run.w),
+                };
+                if let (Some(a), true) = (skip, run.ran.is_ok()) {
+                    launcher.ended(&mut bufs, run.w, reach, &mut run.snaps);
+                    run.snaps.clear();
+                    run.ran = Err(ClusterError::RunAgain(Box::new(ClusterError::Unplaced(a))));
+                }
+            }
+        }
+        self.ledger.moved.notify_all();
+        let mut posted = Vec::with_capacity(set.len());
+        for (i, run) in runs.iter().enumerate() {
+            let back = if i == 0 { send_back.clone() } else { vec![false; reach.len()] };
+            posted.push(run.ran.as_ref().ok().map(|_| {
+                let ex = Execute {
+                    image: kernel.image,
+                    kernel: kernel.index,
+                    args,
+                    regions: regions_of(reach),
+                    assume_written: assume_written.to_vec(),
+                    send_back: back,
+                    replay: Vec::new(),
+                    short,
+                    quiet: false,
+                    digest: true,
+                };
+                exec.post_execute(run.w, ex)
+            }));
+        }
+        for (run, p) in runs.iter_mut().zip(posted) {
+            let Some(p) = p else { continue };
+            run.ran = p.and_then(|p| exec.await_quiet(p));
+            if run.ran.is_err() {
+                launcher.ended(&mut self.ledger.buffers.lock(), run.w, reach, &mut run.snaps);
+                self.ledger.moved.notify_all();
+            }
+        }
+        runs
+    }
+
+    /// Take one result of `runs` (in placement order) by [`tally`]; print what it printed.
+    /// Every run but the one taken and those that agree with it is settled here: what it
+    /// changed is forgotten, and it no longer counts as running. With no majority, the
+    /// first-placed run's changes are undone too and the result is
+    /// [`ClusterError::RunAgain`] (the launch runs the region again, on three replicas), or,
+    /// if the versions it started from are nowhere else or this was that run again, an
+    /// [`ClusterError::Unrecoverable`] that ends the program: never a result no majority gave.
+    pub(super) fn take_result(&self, kernel: &Kernel, reach: &[(u64, u64, u64, u64)], marked: &[bool], runs: Vec<SetRun>, tiebreak: bool) -> Taken {
+        let stats = &self.meter.stats.replicas;
+        // Runs that started (a set placed again before any ran counts for nothing).
+        let started = runs.iter().filter(|r| r.ran.is_ok() || !r.snaps.is_empty()).count() as u64;
+        if started > 0 {
+            stats.regions.fetch_add(1, Ordering::Relaxed);
+            stats.extra_runs.fetch_add(started - 1, Ordering::Relaxed);
+        }
+        let ballots: Vec<Option<Ballot>> = runs.iter().map(|r| r.ran.as_ref().ok().map(Ballot::of)).collect();
+        let verdict = tally(&ballots, self.cfg.vote);
+        if let Verdict::Take { voted: false, .. } = verdict {
+            if self.cfg.vote {
+                // The other replicas' workers died (or it was placed again and they had not
+                // started): a lone answer, taken unchecked.
+                stats.unvoted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let mut runs: Vec<Option<SetRun>> = runs.into_iter().map(Some).collect();
+        let ranks: Vec<i32> = runs.iter().flatten().map(|r| r.w).collect();
+        match verdict {
+            Verdict::Take { winner, agree, losers, voted } => {
+                if voted {
+                    stats.votes.fetch_add(1, Ordering::Relaxed);
+                }
+                if winner != 0 {
+                    stats.taken_from_other.fetch_add(1, Ordering::Relaxed);
+                }
+                if !losers.is_empty() {
+                    if self.meter.verbose() {
+                        for (i, b) in ballots.iter().enumerate() {
+                            let versions: Vec<u64> = runs[i].as_ref().map(|r| r.snaps.iter().map(|s| s.version).collect()).unwrap_or_default();
+                            self.meter.log(format_args!("BALLOT of {} for {} over versions {versions:?} of {reach:x?}: {b:?}", ranks[i], kernel.name));
+                        }
+                    }
+                    let majority: Vec<i32> = std::iter::once(winner).chain(agree.iter().copied()).map(|i| ranks[i]).collect();
+                    self.lost_votes(kernel, majority, losers.iter().map(|&i| ranks[i]).collect());
+                }
+                let mut taken = runs[winner].take().expect("the winner is a run");
+                // A kernel that allocated device memory: its replicas' blocks lie in their own
+                // workers' arenas, so their copies cannot stand for the taken one's.
+                let allocated = taken.ran.as_ref().is_ok_and(|e| !e.allocated.is_empty() || !e.freed.is_empty());
+                let agreeing: Vec<SetRun> = if allocated { Vec::new() } else { agree.iter().filter_map(|&i| runs[i].take()).collect() };
+                for r in runs.into_iter().flatten() {
+                    self.settle_other(reach, marked, r);
+                }
+                if let Ok(e) = &mut taken.ran {
+                    Executor::of(*self).print(taken.w, e);
+                }
+                (taken.w, taken.snaps, taken.ran, agreeing)
+            }
+            Verdict::Nothing => {
+                let first = runs[0].take().expect("the first run");
+                for r in runs.into_iter().flatten() {
+                    self.settle_other(reach, marked, r);
+                }
+                (first.w, first.snaps, first.ran, Vec::new())
+            }
+            Verdict::Split => {
+                let answered: Vec<i32> = runs.iter().flatten().filter(|r| r.ran.is_ok()).map(|r| r.w).collect();
+                let at_seconds = self.meter.start.elapsed().as_secs_f64();
+                self.meter.stats.replicas.record.lock().disagreements.push(run_report::Disagreement { kernel: kernel.name.to_string(), majority: Vec::new(), losers: answered.clone(), at_seconds });
+                let mut first = runs[0].take().expect("the first run");
+                for r in runs.into_iter().flatten() {
+                    self.settle_other(reach, marked, r);
+                }
+                let why = format!("the {} replicas of a region of kernel {} on workers {answered:?} wrote different results and no majority agrees", answered.len(), kernel.name);
+                let changed = first.changed(marked);
+                let started = with_versions(reach, &first.snaps);
+                if first.ran.is_ok() {
+                    Launcher::of(*self).ended(&mut self.ledger.buffers.lock(), first.w, reach, &mut first.snaps);
+                }
+                let run = Run { w: first.w, reach: &started, changed: &changed, snaps: &first.snaps };
+                let e = if tiebreak {
+                    ClusterError::Disagreed(why.clone())
+                } else {
+                    Merger::of(*self).rerun_or(ClusterError::Disagreed(why.clone()), &run, &BTreeSet::new())
+                };
+                let e = match e {
+                    ClusterError::RunAgain(e) => {
+                        stats.tiebreaks.fetch_add(1, Ordering::Relaxed);
+                        eprintln!("ompcluster: {why}: running it again on three workers");
+                        ClusterError::RunAgain(e)
+                    }
+                    _ => {
+                        Merger::of(*self).undo(&run);
+                        let again = if tiebreak { "even when run again" } else { "and the versions it started from are held nowhere else, so it cannot run again" };
+                        ClusterError::Unrecoverable(format!("{why}, {again}: ending the program rather than trusting any of them (OMPCLUSTER_FT_VOTE=1)"))
+                    }
+                };
+                self.ledger.moved.notify_all();
+                (first.w, first.snaps, Err(e), Vec::new())
+            }
+        }
+    }
+
+    /// Workers `losers` wrote something else than `majority`: say so, count it, and retire
+    /// a worker at `OMPCLUSTER_FT_VOTE_RETIRE` lost votes (it is then handled as a failed one).
+    fn lost_votes(&self, kernel: &Kernel, majority: Vec<i32>, losers: Vec<i32>) {
+        let stats = &self.meter.stats.replicas;
+        stats.corrections.fetch_add(1, Ordering::Relaxed);
+        let at_seconds = self.meter.start.elapsed().as_secs_f64();
+        stats.record.lock().disagreements.push(run_report::Disagreement { kernel: kernel.name.to_string(), majority: majority.clone(), losers: losers.clone(), at_seconds });
+        for r in losers {
+            let n = stats.lose_vote(r);
+            eprintln!("ompcluster: worker {r} lost a vote on a region of kernel {}: what it wrote differs from workers {majority:?}, whose result is taken", kernel.name);
+            let limit = u64::from(self.cfg.vote_retire);
+            if limit > 0 && n >= limit && !stats.record.lock().retired.contains(&r) {
+                stats.record.lock().retired.push(r);
+                eprintln!("ompcluster: worker {r} lost {n} votes (OMPCLUSTER_FT_VOTE_RETIRE={limit}): retiring it as a failed worker");
+                Failures::of(*self).note_failure(r, &format!("retired after losing {n} votes"));
+            }
+        }
+    }
+
+    /// The agreeing replicas of a result that is not recorded after all (its changes could
+    /// not be merged): settled as any other run.
+    pub(super) fn abandon(&self, reach: &[(u64, u64, u64, u64)], marked: &[bool], agree: Vec<SetRun>) {
+        for r in agree {
+            self.settle_other(reach, marked, r);
+        }
+    }
+
+    /// A run whose result is not taken and does not stand for it: forget what it changed
+    /// (its copies hold no version; version 0's are made zeros again) and end its use of
+    /// its copies.
+    fn settle_other(&self, reach: &[(u64, u64, u64, u64)], marked: &[bool], mut r: SetRun) {
+        let changed = r.changed(marked);
+        if r.ran.is_ok() {
+            Launcher::of(*self).ended(&mut self.ledger.buffers.lock(), r.w, reach, &mut r.snaps);
+            let started = with_versions(reach, &r.snaps);
+            Merger::of(*self).undo(&Run { w: r.w, reach: &started, changed: &changed, snaps: &r.snaps });
+        }
+        self.release(&mut self.ledger.buffers.lock(), reach, r.w, &changed);
+        self.ledger.moved.notify_all();
+    }
+
+    /// `w`'s run over `reach` no longer uses its copies (`changed`: those it changed).
+    fn release(&self, bufs: &mut Buffers, reach: &[(u64, u64, u64, u64)], w: i32, changed: &[bool]) {
+        for ((a, ..), &c) in reach.iter().zip(changed) {
+            bufs.kernel_done(*a, w, c);
+        }
+        self.offload.stop_running(w);
+    }
+
+    /// The replicas that agree with the result taken are done, under the lock that records
+    /// that result: their copies of what they changed hold no version until [`Self::install`]
+    /// makes them holders of the versions recorded.
+    pub(super) fn settle_agreeing(&self, bufs: &mut Buffers, reach: &[(u64, u64, u64, u64)], agree: &mut [SetRun]) {
+        for r in agree {
+            Launcher::of(*self).ended(bufs, r.w, reach, &mut r.snaps);
+            let changed = r.changed(&[]);
+            self.release(bufs, reach, r.w, &changed);
+            for ((a, ..), _) in reach.iter().zip(&changed).filter(|(_, c)| **c) {
+                bufs.drop_copy(*a, r.w);
+            }
+        }
+    }
+
+    /// The taken run (its `snaps`) made version `v` of the buffer at `addr`, region `i` of
+    /// its reach, exactly from the version it started from: each agreeing replica that started
+    /// from the same versions and whose copy nothing else touched since holds `v` too.
+    pub(super) fn install(&self, bufs: &mut Buffers, i: usize, addr: u64, v: u64, snaps: &[Snap], agree: &[SetRun]) {
+        for r in agree {
+            let same_start = r.snaps.len() == snaps.len() && r.snaps.iter().zip(snaps).all(|(a, b)| a.version == b.version);
+            let untouched = bufs.get(addr).is_some_and(|b| {
+                b.version == v
+                    && !b.holders.contains(&r.w)
+                    && !b.stale.contains_key(&r.w)
+                    && !b.incoming.contains(&r.w)
+                    && !b.using.contains_key(&r.w)
+                    && b.commits_from.get(&r.w).copied().unwrap_or(0) == r.snaps[i].commits_start
+                    && b.undone_on(r.w) == r.snaps[i].undone_start
+            });
+            if same_start && untouched && self.link.is_live_worker(r.w) {
+                bufs.add_holder(addr, r.w);
+                self.meter.stats.replicas.copies_kept.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// What a replica's run reported that replicas must agree on: which regions it changed and
+/// the digest of each changed region's bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Ballot {
+    changed: Vec<bool>,
+    digests: Vec<u64>,
+}
+
+impl Ballot {
+    pub(super) fn of(ran: &Executed) -> Self {
+        Ballot { changed: ran.changed.clone(), digests: ran.digests.clone() }
+    }
+}
+
+/// Which replica's result a launch takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// Take replica `winner`'s result. `agree`: the other replicas that wrote the same bytes
+    /// (their copies may hold its versions); `losers`: those that answered something else.
+    /// `voted`: a majority of at least two agreed (else only one replica answered).
+    Take { winner: usize, agree: Vec<usize>, losers: Vec<usize>, voted: bool },
+    /// Voting, and no result has a majority of the replicas that answered.
+    Split,
+    /// No replica answered.
+    Nothing,
+}
+
+/// The verdict over the ballots of a region's replicas, in placement order (`None`: that
+/// replica gave no result: its worker died, or its kernel failed). Without `vote` the first
+/// result is taken. With `vote`, a result is taken when more than half of the replicas that
+/// answered, and at least two, gave it; a lone answer is taken unvoted.
+pub(super) fn tally(ballots: &[Option<Ballot>], vote: bool) -> Verdict {
+    let answered: Vec<usize> = (0..ballots.len()).filter(|&i| ballots[i].is_some()).collect();
+    let Some(&first) = answered.first() else { return Verdict::Nothing };
+    let same = |i: usize, j: usize| ballots[i] == ballots[j];
+    let split = |winner: usize| {
+        let (agree, losers): (Vec<usize>, Vec<usize>) = answered.iter().copied().filter(|&i| i != winner).partition(|&i| same(i, winner));
+        (agree, losers)
+    };
+    if !vote || answered.len() == 1 {
+        let (agree, losers) = split(first);
+        return Verdict::Take { winner: first, agree, losers: if vote { losers } else { Vec::new() }, voted: false };
+    }
+    for &i in &answered {
+        let (agree, losers) = split(i);
+        if 2 * (agree.len() + 1) > answered.len() {
+            return Verdict::Take { winner: i, agree, losers, voted: true };
+        }
+    }
+    Verdict::Split
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(d: u64) -> Option<Ballot> {
+        Some(Ballot { changed: vec![true, false], digests: vec![d] })
+    }
+
+    #[test]
+    fn without_a_vote_the_first_answer_is_taken() {
+        assert_eq!(tally(&[None, b(1), b(2)], false), Verdict::Take { winner: 1, agree: vec![], losers: vec![], voted: false });
+        assert_eq!(tally(&[b(1), b(1)], false), Verdict::Take { winner: 0, agree: vec![1], losers: vec![], voted: false });
+        assert_eq!(tally(&[None, None], false), Verdict::Nothing);
+    }
+
+    #[test]
+    fn a_majority_decides() {
+        assert_eq!(tally(&[b(1), b(1)], true), Verdict::Take { winner: 0, agree: vec![1], losers: vec![], voted: true });
+        assert_eq!(tally(&[b(7), b(1), b(1)], true), Verdict::Take { winner: 1, agree: vec![2], losers: vec![0], voted: true });
+        assert_eq!(tally(&[b(1), b(7), b(1)], true), Verdict::Take { winner: 0, agree: vec![2], losers: vec![1], voted: true });
+        assert_eq!(tally(&[b(1), None, b(1)], true), Verdict::Take { winner: 0, agree: vec![2], losers: vec![], voted: true });
+    }
+
+    #[test]
+    fn no_majority_is_a_split() {
+        assert_eq!(tally(&[b(1), b(2)], true), Verdict::Split);
+        assert_eq!(tally(&[b(1), b(2), b(3)], true), Verdict::Split);
+        assert_eq!(tally(&[None, b(2), b(3)], true), Verdict::Split);
+    }
+
+    #[test]
+    fn a_lone_answer_is_taken_unvoted() {
+        assert_eq!(tally(&[None, b(2)], true), Verdict::Take { winner: 1, agree: vec![], losers: vec![], voted: false });
+        assert_eq!(tally(&[None, None, None], true), Verdict::Nothing);
+    }
+
+    #[test]
+    fn which_regions_changed_counts_too() {
+        let other = Some(Ballot { changed: vec![true, true], digests: vec![1] });
+        assert_eq!(tally(&[b(1), other], true), Verdict::Split);
+    }
+}

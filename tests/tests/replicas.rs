@@ -1,0 +1,133 @@
+//! Replicas of regions (`OMPCLUSTER_FT_REPLICAS=k`) and voting over their results
+//! (`OMPCLUSTER_FT_VOTE=1`), tested as a user meets them: real programs under
+//! `ompcluster-run`, workers killed from outside, bits flipped in what a worker's kernel wrote
+//! (`OMPCLUSTER_FT_INJECT=flip:rank=R:...`, as a faulty core would), and the run report.
+
+use ompcluster_tests::{compile, describe, run_with_report, stderr, stdout, test_seed, Job, Report, Rng};
+use std::path::Path;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+/// A frozen or killed worker is declared dead within 1 s.
+const FT: [(&str, &str); 2] = [("OMPCLUSTER_HB_PERIOD", "100"), ("OMPCLUSTER_HB_TIMEOUT", "1000")];
+
+/// A run that takes longer than this has hung.
+const BOUND: Duration = Duration::from_secs(150);
+
+/// 4x4 blocks of 64x64, each product sleeping 20 ms: 64 regions in chains of 4 per C block.
+const MATMUL: &[&str] = &["256", "64", "20000"];
+
+fn envs<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    FT.iter().copied().chain(extra.iter().copied()).collect()
+}
+
+fn passes(o: &Output) -> bool {
+    o.status.success() && stdout(o).lines().any(|l| l.contains("PASS"))
+}
+
+/// With k = 2 and 3, every region of the matmul runs on k workers, the program prints what
+/// it prints with k = 1, and the replicas' copies hold the versions they made.
+#[test]
+fn replicated_regions_give_the_result_of_unreplicated_ones() {
+    let prog = compile("ft_matmul.c");
+    let (o, one) = run_with_report(4, &prog, MATMUL, &envs(&[]));
+    assert!(passes(&o), "{}", describe(&o));
+    assert_eq!(one.replicas.regions_replicated, 0);
+    let reference = stdout(&o);
+    for k in ["2", "3"] {
+        let (o, r) = run_with_report(4, &prog, MATMUL, &envs(&[("OMPCLUSTER_FT_REPLICAS", k)]));
+        assert!(passes(&o), "k={k}\n{}", describe(&o));
+        assert_eq!(stdout(&o), reference, "k={k}");
+        let k: u64 = k.parse().unwrap();
+        assert!(r.replicas.regions_replicated >= 32, "k={k}: {:?}", r.replicas);
+        assert!(r.replicas.replica_runs >= r.replicas.regions_replicated / 2, "k={k}: {:?}", r.replicas);
+        assert!(r.replicas.copies_kept >= r.replicas.regions_replicated / 2, "k={k}: {:?}", r.replicas);
+        assert!(r.replicas.disagreements.is_empty(), "k={k}: {:?}", r.replicas);
+        let _ = k;
+    }
+}
+
+/// A report's replica counts, for messages.
+fn counts(r: &Report) -> String {
+    format!("{:?}; recoveries: {}", r.replicas, r.recoveries.len())
+}
+
+/// Bits flipped in what a worker wrote: without voting the program prints a wrong result
+/// (the control: the flip reaches the output); with k = 3 and voting, every flip is outvoted,
+/// the worker is named, and the program prints the right result.
+#[test]
+fn a_flipped_bit_is_outvoted() {
+    let prog = compile("ft_matmul.c");
+    let flips = "flip:rank=2:after_tasks=5;flip:rank=2:after_tasks=20";
+    let (o, _) = run_with_report(4, &prog, MATMUL, &envs(&[("OMPCLUSTER_FT_INJECT", flips)]));
+    assert!(!passes(&o), "the flips did not reach the output of an unvoted run\n{}", describe(&o));
+    let (o, r) = run_with_report(4, &prog, MATMUL, &envs(&[("OMPCLUSTER_FT_REPLICAS", "3"), ("OMPCLUSTER_FT_VOTE", "1"), ("OMPCLUSTER_FT_INJECT", flips)]));
+    assert!(passes(&o), "{}\n{}", counts(&r), describe(&o));
+    assert_eq!(r.replicas.corrections, 2, "{}\n{}", counts(&r), describe(&o));
+    assert_eq!(r.replicas.lost_by_rank.get("2"), Some(&2), "{}", counts(&r));
+    assert!(stderr(&o).contains("ompcluster: worker 2 lost a vote on a region of kernel"), "{}", describe(&o));
+}
+
+
+/// `ft_print.c`: a chain of 120 regions of 25 ms updating one buffer in place, each printing
+/// what it saw (3 s).
+const CHAIN: &[&str] = &["120", "25000"];
+
+/// Buddy copies off: what a lost worker held is re-run by lineage unless a replica holds it.
+const NO_BUDDY: (&str, &str) = ("OMPCLUSTER_FT_BUDDY_INTERVAL", "0");
+
+/// Run `prog` on 3 workers with `envs`, SIGKILL `rank` from outside `after` the end of the
+/// start-up, and return the output and the report (the kill must land: the test fails if
+/// the job ended first).
+fn run_killed(prog: &Path, args: &[&str], envs: &[(&str, &str)], rank: u32, after: Duration) -> (Output, Report) {
+    let dir = tempfile::tempdir_in(ompcluster_tests::work_dir()).unwrap();
+    let path = dir.path().join("report.json");
+    let p = path.to_string_lossy().into_owned();
+    let mut all = envs.to_vec();
+    all.push(("OMPCLUSTER_REPORT", &p));
+    let mut job = Job::spawn(4, prog, args, &all);
+    let ranks = job.started_ranks(prog, 4, Duration::from_secs(90));
+    let t0 = Instant::now();
+    std::thread::sleep(after);
+    let pid = ranks.iter().find(|(r, _)| *r == rank).map(|&(_, p)| p);
+    // SAFETY: kill has no memory-safety preconditions; the pid is a rank of our job.
+    let delivered = pid.is_some_and(|p| unsafe { libc::kill(p, libc::SIGKILL) } == 0);
+    let o = job.wait(BOUND);
+    assert!(delivered, "rank {rank} was not killed (the job ended first?) after {:?}\n{}", t0.elapsed(), describe(&o));
+    let r = Report::read(&path).unwrap_or_else(|e| panic!("{e}\n{}", describe(&o)));
+    (o, r)
+}
+
+/// The worker holding a chain of in-place updates killed, buddy copies off: with k = 1 the
+/// chain is re-run by lineage (the control: the kill costs re-runs); with k = 2 a replica's
+/// copy holds every version of the chain: the run recovers with no region run again, and
+/// prints exactly the failure-free output (each region's line once). Then a random worker
+/// is SIGKILLed from outside at a random moment, three times, each run checked the same way.
+#[test]
+fn a_worker_killed_costs_no_rerun_of_replicated_regions() {
+    let prog = compile("ft_print.c");
+    let (o, _) = run_with_report(4, &prog, CHAIN, &envs(&[NO_BUDDY]));
+    assert!(passes(&o), "{}", describe(&o));
+    let reference = stdout(&o);
+    let kill = ("OMPCLUSTER_FT_INJECT", "kill:rank=1:after_tasks=60");
+    let (o, r) = run_with_report(4, &prog, CHAIN, &envs(&[NO_BUDDY, kill]));
+    assert!(passes(&o) && stdout(&o) == reference, "k=1\n{}", describe(&o));
+    assert!(r.counts.tasks_reexecuted >= 50, "k=1: the kill cost no re-run, so the k=2 runs below prove nothing: {}\n{}", counts(&r), describe(&o));
+    let (o, r) = run_with_report(4, &prog, CHAIN, &envs(&[NO_BUDDY, kill, ("OMPCLUSTER_FT_REPLICAS", "2")]));
+    let what = "k=2, rank 1 killed after 60 regions";
+    assert!(passes(&o) && stdout(&o) == reference, "{what}\n{}", describe(&o));
+    assert_eq!(r.failures.iter().map(|f| f.rank).collect::<Vec<_>>(), vec![1], "{what}: {}", counts(&r));
+    assert_eq!(r.counts.tasks_reexecuted, 0, "{what}: a replicated region was run again: {}\n{}", counts(&r), describe(&o));
+    assert!(r.replicas.regions_replicated >= 100, "{what}: {}", counts(&r));
+    let mut rng = Rng(test_seed("a_worker_killed_costs_no_rerun_of_replicated_regions"));
+    for round in 0..3 {
+        let rank = rng.between(1, 4) as u32;
+        let after = Duration::from_millis(rng.between(300, 2500));
+        let (o, r) = run_killed(&prog, CHAIN, &envs(&[NO_BUDDY, ("OMPCLUSTER_FT_REPLICAS", "2")]), rank, after);
+        let what = format!("round {round}: k=2, rank {rank} killed after {after:?}");
+        assert!(passes(&o) && stdout(&o) == reference, "{what}\n{}", describe(&o));
+        assert_eq!(r.failures.iter().map(|f| f.rank).collect::<Vec<_>>(), vec![rank as i32], "{what}: {}", counts(&r));
+        assert_eq!(r.recoveries.len(), 1, "{what}: {}", counts(&r));
+        assert_eq!(r.counts.tasks_reexecuted, 0, "{what}: a replicated region was run again: {}\n{}", counts(&r), describe(&o));
+    }
+}
