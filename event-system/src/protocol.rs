@@ -194,10 +194,10 @@ pub enum Event {
         /// Digest every changed region after the kernel (`Reply::Executed::digests`): the
         /// head compares the results of replicas of one region (`cluster/replicas.rs`).
         digest: bool,
-        /// Test only (`OMPCLUSTER_FT_INJECT`, `flip:`): flip one bit of the first region
-        /// mapped `from` (else the first region that is not image data) as soon as the kernel
-        /// returns, as a faulty core would have written it.
-        flip: bool,
+        /// Test only (`OMPCLUSTER_FT_INJECT`, `flip:`): flip bit `flip` (0-7) of one byte of
+        /// the first region mapped `from` (else the first region that is not image data) as
+        /// soon as the kernel returns, as a faulty core would have written it.
+        flip: Option<u8>,
     },
     /// Save these regions as part of checkpoint `ckpt` (to scratch: fast) and reply `Ok` (or
     /// `Error`); after an `Ok`, flush them to persistent storage and reply again, on the same
@@ -626,7 +626,7 @@ mod tests {
                 send_back: vec![true],
                 streams: vec![(2, StdStream::Stderr)],
                 digest: false,
-                flip: true,
+                flip: Some(5),
             },
         };
         let bytes = encode(&ev).unwrap();
@@ -719,7 +719,7 @@ mod tests {
             send_back: vec![],
             streams,
             digest: false,
-            flip: false,
+            flip: None,
         };
         assert!(exec(vec![(1, StdStream::Stderr)]).validate(0x1000, 0x3000).is_ok());
         assert!(exec(vec![(2, StdStream::Stdout)]).validate(0x1000, 0x3000).is_err());

@@ -39,7 +39,7 @@ fn samples() -> Vec<Vec<u8>> {
             send_back: vec![false, true],
             streams: vec![(1, StdStream::Stdout)],
             digest: true,
-            flip: false,
+            flip: Some(3),
         },
         Event::Checkpoint { ckpt: 3, regions: vec![(1, r), (2, region(r.addr + 4096, 100))] },
         Event::Restore { region: r, record: b"{\"ckpt\":3}".to_vec() },

@@ -38,8 +38,9 @@
 //! Test only: `flip:rank=R:TRIGGER` (TRIGGER `after_tasks=N` or `after_ms=N`) injects silent
 //! data corruption, not a failure: the next target region run on worker R once the trigger is
 //! met gets one bit of what it wrote flipped as its kernel returns, as a faulty core would
-//! (`Event::Execute::flip`; which bit: the worker's `flipped_bit`). Only replicas with
-//! voting (`OMPCLUSTER_FT_VOTE=1`, `cluster/replicas.rs`) can notice it.
+//! (`Event::Execute::flip`: bit 4 + R mod 4 of the byte the worker's `flipped_at` names, so
+//! that flips on two ranks never write the same bytes). Only replicas with voting
+//! (`OMPCLUSTER_FT_VOTE=1`, `cluster/replicas.rs`) can notice it.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};

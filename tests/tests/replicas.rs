@@ -131,3 +131,61 @@ fn a_worker_killed_costs_no_rerun_of_replicated_regions() {
         assert_eq!(r.counts.tasks_reexecuted, 0, "{what}: a replicated region was run again: {}\n{}", counts(&r), describe(&o));
     }
 }
+
+/// `ft_print.c` with the given settings, and its failure-free output (k = 1, no faults).
+fn chain(envs_: &[(&str, &str)]) -> (Output, Report, String) {
+    let prog = compile("ft_print.c");
+    let (o, _) = run_with_report(4, &prog, CHAIN, &envs(&[]));
+    assert!(passes(&o), "{}", describe(&o));
+    let (out, r) = run_with_report(4, &prog, CHAIN, &envs(envs_));
+    (out, r, stdout(&o))
+}
+
+/// k = 2 with voting: a flip makes the two replicas disagree with no majority. The region is
+/// undone and run again on three workers (a holder of the version it started from was kept out
+/// of the pair for that), whose majority names the worker that flipped; the output is the
+/// failure-free one, each region's line printed once.
+#[test]
+fn two_replicas_that_disagree_run_again_and_the_majority_names_the_loser() {
+    let flips = "flip:rank=2:after_tasks=10;flip:rank=3:after_tasks=60";
+    let (o, r, reference) = chain(&[("OMPCLUSTER_FT_REPLICAS", "2"), ("OMPCLUSTER_FT_VOTE", "1"), ("OMPCLUSTER_FT_INJECT", flips)]);
+    assert!(passes(&o) && stdout(&o) == reference, "{}\n{}", counts(&r), describe(&o));
+    assert_eq!(r.replicas.tiebreaks, 2, "{}\n{}", counts(&r), describe(&o));
+    assert_eq!(r.replicas.corrections, 2, "{}", counts(&r));
+    let lost: Vec<(&str, u64)> = r.replicas.lost_by_rank.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    assert_eq!(lost, vec![("2", 1), ("3", 1)], "{}", counts(&r));
+    assert_eq!(r.replicas.unvoted, 0, "{}", counts(&r));
+    assert!(stderr(&o).contains("no majority agrees: running it again"), "{}", describe(&o));
+}
+
+/// A worker that keeps writing wrong results is retired after `OMPCLUSTER_FT_VOTE_RETIRE`
+/// lost votes, as a failed worker: the job recovers without it and prints the right result.
+#[test]
+fn a_worker_that_loses_votes_is_retired() {
+    let flips = "flip:rank=2:after_tasks=10;flip:rank=2:after_tasks=20";
+    let (o, r, reference) = chain(&[("OMPCLUSTER_FT_REPLICAS", "3"), ("OMPCLUSTER_FT_VOTE", "1"), ("OMPCLUSTER_FT_VOTE_RETIRE", "2"), ("OMPCLUSTER_FT_INJECT", flips)]);
+    assert!(passes(&o) && stdout(&o) == reference, "{}\n{}", counts(&r), describe(&o));
+    assert_eq!(r.replicas.retired, vec![2], "{}", counts(&r));
+    assert_eq!(r.failures.iter().map(|f| f.rank).collect::<Vec<_>>(), vec![2], "{}", counts(&r));
+    assert!(stderr(&o).contains("ompcluster: worker 2 lost 2 votes (OMPCLUSTER_FT_VOTE_RETIRE=2): retiring it as a failed worker"), "{}", describe(&o));
+    assert!(r.workers_alive_at_end == 2, "{}", counts(&r));
+}
+
+/// Three replicas that all wrote something else: nothing decides, so the program ends
+/// non-zero with a message, and what it printed is a prefix of the right output (never a
+/// wrong line).
+#[test]
+fn replicas_that_all_disagree_end_the_program_without_a_wrong_answer() {
+    let flips = "flip:rank=1:after_tasks=10;flip:rank=2:after_tasks=10;flip:rank=3:after_tasks=10";
+    let prog = compile("ft_print.c");
+    let (o, _) = run_with_report(4, &prog, CHAIN, &envs(&[]));
+    let reference = stdout(&o);
+    let t0 = Instant::now();
+    let o = Job::spawn(4, &prog, CHAIN, &envs(&[("OMPCLUSTER_FT_REPLICAS", "3"), ("OMPCLUSTER_FT_VOTE", "1"), ("OMPCLUSTER_FT_INJECT", flips)])).wait(BOUND);
+    assert!(!o.status.success(), "{}", describe(&o));
+    assert!(t0.elapsed() < Duration::from_secs(60), "took {:?}\n{}", t0.elapsed(), describe(&o));
+    let err = stderr(&o);
+    assert!(err.contains("wrote different results and no majority agrees") && err.contains("ending the program rather than trusting any of them"), "{}", describe(&o));
+    let out = stdout(&o);
+    assert!(reference.starts_with(&out) && out.lines().count() >= 10, "printed something the failure-free run did not\n{}", describe(&o));
+}

@@ -41,18 +41,18 @@ pub struct Ran {
 pub(super) struct Checks {
     /// Digest each changed region after the kernel.
     pub(super) digest: bool,
-    /// Test only: flip one bit of what the kernel wrote (see [`flipped_bit`]).
-    pub(super) flip: bool,
+    /// Test only: flip this bit of one byte of what the kernel wrote (see [`flipped_at`]).
+    pub(super) flip: Option<u8>,
 }
 
-/// The byte and bit of a region of `size` bytes an injected flip changes: bit 4 of byte
-/// 6 of the eight-byte word in its middle (a double's exponent, an int's bit 20), or of
-/// its first byte if it is smaller than a word.
-pub(super) fn flipped_bit(size: u64) -> (u64, u8) {
+/// The byte of a region of `size` bytes an injected flip changes: byte 6 of the eight-byte
+/// word in its middle (bits 4-7 of it are a double's exponent bits), or its first byte if it
+/// is smaller than a word.
+pub(super) fn flipped_at(size: u64) -> u64 {
     if size < 8 {
-        (0, 1 << 4)
+        0
     } else {
-        (((size / 2) & !7) + 6, 1 << 4)
+        ((size / 2) & !7) + 6
     }
 }
 
@@ -166,18 +166,18 @@ impl Device {
         // argument list.
         unsafe { exec::call_kernel(entry, args) };
         let (blocks, freed) = run.finish();
-        if checks.flip {
+        if let Some(bit) = checks.flip {
             let mem = self.memory.read();
             // The region a faulty core's write lands in: the first mapped `from`, else the
             // first that is not image data (libomp's lock words live there).
             let target = (0..regions.len()).find(|&i| assume_written[i]).or_else(|| (0..regions.len()).find(|&i| !mem.is_image_data(regions[i].addr)));
             if let Some(i) = target.filter(|&i| regions[i].size > 0) {
-                let (at, bit) = flipped_bit(regions[i].size);
+                let at = flipped_at(regions[i].size);
                 // SAFETY: the caller guarantees `ptrs[i]` points to the `regions[i].size`
                 // writable bytes of a region held here for the whole call; `at` is below
                 // that size.
-                unsafe { *ptrs[i].add(at as usize) ^= bit };
-                tracing::warn!(addr = regions[i].addr, at, "injected a bit flip (OMPCLUSTER_FT_INJECT)");
+                unsafe { *ptrs[i].add(at as usize) ^= 1 << (bit & 7) };
+                tracing::warn!(addr = regions[i].addr, at, bit, "injected a bit flip (OMPCLUSTER_FT_INJECT)");
             }
         }
         let seconds = start.elapsed().as_secs_f64();

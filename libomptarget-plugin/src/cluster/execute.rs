@@ -115,9 +115,10 @@ impl<'a> Executor<'a> {
         let sizes = run.regions.iter().map(|r| r.size).collect();
         let posted = Posted { rank: w, tag: 0, sizes, assume_written: run.assume_written.clone(), send_back: run.send_back.clone(), quiet: run.quiet, digest: run.digest, since };
         // Test only (`flip:`): a bit of what this run writes is flipped on the worker.
-        let flip = self.inject.flip_due(w, self.meter.stats.tasks(), self.meter.start.elapsed().as_millis() as u64);
-        if flip {
-            self.meter.log(format_args!("INJECT a bit flip into the next region run on {w}"));
+        // Its bit depends on the rank: flips on two replicas of one region never agree.
+        let flip = self.inject.flip_due(w, self.meter.stats.tasks(), self.meter.start.elapsed().as_millis() as u64).then(|| 4 + (w % 4) as u8);
+        if let Some(bit) = flip {
+            self.meter.log(format_args!("INJECT a flip of bit {bit} into the next region run on {w}"));
         }
         let event = Event::Execute {
             image: run.image,

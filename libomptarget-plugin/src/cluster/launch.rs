@@ -28,7 +28,7 @@ use super::meter::Meter;
 use super::movement::Movement;
 use super::offload::{Kernel, Offload, WriteSet, SHORT_KERNEL_NS};
 use super::prune::Pruner;
-use super::replicas::Replicator;
+use super::replicas::{Ballot, Replicator};
 use super::requests::Requests;
 use super::resume::{self, Resumer};
 use super::tolerance::Tolerance;
@@ -87,13 +87,16 @@ impl<'a> Launcher<'a> {
             }
         }
         let mut again = 0;
-        // Replicas disagreed with no majority: the run again has three (`replicas.rs`).
-        let mut tiebreak = false;
+        // Replicas disagreed with no majority: the run again has three, and its majority
+        // names the losers of these ballots (`replicas.rs`).
+        let mut tiebreak: Option<Vec<(i32, Ballot)>> = None;
         loop {
-            match Requests::of(*self).resilient(|| self.launch_once(entry, args, begins, hosts, mapped_from, tiebreak)) {
-                Err(ClusterError::RunAgain(e)) if again < MAX_RUNS_AGAIN && matches!(*e, ClusterError::Disagreed(_)) => {
+            match Requests::of(*self).resilient(|| self.launch_once(entry, args, begins, hosts, mapped_from, tiebreak.as_deref())) {
+                Err(ClusterError::RunAgain(e)) if again < MAX_RUNS_AGAIN && matches!(*e, ClusterError::Disagreed { .. }) => {
                     again += 1;
-                    tiebreak = true;
+                    if let ClusterError::Disagreed { ballots, .. } = *e {
+                        tiebreak = Some(ballots);
+                    }
                 }
                 // Its change could not be merged with a region's that ran at the same time on
                 // another worker: run it again over that one's (it is now known to write the
@@ -120,7 +123,7 @@ impl<'a> Launcher<'a> {
         self.link.workers().filter(move |&r| !on_head && !self.tolerance.is_idle_spare(r)).chain(on_head.then_some(HEAD))
     }
 
-    fn launch_once(&self, entry: usize, args: &[u64], begins: &[u64], hosts: &[u64], mapped_from: &[bool], tiebreak: bool) -> Result<()> {
+    fn launch_once(&self, entry: usize, args: &[u64], begins: &[u64], hosts: &[u64], mapped_from: &[bool], tiebreak: Option<&[(i32, Ballot)]>) -> Result<()> {
         let _gate = Requests::of(*self).enter()?;
         let t0 = self.meter.start.elapsed().as_secs_f64();
         let kernel = self.offload.kernels.read().get(&entry).cloned().ok_or(ClusterError::UnknownKernel(entry))?;
@@ -214,11 +217,29 @@ impl<'a> Launcher<'a> {
                             let task_key = self.durability.keyed().then(|| kernel.region_key(args, reached.iter().map(|(b, ..)| *b)));
                             // Replicas (`replicas.rs`): on workers where no other region
                             // uses a copy this one may write, and none is on its way.
-                            let k = if tiebreak { 3 } else { self.cfg.replicas as usize };
+                            let k = if tiebreak.is_some() { 3 } else { self.cfg.replicas as usize };
                             let replicable = k > 1 && Place::of(w).is_worker() && !kernel.allocates.load(Ordering::Relaxed);
                             let extra = if replicable && pins.is_empty() {
                                 let free = |r: i32| r != w && !arriving(r) && reached.iter().zip(&may_write).all(|((b, ..), &m)| !m || !b.using.contains_key(&r));
-                                let pool: Vec<Candidate> = candidates.iter().copied().filter(|c| free(c.rank)).collect();
+                                let mut pool: Vec<Candidate> = candidates.iter().copied().filter(|c| free(c.rank)).collect();
+                                if self.cfg.vote && (k == 2 || pool.len() < k - 1) {
+                                    // Two replicas that disagree are undone and run again from
+                                    // the versions they started from: keep a holder of each
+                                    // version it may change out of the pair, if the pool allows
+                                    // (else it runs voted all the same). Three decide by majority.
+                                    let kept: BTreeSet<i32> = reached
+                                        .iter()
+                                        .zip(&may_write)
+                                        .filter(|((b, ..), &m)| m && b.version > b.pristine_version())
+                                        .filter_map(|((b, ..), _)| {
+                                            let outside = b.holders.iter().any(|&h| h != w && !pool.iter().any(|c| c.rank == h) && (Place::of(h) == Place::Head || self.link.is_live_worker(h)));
+                                            (!outside).then(|| b.holders.iter().copied().find(|&h| h != w)).flatten()
+                                        })
+                                        .collect();
+                                    if pool.iter().any(|c| !kept.contains(&c.rank)) {
+                                        pool.retain(|c| !kept.contains(&c.rank));
+                                    }
+                                }
                                 Replicator::of(*self).pick(w, pool, k - 1)
                             } else {
                                 Vec::new()

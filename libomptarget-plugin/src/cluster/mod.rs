@@ -193,9 +193,18 @@ pub enum ClusterError {
     #[error("recovery failed: {0}")]
     Unrecoverable(String),
     /// Replicas of a region disagree and none has a majority (`replicas.rs`): it runs again,
-    /// on more replicas, if the versions it started from are still somewhere.
+    /// on more replicas, if the versions it started from are still somewhere. Each replica's
+    /// worker and ballot, to name the losers once the run again decides.
+    #[error("{why}")]
+    Disagreed {
+        /// What disagreed.
+        why: String,
+        /// Each replica's worker and what it wrote.
+        ballots: Vec<(i32, replicas::Ballot)>,
+    },
+    /// Replicas of a region disagree and nothing can decide (`replicas.rs`): the program ends.
     #[error("{0}")]
-    Disagreed(String),
+    NoAgreement(String),
     /// A kernel's copy of a buffer changed under it before it started (see `launch.rs`).
     #[error("the copy of {0:#x} a region was placed on changed before it started, too often")]
     Unplaced(u64),

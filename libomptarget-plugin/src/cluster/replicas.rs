@@ -182,9 +182,10 @@ impl<'a> Replicator<'a> {
     /// changed is forgotten, and it no longer counts as running. With no majority, the
     /// first-placed run's changes are undone too and the result is
     /// [`ClusterError::RunAgain`] (the launch runs the region again, on three replicas), or,
-    /// if the versions it started from are nowhere else or this was that run again, an
-    /// [`ClusterError::Unrecoverable`] that ends the program: never a result no majority gave.
-    pub(super) fn take_result(&self, kernel: &Kernel, reach: &[(u64, u64, u64, u64)], marked: &[bool], runs: Vec<SetRun>, tiebreak: bool) -> Taken {
+    /// if the versions it started from are nowhere else or this was that run again
+    /// (`tiebreak`: the ballots of the split before), [`ClusterError::NoAgreement`], which ends
+    /// the program: never a result no majority gave.
+    pub(super) fn take_result(&self, kernel: &Kernel, reach: &[(u64, u64, u64, u64)], marked: &[bool], runs: Vec<SetRun>, tiebreak: Option<&[(i32, Ballot)]>) -> Taken {
         let stats = &self.meter.stats.replicas;
         // Runs that started (a set placed again before any ran counts for nothing).
         let started = runs.iter().filter(|r| r.ran.is_ok() || !r.snaps.is_empty()).count() as u64;
@@ -211,6 +212,15 @@ impl<'a> Replicator<'a> {
                 if winner != 0 {
                     stats.taken_from_other.fetch_add(1, Ordering::Relaxed);
                 }
+                if let (true, Some(earlier), Some(Some(won))) = (voted, tiebreak, ballots.get(winner)) {
+                    // A run again after a split: the earlier replicas that wrote something
+                    // else than its majority lost.
+                    let lost: Vec<i32> = earlier.iter().filter(|(_, b)| b != won).map(|(r, _)| *r).collect();
+                    if !lost.is_empty() {
+                        let majority: Vec<i32> = std::iter::once(winner).chain(agree.iter().copied()).map(|i| ranks[i]).collect();
+                        self.lost_votes(kernel, majority, lost, "its earlier result");
+                    }
+                }
                 if !losers.is_empty() {
                     if self.meter.verbose() {
                         for (i, b) in ballots.iter().enumerate() {
@@ -219,7 +229,7 @@ impl<'a> Replicator<'a> {
                         }
                     }
                     let majority: Vec<i32> = std::iter::once(winner).chain(agree.iter().copied()).map(|i| ranks[i]).collect();
-                    self.lost_votes(kernel, majority, losers.iter().map(|&i| ranks[i]).collect());
+                    self.lost_votes(kernel, majority, losers.iter().map(|&i| ranks[i]).collect(), "what it wrote");
                 }
                 let mut taken = runs[winner].take().expect("the winner is a run");
                 // A kernel that allocated device memory: its replicas' blocks lie in their own
@@ -250,27 +260,25 @@ impl<'a> Replicator<'a> {
                     self.settle_other(reach, marked, r);
                 }
                 let why = format!("the {} replicas of a region of kernel {} on workers {answered:?} wrote different results and no majority agrees", answered.len(), kernel.name);
+                let cast: Vec<(i32, Ballot)> = ranks.iter().zip(&ballots).filter_map(|(&r, b)| Some((r, b.clone()?))).collect();
+                let disagreed = ClusterError::Disagreed { why: why.clone(), ballots: cast };
                 let changed = first.changed(marked);
                 let started = with_versions(reach, &first.snaps);
                 if first.ran.is_ok() {
                     Launcher::of(*self).ended(&mut self.ledger.buffers.lock(), first.w, reach, &mut first.snaps);
                 }
                 let run = Run { w: first.w, reach: &started, changed: &changed, snaps: &first.snaps };
-                let e = if tiebreak {
-                    ClusterError::Disagreed(why.clone())
-                } else {
-                    Merger::of(*self).rerun_or(ClusterError::Disagreed(why.clone()), &run, &BTreeSet::new())
-                };
+                let e = if tiebreak.is_some() { disagreed } else { Merger::of(*self).rerun_or(disagreed, &run, &BTreeSet::new()) };
                 let e = match e {
                     ClusterError::RunAgain(e) => {
                         stats.tiebreaks.fetch_add(1, Ordering::Relaxed);
-                        eprintln!("ompcluster: {why}: running it again on three workers");
+                        eprintln!("ompcluster: {why}: running it again (on three workers, if there are)");
                         ClusterError::RunAgain(e)
                     }
                     _ => {
                         Merger::of(*self).undo(&run);
-                        let again = if tiebreak { "even when run again" } else { "and the versions it started from are held nowhere else, so it cannot run again" };
-                        ClusterError::Unrecoverable(format!("{why}, {again}: ending the program rather than trusting any of them (OMPCLUSTER_FT_VOTE=1)"))
+                        let again = if tiebreak.is_some() { "even when run again" } else { "and the versions it started from are held nowhere else, so it cannot run again" };
+                        ClusterError::NoAgreement(format!("{why}, {again}: ending the program rather than trusting any of them (OMPCLUSTER_FT_VOTE=1)"))
                     }
                 };
                 self.ledger.moved.notify_all();
@@ -281,14 +289,14 @@ impl<'a> Replicator<'a> {
 
     /// Workers `losers` wrote something else than `majority`: say so, count it, and retire
     /// a worker at `OMPCLUSTER_FT_VOTE_RETIRE` lost votes (it is then handled as a failed one).
-    fn lost_votes(&self, kernel: &Kernel, majority: Vec<i32>, losers: Vec<i32>) {
+    fn lost_votes(&self, kernel: &Kernel, majority: Vec<i32>, losers: Vec<i32>, what: &str) {
         let stats = &self.meter.stats.replicas;
         stats.corrections.fetch_add(1, Ordering::Relaxed);
         let at_seconds = self.meter.start.elapsed().as_secs_f64();
         stats.record.lock().disagreements.push(run_report::Disagreement { kernel: kernel.name.to_string(), majority: majority.clone(), losers: losers.clone(), at_seconds });
         for r in losers {
             let n = stats.lose_vote(r);
-            eprintln!("ompcluster: worker {r} lost a vote on a region of kernel {}: what it wrote differs from workers {majority:?}, whose result is taken", kernel.name);
+            eprintln!("ompcluster: worker {r} lost a vote on a region of kernel {}: {what} differs from the result of workers {majority:?}, which is taken", kernel.name);
             let limit = u64::from(self.cfg.vote_retire);
             if limit > 0 && n >= limit && !stats.record.lock().retired.contains(&r) {
                 stats.record.lock().retired.push(r);
@@ -368,7 +376,7 @@ impl<'a> Replicator<'a> {
 /// What a replica's run reported that replicas must agree on: which regions it changed and
 /// the digest of each changed region's bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Ballot {
+pub struct Ballot {
     changed: Vec<bool>,
     digests: Vec<u64>,
 }
