@@ -9,8 +9,17 @@ the failure-free run printed, wrong when it prints something else or exits non-z
 when it has not ended after the bound. Prints one line per trial and a summary with the
 recovery times the run reports give.
 
+With --flips, a trial injects silent data corruption instead of a failure: one bit of what a
+region run on a random worker writes, after a random number of regions
+(`OMPCLUSTER_FT_INJECT=flip:rank=R:after_tasks=N`). Run it with replicas and voting
+(`--env OMPCLUSTER_FT_REPLICAS=3 --env OMPCLUSTER_FT_VOTE=1`): a trial is then right when
+the output is the failure-free one, stopped when the program ended with the runtime's "no
+majority agrees" message and printed nothing wrong, wrong otherwise; the report says whether
+the flip was detected (a disagreement) and corrected.
+
     python3 bench/ft_campaign.py [--trials 100] [--seed 1] [--stop-share 0.2] [--bound 120]
                                  [--programs NAME,...] [--verbose] [--plugin PATH.so]
+                                 [--env VAR=VALUE ...] [--flips]
 
 Needs `cargo build --release` (the launcher and the plugin) and clang-16. The summary, with
 one line per program, goes to bench/results/ft_campaign.json (bench/plot.py).
@@ -169,7 +178,14 @@ def main():
     ap.add_argument("--programs", default="", help="comma-separated sources to run (default: all)")
     ap.add_argument("--verbose", action="store_true", help="run with OMPCLUSTER_VERBOSE=1 (its log is shown for a trial that fails)")
     ap.add_argument("--plugin", default="", help="a build of the plugin to run (OMPCLUSTER_PLUGIN; default: target/release's)")
+    ap.add_argument("--env", action="append", default=[], help="VAR=VALUE set for every run, the failure-free ones included (e.g. OMPCLUSTER_FT_REPLICAS=2)")
+    ap.add_argument("--flips", action="store_true", help="inject a bit flip per trial instead of a failure (see above)")
     a = ap.parse_args()
+    for kv in a.env:
+        k, sep, v = kv.partition("=")
+        if not sep or not k.startswith("OMPCLUSTER_"):
+            sys.exit(f"--env {kv!r}: expected OMPCLUSTER_VAR=VALUE")
+        FT_ENV[k] = v
     if a.plugin:
         FT_ENV["OMPCLUSTER_PLUGIN"] = os.path.realpath(a.plugin)
     global PROGRAMS
@@ -189,7 +205,7 @@ def main():
             sys.exit(f"the failure-free run of {src} failed ({st}):\n{out}\n{err}")
         refs[src] = (out, secs)
         print(f"reference {os.path.basename(src)}: {secs:.1f} s", flush=True)
-    right = wrong = hangs = 0
+    right = wrong = hangs = stopped = detected = corrected = 0
     pauses, detections, reruns, slowdowns = [], [], [], []
     started = plot.now()
     per_program = {}  # program -> {"SIGKILL right": n, "SIGSTOP right": n, "wrong": n, "hangs": n}
@@ -205,13 +221,21 @@ def main():
         extra = {"OMPCLUSTER_REPORT": rep}
         if a.verbose:
             extra["OMPCLUSTER_VERBOSE"] = "1"
-        st, out, err, secs = run(exes[src], args, extra, a.bound, (rank, sig, after))
+        hit = (rank, sig, after)
+        if a.flips:
+            # After a random share of the run's regions (a region per ~25 ms at least).
+            extra["OMPCLUSTER_FT_INJECT"] = f"flip:rank={rank}:after_tasks={rng.randrange(1, 40)}"
+            hit, sig = None, None
+        st, out, err, secs = run(exes[src], args, extra, a.bound, hit)
         if st is None:
             verdict = "HANG"
             hangs += 1
         elif st == 0 and masked(out) == masked(ref_out):
             verdict = "right"
             right += 1
+        elif a.flips and st != 0 and "no majority agrees" in err and masked(ref_out).startswith(masked(out)):
+            verdict = "stopped"
+            stopped += 1
         else:
             verdict = f"WRONG (exit {st})"
             wrong += 1
@@ -225,14 +249,24 @@ def main():
             for fl in r.get("failures", []):
                 detections.append(fl["at_seconds"])
             info = f"recoveries {len(r.get('recoveries', []))}, re-ran {r.get('tasks_reexecuted', 0)}"
+            rep_r = r.get("replicas", {})
+            if a.flips:
+                seen = bool(rep_r.get("disagreements"))
+                detected += seen
+                corrected += seen and verdict == "right"
+                info += f", disagreements {len(rep_r.get('disagreements', []))}, corrections {rep_r.get('corrections', 0)}, tiebreaks {rep_r.get('tiebreaks', 0)}"
+            if rep_r.get("regions_replicated"):
+                info += f", replicated {rep_r['regions_replicated']}, copies kept {rep_r.get('copies_kept', 0)}"
         except (OSError, ValueError, KeyError):
-            pass
+            if a.flips and verdict == "stopped":
+                detected += 1  # ended by the vote: no report is written
         slowdowns.append(secs / ref_secs)
-        name = "SIGSTOP" if sig == signal.SIGSTOP else "SIGKILL"
-        tally = per_program.setdefault(os.path.basename(src), {"SIGKILL right": 0, "SIGSTOP right": 0, "wrong": 0, "hangs": 0})
-        tally[f"{name} right" if verdict == "right" else "hangs" if verdict == "HANG" else "wrong"] += 1
-        print(f"trial {i + 1:3d}: {os.path.basename(src):13s} {name} rank {rank} at {after:5.2f} s: {verdict}, {secs:5.1f} s ({secs / ref_secs:.2f}x); {info}", flush=True)
-        if verdict != "right":
+        name = "flip" if a.flips else "SIGSTOP" if sig == signal.SIGSTOP else "SIGKILL"
+        tally = per_program.setdefault(os.path.basename(src), {"SIGKILL right": 0, "SIGSTOP right": 0, "flip right": 0, "stopped": 0, "wrong": 0, "hangs": 0})
+        tally[f"{name} right" if verdict == "right" else "hangs" if verdict == "HANG" else "stopped" if verdict == "stopped" else "wrong"] += 1
+        when = extra["OMPCLUSTER_FT_INJECT"].rsplit(":", 1)[1] if a.flips else f"at {after:5.2f} s"
+        print(f"trial {i + 1:3d}: {os.path.basename(src):13s} {name} rank {rank} {when}: {verdict}, {secs:5.1f} s ({secs / ref_secs:.2f}x); {info}", flush=True)
+        if verdict not in ("right", "stopped"):
             log = os.path.join(work, f"trial-{i + 1}.stderr")
             with open(log, "w") as f:
                 f.write(err)
@@ -241,13 +275,16 @@ def main():
     def stats(v):
         return f"median {statistics.median(v):.3f}, max {max(v):.3f}" if v else "none"
 
-    print(f"\n{a.trials} trials: {right} right, {wrong} wrong, {hangs} hangs")
+    print(f"\n{a.trials} trials: {right} right, {wrong} wrong, {hangs} hangs" + (f", {stopped} stopped by the vote; flips detected {detected}, corrected {corrected}" if a.flips else ""))
     print(f"recovery pause (s): {stats(pauses)}; tasks re-run per recovery: {stats(reruns)}")
     print(f"run time against the failure-free run: {stats(slowdowns)}")
     mm = lambda v: {"median": float(f"{statistics.median(v):.3f}"), "max": float(f"{max(v):.3f}")} if v else None
     cmd = "python3 bench/ft_campaign.py" + "".join(" " + x for x in sys.argv[1:])
-    plot.record("ft_campaign", "bench/ft_campaign.py", cmd, {"campaign": {
+    # One part per kind of campaign: failures or flips, and the settings given.
+    part = " ".join(["campaign"] + (["flips"] if a.flips else []) + a.env)
+    plot.record("ft_campaign", "bench/ft_campaign.py", cmd, {part: {
         "trials": a.trials, "seed": a.seed, "stop_share": a.stop_share, "programs": len(PROGRAMS), "right": right, "wrong": wrong, "hangs": hangs,
+        "env": a.env, "flips": a.flips, "stopped": stopped, "detected": detected, "corrected": corrected,
         "pause_s": mm(pauses), "tasks_rerun_per_recovery": mm(reruns), "slowdown": mm(slowdowns), "per_program": per_program}}, date=started)
     return 0 if wrong == 0 and hangs == 0 else 1
 
