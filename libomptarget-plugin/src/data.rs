@@ -239,6 +239,19 @@ impl Buffers {
         .unwrap_or_default()
     }
 
+    /// A replica on `w` that could reach the buffer at `addr` is done (see
+    /// `Buffer::replica_on`); nothing if none ran there.
+    pub(crate) fn replica_done(&mut self, addr: u64, w: i32) {
+        self.track(addr, |b| {
+            if let Some(n) = b.replica_on.get_mut(&w) {
+                *n -= 1;
+                if *n == 0 {
+                    b.replica_on.remove(&w);
+                }
+            }
+        });
+    }
+
     /// A move of `version` from `src`'s copy into `w`'s, which started when the source was
     /// in state `before`, is done (`arrived`: all of it). `w` holds the version if it is still
     /// the current one and no kernel that could reach the source changed the buffer

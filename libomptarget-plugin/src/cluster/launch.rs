@@ -134,7 +134,7 @@ impl<'a> Launcher<'a> {
         let roots: Vec<u64> = args.iter().chain(begins).copied().collect();
         // How long a run waits for this kernel's first run to teach what it writes.
         let learn_until = Instant::now() + LEARNING_WAIT;
-        let (w, extra, reach, assume_written, marked, reach_args, learning, task_key) = {
+        let (w, extra, reach, assume_written, marked, reach_args, learning, task_key, replicated) = {
             let mut bufs = self.ledger.buffers.lock();
             loop {
                 // A run of a kernel whose write set is unknown marks everything it reaches as
@@ -181,9 +181,11 @@ impl<'a> Launcher<'a> {
                     // elsewhere and moved it again.)
                     let arriving = |w: i32| reached.iter().any(|(b, ..)| b.used_unheld(w));
                     let allowed = |w: i32| pins.is_empty() || pins.contains(&w);
+                    // A worker where a replica runs over a buffer it reaches (`Buffer::replica_on`).
+                    let replica_held = |w: i32| reached.iter().any(|(b, ..)| b.replica_on.contains_key(&w));
                     let candidates: Vec<Candidate> = self
                         .targets()
-                        .filter(|&w| allowed(w) && !busy_copy(w))
+                        .filter(|&w| allowed(w) && !busy_copy(w) && !replica_held(w))
                         .map(|w| {
                             let missing = reached.iter().filter(|(b, ..)| !b.held_by(w) && !b.used_unheld(w));
                             Candidate {
@@ -196,7 +198,9 @@ impl<'a> Launcher<'a> {
                         .collect();
                     // It reaches buffers being written on two workers, or every worker it may run
                     // on has a copy in use by a running kernel: wait for one to finish.
-                    let wait = pins.len() > 1 || (candidates.is_empty() && self.targets().any(|w| allowed(w) && busy_copy(w)));
+                    let wait = pins.len() > 1
+                        || reached.iter().any(|(b, ..)| b.replicated > 0)
+                        || (candidates.is_empty() && self.targets().any(|w| allowed(w) && (busy_copy(w) || replica_held(w))));
                     let chosen = if wait { None } else { Some(self.offload.sched.choose(&candidates).ok_or(ClusterError::NoWorker)?) };
                     match chosen {
                         None => None,
@@ -220,7 +224,8 @@ impl<'a> Launcher<'a> {
                             let k = if tiebreak.is_some() { 3 } else { self.cfg.replicas as usize };
                             let replicable = k > 1 && Place::of(w).is_worker() && !kernel.allocates.load(Ordering::Relaxed);
                             let extra = if replicable && pins.is_empty() {
-                                let free = |r: i32| r != w && !arriving(r) && reached.iter().zip(&may_write).all(|((b, ..), &m)| !m || !b.using.contains_key(&r));
+                                // Its copies there are its own: no other region uses any.
+                                let free = |r: i32| r != w && !arriving(r) && reached.iter().all(|(b, ..)| !b.using.contains_key(&r));
                                 let mut pool: Vec<Candidate> = candidates.iter().copied().filter(|c| free(c.rank)).collect();
                                 if self.cfg.vote && (k == 2 || pool.len() < k - 1) {
                                     // Two replicas that disagree are undone and run again from
@@ -271,12 +276,15 @@ impl<'a> Launcher<'a> {
                         // `extra` above): only the first-placed worker is marked writing.
                         for &r in &extra {
                             b.begin_use(r);
+                            *b.replica_on.entry(r).or_default() += 1;
                         }
                         if *m {
                             b.writing = Some((w, b.writing.map_or(0, |(_, n)| n) + 1));
+                            b.replicated += u32::from(!extra.is_empty());
                         }
                     }
                 }
+                let replicated = !extra.is_empty();
                 let learning = history.is_none();
                 if learning {
                     kernel.learning.fetch_add(1, Ordering::Relaxed);
@@ -286,7 +294,7 @@ impl<'a> Launcher<'a> {
                 for &r in &extra {
                     self.offload.start_running(r);
                 }
-                break (w, extra, reach, assume_written, may_write, reach_args, learning, task_key);
+                break (w, extra, reach, assume_written, may_write, reach_args, learning, task_key, replicated);
             }
         };
         self.meter.stats.note_in_flight(self.offload.all_in_flight());
@@ -300,6 +308,11 @@ impl<'a> Launcher<'a> {
             .map(|(((_, size, ..), &args), &from)| from && args & back_args != 0 && *size <= MAX_SEND_BACK)
             .collect();
         let (w, mut snaps, result, agree) = if extra.is_empty() {
+            if self.cfg.vote && Place::of(w).is_worker() {
+                // No second worker could take it (one left, a kernel that allocates device
+                // memory, or nothing else in flight to wait for).
+                self.meter.stats.replicas.unvoted.fetch_add(1, Ordering::Relaxed);
+            }
             let mut snaps = Vec::new();
             let result = self.run_on(w, &kernel, args, &reach, assume_written.clone(), send_back, &mut snaps);
             self.offload.stop_running(w);
@@ -324,6 +337,8 @@ impl<'a> Launcher<'a> {
             let mut deleted = Vec::new();
             for (j, ((a, ..), m)) in reach.iter().zip(&marked).enumerate() {
                 let torn = bufs.kernel_done(*a, w, changed.is_none_or(|c| c[j]));
+                // The result taken was a replica's (the first-placed one failed).
+                bufs.replica_done(*a, w);
                 if !torn.is_empty() {
                     self.meter.log(format_args!("TORN {a:#x} on {torn:?}: copied from {w} while this kernel changed it, so no version"));
                 }
@@ -333,6 +348,9 @@ impl<'a> Launcher<'a> {
                         Some((x, n)) if n > 1 => Some((x, n - 1)),
                         _ => None,
                     };
+                    if replicated {
+                        b.replicated -= 1;
+                    }
                 }
                 if b.deleted && b.using.is_empty() {
                     deleted.push(*a);
@@ -387,6 +405,7 @@ impl<'a> Launcher<'a> {
                 let mut bufs = self.ledger.buffers.lock();
                 if std::mem::take(&mut first) {
                     self.ended(&mut bufs, w, &reach, &mut snaps);
+                    Replicator::of(*self).end_agreeing(&mut bufs, &reach, &mut agree);
                     // Merges may wait for it to end.
                     self.ledger.moved.notify_all();
                 }
@@ -606,52 +625,67 @@ impl<'a> Launcher<'a> {
     /// a copy it uses; it then counts as running on them (until [`Self::ended`]) and `snaps`
     /// says what its copies were at the start. On an error nothing of that happened.
     pub(super) fn prepare_on(&self, w: i32, reach: &[(u64, u64, u64, u64)], snaps: &mut Vec<Snap>) -> Result<()> {
-        // The inputs from the head go out together, their answers are awaited together.
+        self.move_inputs(w, reach)?;
+        *snaps = self.start_set(&[w], reach).pop().expect("one worker")?;
+        Ok(())
+    }
+
+    /// Move to `w` the inputs over `reach` it lacks: those from the head go out together,
+    /// their answers are awaited together.
+    pub(super) fn move_inputs(&self, w: i32, reach: &[(u64, u64, u64, u64)]) -> Result<()> {
         let mut pending = Vec::new();
         let started = Movement::of(*self).start_moves(reach.iter().map(|r| r.0), w, &mut pending);
         let finished = Movement::of(*self).finish_moves(&mut pending);
         started?;
         finished?;
-        // It starts once no merge holds a copy it uses, and counts as running on them until
-        // it is done (see `Buffer::running`).
-        {
-            let mut bufs = self.ledger.buffers.lock();
-            while reach.iter().any(|(a, ..)| bufs.get(*a).is_some_and(|b| b.holding.contains_key(&w) || b.buddy_reading == Some(w))) {
-                self.ledger.moved.wait(&mut bufs);
-            }
-            // The version each copy holds now (a newer one than at placement, if one was
-            // made meanwhile). A merge may also have taken changes of this worker's copy
-            // elsewhere, leaving the copy no recorded version: then it is placed again.
-            let mut versions = Vec::with_capacity(reach.len());
-            for &(a, _, _, v) in reach {
-                match bufs.get(a) {
-                    Some(b) if v == 0 && b.version == 0 => versions.push(0),
-                    Some(b) => match b.version_on(w) {
-                        Some(now) if now >= v => versions.push(now),
-                        _ => return Err(ClusterError::RunAgain(Box::new(ClusterError::Unplaced(a)))),
-                    },
-                    None => versions.push(v),
-                }
-            }
-            for (a, ..) in reach {
-                if let Some(b) = bufs.get_mut(*a) {
-                    *b.running.entry(w).or_default() += 1;
-                }
-            }
-            *snaps = reach
-                .iter()
-                .zip(versions)
-                .map(|((a, ..), version)| {
-                    bufs.get(*a).map_or(Snap { version, ..Snap::default() }, |b| Snap {
-                        version,
-                        commits_start: b.commits_from.get(&w).copied().unwrap_or(0),
-                        undone_start: b.undone_on(w),
-                        ..Snap::default()
-                    })
-                })
-                .collect();
-        }
         Ok(())
+    }
+
+    /// Start a kernel over `reach` on each worker of `ws` (its inputs moved there) at once:
+    /// once no merge holds a copy any of them uses, under one lock, so that no replica counts
+    /// as running while another waits (a merge waiting for it would never end). Each then
+    /// counts as running on its copies until [`Self::ended`]; per worker, what its copies
+    /// were at the start, or why it cannot start ([`ClusterError::RunAgain`]: placed again).
+    pub(super) fn start_set(&self, ws: &[i32], reach: &[(u64, u64, u64, u64)]) -> Vec<Result<Vec<Snap>>> {
+        let mut bufs = self.ledger.buffers.lock();
+        while ws.iter().any(|&w| reach.iter().any(|(a, ..)| bufs.get(*a).is_some_and(|b| b.holding.contains_key(&w) || b.buddy_reading == Some(w)))) {
+            self.ledger.moved.wait(&mut bufs);
+        }
+        ws.iter()
+            .map(|&w| {
+                // The version each copy holds now (a newer one than at placement, if one was
+                // made meanwhile). A merge may also have taken changes of this worker's copy
+                // elsewhere, leaving the copy no recorded version: then it is placed again.
+                let mut versions = Vec::with_capacity(reach.len());
+                for &(a, _, _, v) in reach {
+                    match bufs.get(a) {
+                        Some(b) if v == 0 && b.version == 0 => versions.push(0),
+                        Some(b) => match b.version_on(w) {
+                            Some(now) if now >= v => versions.push(now),
+                            _ => return Err(ClusterError::RunAgain(Box::new(ClusterError::Unplaced(a)))),
+                        },
+                        None => versions.push(v),
+                    }
+                }
+                for (a, ..) in reach {
+                    if let Some(b) = bufs.get_mut(*a) {
+                        *b.running.entry(w).or_default() += 1;
+                    }
+                }
+                Ok(reach
+                    .iter()
+                    .zip(versions)
+                    .map(|((a, ..), version)| {
+                        bufs.get(*a).map_or(Snap { version, ..Snap::default() }, |b| Snap {
+                            version,
+                            commits_start: b.commits_from.get(&w).copied().unwrap_or(0),
+                            undone_start: b.undone_on(w),
+                            ..Snap::default()
+                        })
+                    })
+                    .collect())
+            })
+            .collect()
     }
 
     /// A kernel that [`Self::run_on`] ran on `w` ended: it no longer runs on its copies (the

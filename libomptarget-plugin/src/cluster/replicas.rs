@@ -44,6 +44,8 @@ pub(super) struct SetRun {
     pub(super) w: i32,
     pub(super) snaps: Vec<Snap>,
     pub(super) ran: Result<Executed>,
+    /// It no longer counts as running on its copies (`Launcher::ended`, once).
+    ended: bool,
 }
 
 impl SetRun {
@@ -103,25 +105,31 @@ impl<'a> Replicator<'a> {
             let bufs = self.ledger.buffers.lock();
             reach.iter().map(|(a, ..)| bufs.get(*a).map_or(0, |b| b.kernel_changes)).collect()
         };
+        // Inputs moved to each in turn, then all started at once (`Launcher::start_set`).
+        let moved: Vec<Result<()>> = set.iter().map(|&r| launcher.move_inputs(r, reach)).collect();
+        let ready: Vec<i32> = set.iter().zip(&moved).filter(|(_, m)| m.is_ok()).map(|(&r, _)| r).collect();
+        let mut started = launcher.start_set(&ready, reach).into_iter();
         let mut runs: Vec<SetRun> = set
             .iter()
-            .map(|&r| {
-                let mut snaps = Vec::new();
-                let ran = launcher.prepare_on(r, reach, &mut snaps).map(|()| Executed::default());
-                SetRun { w: r, snaps, ran }
+            .zip(moved)
+            .map(|(&r, m)| {
+                let (snaps, ran) = match m.and_then(|()| started.next().expect("one per ready worker")) {
+                    Ok(snaps) => (snaps, Ok(Executed::default())),
+                    Err(e) => (Vec::new(), Err(e)),
+                };
+                SetRun { w: r, snaps, ran, ended: false }
             })
             .collect();
         {
             let mut bufs = self.ledger.buffers.lock();
-            // A copy of a buffer it may write taken from a copy another kernel could change:
-            // from outside the set, or from a member's copy that another kernel runs on or
-            // changed since (no member runs yet; each counts once in `running`).
+            // A copy of a buffer it may write taken while a kernel could reach the source
+            // (`Buffer::torn`) is exact if no kernel changed the buffer since the moves began:
+            // no member runs yet, and no other region writes a buffer a replicated region may
+            // write (`Buffer::replicated`); those still running there read it.
             let torn = |bufs: &Buffers, w: i32| {
                 reach.iter().zip(marked).zip(&changes).find_map(|(((a, ..), &m), &c)| {
-                    let b = bufs.get(*a).filter(|_| m)?;
-                    let src = *b.torn.get(&w)?;
-                    let own = set.contains(&src) && b.running.get(&src).is_none_or(|&n| n <= 1) && b.kernel_changes == c;
-                    (!own).then_some(*a)
+                    let b = bufs.get(*a).filter(|_| m && bufs.get(*a).is_some_and(|b| b.torn.contains_key(&w)))?;
+                    (b.kernel_changes != c).then_some(*a)
                 })
             };
             let unready = runs.iter().find_map(|r| match &r.ran {
@@ -140,9 +148,18 @@ impl<'a> Replicator<'a> {
                     _ => torn(&bufs, run.w),
                 };
                 if let (Some(a), true) = (skip, run.ran.is_ok()) {
-                    launcher.ended(&mut bufs, run.w, reach, &mut run.snaps);
+                    self.end(&mut bufs, reach, run);
                     run.snaps.clear();
                     run.ran = Err(ClusterError::RunAgain(Box::new(ClusterError::Unplaced(a))));
+                }
+            }
+            // A copy taken from a member's copy before any member ran is that member's
+            // version: it stays a copy of it whatever the member's kernel does next.
+            for run in runs.iter().filter(|r| r.ran.is_ok()) {
+                for (a, ..) in reach {
+                    if let Some(b) = bufs.get_mut(*a).filter(|b| b.torn.get(&run.w).is_some_and(|s| set.contains(s))) {
+                        b.torn.remove(&run.w);
+                    }
                 }
             }
         }
@@ -170,7 +187,7 @@ impl<'a> Replicator<'a> {
             let Some(p) = p else { continue };
             run.ran = p.and_then(|p| exec.await_quiet(p));
             if run.ran.is_err() {
-                launcher.ended(&mut self.ledger.buffers.lock(), run.w, reach, &mut run.snaps);
+                self.end(&mut self.ledger.buffers.lock(), reach, run);
                 self.ledger.moved.notify_all();
             }
         }
@@ -190,11 +207,28 @@ impl<'a> Replicator<'a> {
         // Runs that started (a set placed again before any ran counts for nothing).
         let started = runs.iter().filter(|r| r.ran.is_ok() || !r.snaps.is_empty()).count() as u64;
         if started > 0 {
-            stats.regions.fetch_add(1, Ordering::Relaxed);
             stats.extra_runs.fetch_add(started - 1, Ordering::Relaxed);
         }
         let ballots: Vec<Option<Ballot>> = runs.iter().map(|r| r.ran.as_ref().ok().map(Ballot::of)).collect();
-        let verdict = tally(&ballots, self.cfg.vote);
+        // A kernel that allocated or freed device memory (a first run: the next ones are not
+        // replicated): each replica's blocks lie in its own worker's arena, so what they wrote
+        // differs (pointers). A kernel that wrote a buffer it was not expected to write (not
+        // marked: other regions may have shared and changed that copy meanwhile, README
+        // "Placement"). Either way the replicas' results cannot be compared: the first is
+        // taken, unvoted, and the others are forgotten.
+        let allocating = runs.iter().any(|r| r.ran.as_ref().is_ok_and(|e| !e.allocated.is_empty() || !e.freed.is_empty()));
+        let unexpected = runs.iter().any(|r| r.ran.as_ref().is_ok_and(|e| e.changed.iter().zip(marked).any(|(&c, &m)| c && !m)));
+        if allocating {
+            kernel.allocates.store(true, Ordering::Relaxed);
+        }
+        let verdict = if allocating || unexpected {
+            match ballots.iter().position(Option::is_some) {
+                Some(winner) => Verdict::Take { winner, agree: Vec::new(), losers: Vec::new(), voted: false },
+                None => Verdict::Nothing,
+            }
+        } else {
+            tally(&ballots, self.cfg.vote)
+        };
         if let Verdict::Take { voted: false, .. } = verdict {
             if self.cfg.vote {
                 // The other replicas' workers died (or it was placed again and they had not
@@ -206,16 +240,20 @@ impl<'a> Replicator<'a> {
         let ranks: Vec<i32> = runs.iter().flatten().map(|r| r.w).collect();
         match verdict {
             Verdict::Take { winner, agree, losers, voted } => {
+                // Counted once per region, when its result is taken (not per run again).
+                stats.regions.fetch_add(1, Ordering::Relaxed);
                 if voted {
                     stats.votes.fetch_add(1, Ordering::Relaxed);
                 }
                 if winner != 0 {
                     stats.taken_from_other.fetch_add(1, Ordering::Relaxed);
                 }
+                let mut corrected = !losers.is_empty();
                 if let (true, Some(earlier), Some(Some(won))) = (voted, tiebreak, ballots.get(winner)) {
                     // A run again after a split: the earlier replicas that wrote something
                     // else than its majority lost.
                     let lost: Vec<i32> = earlier.iter().filter(|(_, b)| b != won).map(|(r, _)| *r).collect();
+                    corrected |= !lost.is_empty();
                     if !lost.is_empty() {
                         let majority: Vec<i32> = std::iter::once(winner).chain(agree.iter().copied()).map(|i| ranks[i]).collect();
                         self.lost_votes(kernel, majority, lost, "its earlier result");
@@ -231,11 +269,11 @@ impl<'a> Replicator<'a> {
                     let majority: Vec<i32> = std::iter::once(winner).chain(agree.iter().copied()).map(|i| ranks[i]).collect();
                     self.lost_votes(kernel, majority, losers.iter().map(|&i| ranks[i]).collect(), "what it wrote");
                 }
+                if corrected {
+                    stats.corrections.fetch_add(1, Ordering::Relaxed);
+                }
                 let mut taken = runs[winner].take().expect("the winner is a run");
-                // A kernel that allocated device memory: its replicas' blocks lie in their own
-                // workers' arenas, so their copies cannot stand for the taken one's.
-                let allocated = taken.ran.as_ref().is_ok_and(|e| !e.allocated.is_empty() || !e.freed.is_empty());
-                let agreeing: Vec<SetRun> = if allocated { Vec::new() } else { agree.iter().filter_map(|&i| runs[i].take()).collect() };
+                let agreeing: Vec<SetRun> = agree.iter().filter_map(|&i| runs[i].take()).collect();
                 for r in runs.into_iter().flatten() {
                     self.settle_other(reach, marked, r);
                 }
@@ -264,9 +302,7 @@ impl<'a> Replicator<'a> {
                 let disagreed = ClusterError::Disagreed { why: why.clone(), ballots: cast };
                 let changed = first.changed(marked);
                 let started = with_versions(reach, &first.snaps);
-                if first.ran.is_ok() {
-                    Launcher::of(*self).ended(&mut self.ledger.buffers.lock(), first.w, reach, &mut first.snaps);
-                }
+                self.end(&mut self.ledger.buffers.lock(), reach, &mut first);
                 let run = Run { w: first.w, reach: &started, changed: &changed, snaps: &first.snaps };
                 let e = if tiebreak.is_some() { disagreed } else { Merger::of(*self).rerun_or(disagreed, &run, &BTreeSet::new()) };
                 let e = match e {
@@ -291,15 +327,21 @@ impl<'a> Replicator<'a> {
     /// a worker at `OMPCLUSTER_FT_VOTE_RETIRE` lost votes (it is then handled as a failed one).
     fn lost_votes(&self, kernel: &Kernel, majority: Vec<i32>, losers: Vec<i32>, what: &str) {
         let stats = &self.meter.stats.replicas;
-        stats.corrections.fetch_add(1, Ordering::Relaxed);
         let at_seconds = self.meter.start.elapsed().as_secs_f64();
         stats.record.lock().disagreements.push(run_report::Disagreement { kernel: kernel.name.to_string(), majority: majority.clone(), losers: losers.clone(), at_seconds });
         for r in losers {
             let n = stats.lose_vote(r);
             eprintln!("ompcluster: worker {r} lost a vote on a region of kernel {}: {what} differs from the result of workers {majority:?}, which is taken", kernel.name);
             let limit = u64::from(self.cfg.vote_retire);
-            if limit > 0 && n >= limit && !stats.record.lock().retired.contains(&r) {
-                stats.record.lock().retired.push(r);
+            let retire = limit > 0 && n >= limit && {
+                let mut rec = stats.record.lock();
+                let first = !rec.retired.contains(&r);
+                if first {
+                    rec.retired.push(r);
+                }
+                first
+            };
+            if retire {
                 eprintln!("ompcluster: worker {r} lost {n} votes (OMPCLUSTER_FT_VOTE_RETIRE={limit}): retiring it as a failed worker");
                 Failures::of(*self).note_failure(r, &format!("retired after losing {n} votes"));
             }
@@ -319,8 +361,10 @@ impl<'a> Replicator<'a> {
     /// its copies.
     fn settle_other(&self, reach: &[(u64, u64, u64, u64)], marked: &[bool], mut r: SetRun) {
         let changed = r.changed(marked);
-        if r.ran.is_ok() {
-            Launcher::of(*self).ended(&mut self.ledger.buffers.lock(), r.w, reach, &mut r.snaps);
+        self.end(&mut self.ledger.buffers.lock(), reach, &mut r);
+        if !r.snaps.is_empty() {
+            // It started: what it changed (what it may have, if it failed: a bad reply from a
+            // live worker) holds no version.
             let started = with_versions(reach, &r.snaps);
             Merger::of(*self).undo(&Run { w: r.w, reach: &started, changed: &changed, snaps: &r.snaps });
         }
@@ -328,10 +372,27 @@ impl<'a> Replicator<'a> {
         self.ledger.moved.notify_all();
     }
 
+    /// Run `r` (started, if its snaps say so) no longer runs on its copies: once.
+    fn end(&self, bufs: &mut Buffers, reach: &[(u64, u64, u64, u64)], r: &mut SetRun) {
+        if !r.ended && !r.snaps.is_empty() {
+            Launcher::of(*self).ended(bufs, r.w, reach, &mut r.snaps);
+            r.ended = true;
+        }
+    }
+
+    /// The agreeing replicas' kernels are done, as the taken one's is: called with it, so that
+    /// a merge of its changes never waits for their marks (`Buffer::running`).
+    pub(super) fn end_agreeing(&self, bufs: &mut Buffers, reach: &[(u64, u64, u64, u64)], agree: &mut [SetRun]) {
+        for r in agree {
+            self.end(bufs, reach, r);
+        }
+    }
+
     /// `w`'s run over `reach` no longer uses its copies (`changed`: those it changed).
     fn release(&self, bufs: &mut Buffers, reach: &[(u64, u64, u64, u64)], w: i32, changed: &[bool]) {
         for ((a, ..), &c) in reach.iter().zip(changed) {
             bufs.kernel_done(*a, w, c);
+            bufs.replica_done(*a, w);
         }
         self.offload.stop_running(w);
     }
@@ -341,7 +402,7 @@ impl<'a> Replicator<'a> {
     /// makes them holders of the versions recorded.
     pub(super) fn settle_agreeing(&self, bufs: &mut Buffers, reach: &[(u64, u64, u64, u64)], agree: &mut [SetRun]) {
         for r in agree {
-            Launcher::of(*self).ended(bufs, r.w, reach, &mut r.snaps);
+            self.end(bufs, reach, r);
             let changed = r.changed(&[]);
             self.release(bufs, reach, r.w, &changed);
             for ((a, ..), _) in reach.iter().zip(&changed).filter(|(_, c)| **c) {

@@ -78,6 +78,12 @@ pub(crate) struct Buffer {
     /// many. Every kernel that can reach the buffer meanwhile runs on that worker, so that
     /// concurrent regions share one copy, as they would share one device memory.
     pub(crate) writing: Option<(i32, u32)>,
+    /// Kernels in flight with replicas that may write it (`cluster/replicas.rs`): no other
+    /// region reaches it until they end, so that each replica's copy is its own.
+    pub(crate) replicated: u32,
+    /// Per worker: replicas in flight there that can reach it. No other region is placed on
+    /// that copy meanwhile: a replica's copies are its own, so that it can be undone.
+    pub(crate) replica_on: BTreeMap<i32, u32>,
     /// Kernels in flight that can reach it, per worker: a copy a running kernel uses is never
     /// overwritten with another version (the kernel may be changing it).
     pub(crate) using: BTreeMap<i32, u32>,
@@ -153,6 +159,8 @@ impl Buffer {
             arena_of: None,
             deleted: false,
             writing: None,
+            replicated: 0,
+            replica_on: BTreeMap::new(),
             using: BTreeMap::new(),
             uses_begun: BTreeMap::new(),
             torn: BTreeMap::new(),
