@@ -220,7 +220,7 @@ impl<'a> Launcher<'a> {
                             // Its content key, for the log (`journal.rs`).
                             let task_key = self.durability.keyed().then(|| kernel.region_key(args, reached.iter().map(|(b, ..)| *b)));
                             // Replicas (`replicas.rs`): on workers where no other region
-                            // uses a copy this one may write, and none is on its way.
+                            // uses a copy of anything this one reaches, and none is on its way.
                             let k = if tiebreak.is_some() { 3 } else { self.cfg.replicas as usize };
                             let replicable = k > 1 && Place::of(w).is_worker() && !kernel.allocates.load(Ordering::Relaxed);
                             let extra = if replicable && pins.is_empty() {
@@ -250,7 +250,7 @@ impl<'a> Launcher<'a> {
                                 Vec::new()
                             };
                             if replicable && extra.is_empty() && self.meter.verbose() {
-                                let why = if pins.is_empty() { "no other worker free of regions using what it may write" } else { "it reaches a buffer another region writes" };
+                                let why = if pins.is_empty() { "no other worker free of regions using what it reaches" } else { "it reaches a buffer another region writes" };
                                 self.meter.log(format_args!("UNREPLICATED {} on {w}: {why}", kernel.name));
                             }
                             // Voting: a region runs on two workers at least, if two are left; it
@@ -624,7 +624,7 @@ impl<'a> Launcher<'a> {
     /// Make `w` ready to run a kernel over `reach`: its inputs moved there, no merge holding
     /// a copy it uses; it then counts as running on them (until [`Self::ended`]) and `snaps`
     /// says what its copies were at the start. On an error nothing of that happened.
-    pub(super) fn prepare_on(&self, w: i32, reach: &[(u64, u64, u64, u64)], snaps: &mut Vec<Snap>) -> Result<()> {
+    fn prepare_on(&self, w: i32, reach: &[(u64, u64, u64, u64)], snaps: &mut Vec<Snap>) -> Result<()> {
         self.move_inputs(w, reach)?;
         *snaps = self.start_set(&[w], reach).pop().expect("one worker")?;
         Ok(())
