@@ -41,8 +41,10 @@ use crate::veloc_cfg::VelocMode;
 
 /// How long a rank waits for another rank of its node to finish joining or leaving.
 pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(60);
-/// How long the daemon gets to start, and to stop after SIGTERM.
+/// How long the daemon gets to stop after SIGTERM.
 const DAEMON_WAIT: Duration = Duration::from_secs(20);
+/// How long one start of the daemon may take (it starts in milliseconds; it is tried twice).
+const DAEMON_START: Duration = Duration::from_secs(10);
 
 /// Where the node's files are.
 #[derive(Clone, Debug)]
@@ -260,8 +262,36 @@ pub(crate) fn backend_binary() -> Result<PathBuf, String> {
 }
 
 /// Starts VeloC's daemon for `config_file` as VeloC's client would (`--disable-ec`), but
-/// with no descriptor of this process open in it, and waits until it runs.
-fn start_daemon(paths: &NodePaths, binary: &Path, config_file: &Path) -> Result<Proc, String> {
+/// with no descriptor of this process open in it, and waits until it runs. A start that does
+/// not finish `within` ([`DAEMON_START`]) is ended (the launcher and the daemon it forked) and
+/// tried once more: VeloC's `start_main_loop` sets the flag its main thread waits for without
+/// holding the mutex of that wait (`work_queue.cpp`), so a daemon can miss the wake-up and
+/// never release its launcher. Seen once in CI (rank 1 of a job, async mode); the second
+/// start is a new process and does not inherit the miss.
+fn start_daemon(paths: &NodePaths, binary: &Path, config_file: &Path, within: Duration) -> Result<Proc, String> {
+    match start_daemon_once(paths, binary, config_file, within) {
+        Err(Start::Hung(first)) => {
+            tracing::warn!("{first}; starting it once more");
+            start_daemon_once(paths, binary, config_file, within).map_err(|e| match e {
+                Start::Hung(second) => format!("{first}; and again: {second}"),
+                Start::Failed(e) => e,
+            })
+        }
+        other => other.map_err(|e| match e {
+            Start::Hung(e) | Start::Failed(e) => e,
+        }),
+    }
+}
+
+/// Why a start of the daemon failed.
+enum Start {
+    /// It did not finish in time (its processes were ended).
+    Hung(String),
+    /// It failed in a way that another start would not change.
+    Failed(String),
+}
+
+fn start_daemon_once(paths: &NodePaths, binary: &Path, config_file: &Path, within: Duration) -> Result<Proc, Start> {
     let mut cmd = Command::new(binary);
     cmd.arg(config_file).arg("--disable-ec").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
     // SAFETY: between fork and exec only close_range (a system call, async-signal-safe) runs.
@@ -273,17 +303,34 @@ fn start_daemon(paths: &NodePaths, binary: &Path, config_file: &Path) -> Result<
             Ok(())
         });
     }
-    let mut child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+    let mut child = cmd.spawn().map_err(|e| Start::Failed(format!("cannot start {}: {e}", binary.display())))?;
     // The launcher process exits once the daemon it forked is ready.
-    let deadline = Instant::now() + DAEMON_WAIT;
+    let deadline = Instant::now() + within;
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break s,
             Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
             _ => {
+                // The daemon is the launcher's child (in a session of its own): found while
+                // the launcher still runs, ended with it, so that nothing of it outlives the
+                // failed start.
+                let launcher = child.id();
+                let daemons = children_of(launcher);
+                let waits: Vec<String> = daemons.iter().map(|&p| format!("pid {p}: {}", thread_waits(p))).collect();
+                for &p in &daemons {
+                    if let Some((d, _)) = Proc::find(p) {
+                        stop_now(d);
+                    }
+                }
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("{} did not start within {} s", binary.display(), DAEMON_WAIT.as_secs()));
+                let _ = fs::remove_file(&paths.ready_file);
+                return Err(Start::Hung(format!(
+                    "{} did not start within {} s (ended; the daemon it forked waited in: {})",
+                    binary.display(),
+                    within.as_secs_f64(),
+                    if waits.is_empty() { "none found".to_string() } else { waits.join("; ") }
+                )));
             }
         }
     };
@@ -292,7 +339,12 @@ fn start_daemon(paths: &NodePaths, binary: &Path, config_file: &Path) -> Result<
         let _ = e.read_to_string(&mut err);
     }
     if !status.success() {
-        return Err(format!("{} {} failed ({status}): {}", binary.display(), config_file.display(), err.trim()));
+        return Err(Start::Failed(format!(
+            "{} {} failed ({status}): {}",
+            binary.display(),
+            config_file.display(),
+            err.trim()
+        )));
     }
     // The daemon writes its pid into VeloC's pid file right after releasing its launcher.
     loop {
@@ -300,13 +352,48 @@ fn start_daemon(paths: &NodePaths, binary: &Path, config_file: &Path) -> Result<
             return Ok(p);
         }
         if Instant::now() > deadline {
-            return Err(format!(
+            return Err(Start::Failed(format!(
                 "{} reported success but no daemon is named in {}",
                 binary.display(),
                 paths.ready_file.display()
-            ));
+            )));
         }
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The processes whose parent is `pid` (from `/proc`).
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| {
+            fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|s| s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok()))
+                == Some(pid)
+        })
+        .collect()
+}
+
+/// Where each thread of `pid` waits in the kernel (`/proc/<pid>/task/*/wchan`), for messages.
+fn thread_waits(pid: u32) -> String {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else { return "gone".into() };
+    let mut waits: Vec<String> = dir
+        .filter_map(|e| {
+            let tid = e.ok()?.file_name();
+            let wchan = fs::read_to_string(format!("/proc/{pid}/task/{}/wchan", tid.to_str()?)).ok()?;
+            Some(if wchan.is_empty() || wchan == "0" { "running".to_string() } else { wchan })
+        })
+        .collect();
+    waits.sort();
+    format!("threads in {}", waits.join(", "))
+}
+
+/// Ends `p` at once (SIGKILL): a daemon that never finished starting has nothing to save.
+fn stop_now(p: Proc) {
+    if p.alive() {
+        // SAFETY: signalling a process identified by pid and start time just now.
+        unsafe { libc::kill(p.pid as libc::pid_t, libc::SIGKILL) };
     }
 }
 
@@ -346,7 +433,7 @@ impl NodeSession {
             let opened = (|| {
                 write_small(&job_file, &job.to_string())?;
                 if mode == VelocMode::Backend {
-                    let p = start_daemon(&paths, &backend_binary()?, config_file)?;
+                    let p = start_daemon(&paths, &backend_binary()?, config_file, DAEMON_START)?;
                     write_small(&paths.dir.join("veloc-backend.pid"), &format!("{} {}", p.pid, p.start))?;
                 }
                 Ok(())
@@ -444,6 +531,26 @@ mod tests {
 
     fn paths(t: &tempfile::TempDir) -> NodePaths {
         NodePaths { dir: t.path().join("node"), ready_file: t.path().join("ready"), ipc_objects: vec![t.path().join("ipc")] }
+    }
+
+    #[test]
+    fn a_start_that_hangs_is_ended_whole_and_tried_once_more() {
+        let t = tempfile::tempdir().unwrap();
+        let p = paths(&t);
+        // A launcher that forks a child which never releases it, as VeloC's daemon does when
+        // it misses its own start-up wake-up; it records each start and its child's pid.
+        let bin = t.path().join("veloc-backend");
+        fs::write(&bin, "#!/bin/sh\nsleep 1000 &\necho $! >> \"$(dirname \"$0\")/started\"\nwait\n").unwrap();
+        fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+        let e = start_daemon(&p, &bin, &t.path().join("cfg"), Duration::from_millis(500)).unwrap_err();
+        assert!(e.contains("did not start within 0.5 s") && e.contains("and again"), "{e}");
+        assert!(e.contains("threads in"), "where the daemon waited: {e}");
+        let started: Vec<u32> =
+            fs::read_to_string(t.path().join("started")).unwrap().lines().map(|l| l.parse().unwrap()).collect();
+        assert_eq!(started.len(), 2, "started twice");
+        for pid in started {
+            assert!(Proc::find(pid).is_none(), "the daemon {pid} of a failed start outlived it");
+        }
     }
 
     #[test]
