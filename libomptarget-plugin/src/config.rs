@@ -86,6 +86,9 @@ pub struct Config {
     /// Votes a worker may lose before it is retired as a failed worker
     /// (`OMPCLUSTER_FT_VOTE_RETIRE`, default 3; 0: never).
     pub vote_retire: u32,
+    /// Which regions get replicas, when `replicas` > 1 (`OMPCLUSTER_FT_REPLICATE`, `all` by
+    /// default; `auto` with `OMPCLUSTER_FT_REPLICA_BUDGET`): see `cluster/replica_choice.rs`.
+    pub replicate: Replicate,
     /// How workers find what a kernel wrote (`OMPCLUSTER_WRITE_DETECTION`: `auto`, the
     /// default, tracks written pages where the system allows it and hashes otherwise;
     /// `pages` requires page tracking; `hash` hashes every buffer a kernel can reach).
@@ -138,6 +141,19 @@ fn flag(name: &'static str) -> Result<bool, ConfigError> {
         Some("1") | Some("true") | Some("on") | Some("yes") => Ok(true),
         Some(v) => Err(bad(name, v, "expected 0 or 1")),
     }
+}
+
+/// Which regions get replicas (`OMPCLUSTER_FT_REPLICATE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replicate {
+    /// Every region (the default).
+    All,
+    /// The regions whose loss would cost most, with replicas' kernel time kept within a
+    /// budget.
+    Auto {
+        /// Percent of the regions' own kernel time (`OMPCLUSTER_FT_REPLICA_BUDGET`, default 25).
+        budget_percent: u32,
+    },
 }
 
 impl Config {
@@ -196,6 +212,21 @@ impl Config {
             return Err(bad("OMPCLUSTER_FT_VOTE", "1", "voting compares the results of replicas: set OMPCLUSTER_FT_REPLICAS to 2 or 3"));
         }
         let vote_retire = number("OMPCLUSTER_FT_VOTE_RETIRE", 3, 0..=1_000_000, "a number of lost votes (0: never retire)")? as u32;
+        let replicate = match var("OMPCLUSTER_FT_REPLICATE").as_deref().map(str::trim) {
+            None | Some("all") => {
+                if let Some(v) = var("OMPCLUSTER_FT_REPLICA_BUDGET") {
+                    return Err(bad("OMPCLUSTER_FT_REPLICA_BUDGET", &v, "a budget applies to OMPCLUSTER_FT_REPLICATE=auto only (`all` replicates every region)"));
+                }
+                Replicate::All
+            }
+            Some("auto") => {
+                if replicas < 2 {
+                    return Err(bad("OMPCLUSTER_FT_REPLICATE", "auto", "it chooses which regions get replicas: set OMPCLUSTER_FT_REPLICAS to 2 or 3"));
+                }
+                Replicate::Auto { budget_percent: number("OMPCLUSTER_FT_REPLICA_BUDGET", 25, 1..=1000, "a percentage of the regions' worker time")? as u32 }
+            }
+            Some(v) => return Err(bad("OMPCLUSTER_FT_REPLICATE", v, "expected `all` (every region, the default) or `auto` (the regions whose loss would cost most, within OMPCLUSTER_FT_REPLICA_BUDGET)")),
+        };
         let write_detection = match var("OMPCLUSTER_WRITE_DETECTION") {
             None => event_system::worker::written::Detection::Auto,
             Some(v) => v.parse().map_err(|e: String| bad("OMPCLUSTER_WRITE_DETECTION", &v, e))?,
@@ -211,6 +242,7 @@ impl Config {
             replicas,
             vote,
             vote_retire,
+            replicate,
             ft_inject,
             fragment: fragment as usize,
             heap_size,
@@ -273,6 +305,8 @@ pub const SETTINGS: &[&str] = &[
     "OMPCLUSTER_FT_REPLICAS",
     "OMPCLUSTER_FT_VOTE",
     "OMPCLUSTER_FT_VOTE_RETIRE",
+    "OMPCLUSTER_FT_REPLICATE",
+    "OMPCLUSTER_FT_REPLICA_BUDGET",
     // The failure detector.
     "OMPCLUSTER_HB_PERIOD",
     "OMPCLUSTER_HB_TIMEOUT",

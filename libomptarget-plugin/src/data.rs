@@ -202,6 +202,7 @@ impl Buffers {
             b.holders = holders;
             b.version += 1;
             b.key = crate::journal::key::fresh();
+            b.lineage_ns = 0;
             b.version
         })
     }

@@ -29,6 +29,13 @@ pub(crate) struct Replicas {
     pub(crate) corrections: AtomicU64,
     pub(crate) tiebreaks: AtomicU64,
     pub(crate) unvoted: AtomicU64,
+    pub(crate) passed_over: AtomicU64,
+    pub(crate) chosen_unplaced: AtomicU64,
+    /// Kernel time of the runs whose result was taken, and of the other replicas' runs (ns).
+    pub(crate) region_ns: AtomicU64,
+    pub(crate) replica_ns: AtomicU64,
+    /// `OMPCLUSTER_FT_REPLICATE` and its budget (set once, at start).
+    pub(crate) policy: std::sync::OnceLock<(&'static str, u32)>,
     /// Taken alone, innermost.
     pub(crate) record: parking_lot::Mutex<VoteRecord>,
 }
@@ -41,6 +48,8 @@ pub(crate) struct VoteRecord {
     pub(crate) lost: BTreeMap<i32, u64>,
     /// Workers retired for losing votes.
     pub(crate) retired: Vec<i32>,
+    /// Kernel name -> regions of it replicated.
+    pub(crate) by_kernel: BTreeMap<String, u64>,
 }
 
 impl Replicas {
@@ -67,6 +76,13 @@ impl Replicas {
             disagreements: r.disagreements.clone(),
             lost_by_rank: r.lost.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             retired: r.retired.clone(),
+            mode: self.policy.get().map(|p| p.0.to_string()).unwrap_or_default(),
+            budget_percent: self.policy.get().map_or(0, |p| p.1),
+            passed_over: n(&self.passed_over),
+            chosen_unplaced: n(&self.chosen_unplaced),
+            kernel_seconds: n(&self.region_ns) as f64 * 1e-9,
+            replica_kernel_seconds: n(&self.replica_ns) as f64 * 1e-9,
+            replicated_by_kernel: r.by_kernel.clone(),
         }
     }
 }

@@ -109,6 +109,29 @@ pub struct ReplicaStats {
     pub lost_by_rank: BTreeMap<String, u64>,
     /// Workers retired for losing `OMPCLUSTER_FT_VOTE_RETIRE` votes.
     pub retired: Vec<i32>,
+    /// Which regions got replicas (`OMPCLUSTER_FT_REPLICATE`): `all` or `auto` (empty with
+    /// `OMPCLUSTER_FT_REPLICAS=1`).
+    #[serde(default)]
+    pub mode: String,
+    /// With `auto`: the budget of replicas' kernel time, percent of the regions' own.
+    #[serde(default)]
+    pub budget_percent: u32,
+    /// With `auto`: regions (with a known run time) it chose not to replicate.
+    #[serde(default)]
+    pub passed_over: u64,
+    /// With `auto`: regions it chose that no second worker could take (run once, their
+    /// credit given back: see `docs/recovery.md`, what limits how many regions get replicas).
+    #[serde(default)]
+    pub chosen_unplaced: u64,
+    /// Kernel time of every region's run whose result was taken, seconds.
+    #[serde(default)]
+    pub kernel_seconds: f64,
+    /// Kernel time of the other replicas' runs, seconds (the budget's measure).
+    #[serde(default)]
+    pub replica_kernel_seconds: f64,
+    /// Kernel name -> regions of it replicated.
+    #[serde(default)]
+    pub replicated_by_kernel: BTreeMap<String, u64>,
 }
 
 /// Replicas of one region that wrote different results.

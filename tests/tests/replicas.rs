@@ -211,3 +211,58 @@ fn concurrent_writers_with_replicas_and_votes() {
         }
     }
 }
+
+/// `OMPCLUSTER_FT_REPLICATE=auto` on a chain of in-place updates with buddy copies off: the
+/// unsaved work behind the chain's buffer grows with each region until one is replicated
+/// (its replica's copy saves the version), so `auto` replicates a share of the regions near
+/// its budget, spends at most about that budget in replicas' kernel time, and a worker killed
+/// after 60 regions costs a few re-runs (at most 15), not the 50 or more of k = 1 (checked in
+/// `a_worker_killed_costs_no_rerun_of_replicated_regions`).
+#[test]
+fn auto_replicates_within_its_budget_where_unsaved_work_builds_up() {
+    let auto = [NO_BUDDY, ("OMPCLUSTER_FT_REPLICAS", "2"), ("OMPCLUSTER_FT_REPLICATE", "auto"), ("OMPCLUSTER_FT_REPLICA_BUDGET", "30")];
+    let (o, r, reference) = chain(&auto);
+    let rep = &r.replicas;
+    assert!(passes(&o) && stdout(&o) == reference, "{}", describe(&o));
+    assert_eq!((rep.mode.as_str(), rep.budget_percent), ("auto", 30), "{}", counts(&r));
+    // 120 regions, the kernel's first one unweighed: about 30% chosen, every chosen one
+    // replicated (a chain leaves workers free).
+    assert!((20..=50).contains(&rep.regions_replicated) && rep.passed_over >= 60, "{}", counts(&r));
+    assert!(rep.replica_kernel_seconds <= 0.45 * rep.kernel_seconds, "replicas took more than the budget: {}", counts(&r));
+    let kill = ("OMPCLUSTER_FT_INJECT", "kill:rank=1:after_tasks=60");
+    let mut with_kill = auto.to_vec();
+    with_kill.push(kill);
+    let (o, r, _) = chain(&with_kill);
+    assert!(passes(&o) && stdout(&o) == reference, "{}", describe(&o));
+    assert_eq!(r.failures.iter().map(|f| f.rank).collect::<Vec<_>>(), vec![1], "{}", counts(&r));
+    // Between replicated regions about 3 run unsaved; the next replica's input move lands on
+    // the worker holding the last replica's copy, so a kill during that move reaches back
+    // one replica more (9 re-runs seen, of 60 regions run).
+    assert!(r.counts.tasks_reexecuted <= 15, "auto left more than a few regions' work unsaved: {}\n{}", counts(&r), describe(&o));
+}
+
+/// `auto` on the Cholesky example (kernels that compute, many regions in flight): its result,
+/// some regions replicated and most passed over, replicas' kernel time within about the
+/// budget, and the report naming the kernels chosen. Settings that make no sense are refused
+/// at start.
+#[test]
+fn auto_on_cholesky_keeps_the_result_and_the_budget() {
+    let exe = ompcluster_tests::cholesky_example();
+    let args = ["1024", "128"];
+    let result = |o: &Output| stdout(o).lines().any(|l| l.contains("result correct"));
+    let auto = envs(&[("OMPCLUSTER_FT_REPLICAS", "2"), ("OMPCLUSTER_FT_REPLICATE", "auto"), ("OMPCLUSTER_FT_REPLICA_BUDGET", "20")]);
+    let (o, r) = run_with_report(4, exe, &args, &auto);
+    assert!(o.status.success() && result(&o), "{}", describe(&o));
+    let rep = &r.replicas;
+    assert!(rep.regions_replicated >= 1 && rep.passed_over > rep.regions_replicated, "{}", counts(&r));
+    assert!(rep.replica_kernel_seconds <= 0.35 * rep.kernel_seconds, "replicas took more than the budget: {}", counts(&r));
+    assert_eq!(rep.replicated_by_kernel.values().sum::<u64>(), rep.regions_replicated, "{}", counts(&r));
+    for (vars, why) in [
+        (vec![("OMPCLUSTER_FT_REPLICATE", "auto")], "set OMPCLUSTER_FT_REPLICAS to 2 or 3"),
+        (vec![("OMPCLUSTER_FT_REPLICAS", "2"), ("OMPCLUSTER_FT_REPLICA_BUDGET", "10")], "applies to OMPCLUSTER_FT_REPLICATE=auto only"),
+        (vec![("OMPCLUSTER_FT_REPLICAS", "2"), ("OMPCLUSTER_FT_REPLICATE", "some")], "expected `all`"),
+    ] {
+        let o = Job::spawn(3, exe, &args, &vars).wait(BOUND);
+        assert!(!o.status.success() && stderr(&o).contains(why), "{vars:?}\n{}", describe(&o));
+    }
+}

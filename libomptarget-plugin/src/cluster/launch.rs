@@ -28,6 +28,7 @@ use super::meter::Meter;
 use super::movement::Movement;
 use super::offload::{Kernel, Offload, WriteSet, SHORT_KERNEL_NS};
 use super::prune::Pruner;
+use super::replica_choice::Choice;
 use super::replicas::{Ballot, Replicator};
 use super::requests::Requests;
 use super::resume::{self, Resumer};
@@ -134,6 +135,8 @@ impl<'a> Launcher<'a> {
         let roots: Vec<u64> = args.iter().chain(begins).copied().collect();
         // How long a run waits for this kernel's first run to teach what it writes.
         let learn_until = Instant::now() + LEARNING_WAIT;
+        // `OMPCLUSTER_FT_REPLICATE=auto`: whether this region gets replicas, asked once.
+        let mut choice: Option<Choice> = None;
         let (w, extra, reach, assume_written, marked, reach_args, learning, task_key, replicated) = {
             let mut bufs = self.ledger.buffers.lock();
             loop {
@@ -222,7 +225,16 @@ impl<'a> Launcher<'a> {
                             // Replicas (`replicas.rs`): on workers where no other region
                             // uses a copy of anything this one reaches, and none is on its way.
                             let k = if tiebreak.is_some() { 3 } else { self.cfg.replicas as usize };
-                            let replicable = k > 1 && Place::of(w).is_worker() && !kernel.allocates.load(Ordering::Relaxed);
+                            let mut replicable = k > 1 && Place::of(w).is_worker() && !kernel.allocates.load(Ordering::Relaxed);
+                            if let (true, None, Some(chooser)) = (replicable, tiebreak, &self.offload.chooser) {
+                                // Only the regions `auto` chooses (a tiebreak always runs on three).
+                                let c = *choice.get_or_insert_with(|| {
+                                    let behind = reached.iter().map(|(b, ..)| b.exposed_ns()).max().unwrap_or(0);
+                                    let run = Some(kernel.last_ns.load(Ordering::Relaxed)).filter(|&n| n != u64::MAX);
+                                    chooser.lock().choose(entry, run, behind)
+                                });
+                                replicable = c.chosen;
+                            }
                             let extra = if replicable && pins.is_empty() {
                                 // Its copies there are its own: no other region uses any.
                                 let free = |r: i32| r != w && !arriving(r) && reached.iter().all(|(b, ..)| !b.using.contains_key(&r));
@@ -289,6 +301,19 @@ impl<'a> Launcher<'a> {
                 if learning {
                     kernel.learning.fetch_add(1, Ordering::Relaxed);
                 }
+                if let Some(chooser) = &self.offload.chooser {
+                    let mut chooser = chooser.lock();
+                    // The kernels whose runs made the versions it reads (their fan-out).
+                    chooser.read(reach.iter().filter_map(|(a, ..)| {
+                        let b = bufs.get(*a)?;
+                        b.made_by.filter(|(v, ..)| *v == b.version).map(|(_, e, _)| e)
+                    }));
+                    if let Some(c) = choice.filter(|c| c.chosen && extra.is_empty()) {
+                        // No worker could take a replica: its credit back.
+                        chooser.refund(c);
+                        self.meter.stats.replicas.chosen_unplaced.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
                 // Counted under the lock, so that the next placement sees it.
                 self.offload.start_running(w);
                 for &r in &extra {
@@ -308,7 +333,9 @@ impl<'a> Launcher<'a> {
             .map(|(((_, size, ..), &args), &from)| from && args & back_args != 0 && *size <= MAX_SEND_BACK)
             .collect();
         let (w, mut snaps, result, agree) = if extra.is_empty() {
-            if self.cfg.vote && Place::of(w).is_worker() {
+            if choice.is_some_and(|c| !c.chosen) {
+                self.meter.stats.replicas.passed_over.fetch_add(1, Ordering::Relaxed);
+            } else if self.cfg.vote && Place::of(w).is_worker() {
                 // No second worker could take it (one left, a kernel that allocates device
                 // memory, or nothing else in flight to wait for).
                 self.meter.stats.replicas.unvoted.fetch_add(1, Ordering::Relaxed);
@@ -429,6 +456,9 @@ impl<'a> Launcher<'a> {
                 }
             };
             Replicator::of(*self).settle_agreeing(&mut bufs, &reach, &mut agree);
+            // The unsaved kernel time behind what it read, for the versions it makes
+            // (`Buffer::lineage_ns`).
+            let behind = reach.iter().filter_map(|(a, ..)| bufs.get(*a).map(|b| b.exposed_ns())).max().unwrap_or(0);
             deleted = release_writes(&mut bufs, Some(&changed));
             let mut found = pointers.into_iter();
             for (i, ((addr, _, id, version), c)) in reach.iter().zip(changed).enumerate() {
@@ -499,6 +529,7 @@ impl<'a> Launcher<'a> {
                     }
                     if let Some(b) = bufs.get_mut(addr) {
                         b.made_by = Some((v, entry, reach_args[i]));
+                        b.lineage_ns = (kernel_s * 1e9) as u64 + behind;
                     }
                     if staged && bufs.get(addr).is_some_and(|b| b.version_on(HEAD).is_none()) {
                         // The head keeps no version of it (over the retention budget): give
@@ -575,6 +606,10 @@ impl<'a> Launcher<'a> {
         }
         self.offload.sched.task_finished(kernel_s);
         kernel.last_ns.store((kernel_s * 1e9) as u64, Ordering::Relaxed);
+        self.meter.stats.replicas.region_ns.fetch_add((kernel_s * 1e9) as u64, Ordering::Relaxed);
+        if let (Some(chooser), false) = (&self.offload.chooser, logged.is_empty()) {
+            chooser.lock().made(entry);
+        }
         self.meter.stats.add_task(w);
         let done = match unrecorded {
             Some(r) => self.ledger.graph.lock().record(r),

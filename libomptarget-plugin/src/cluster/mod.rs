@@ -121,6 +121,7 @@ mod offload;
 mod on_head;
 mod prune;
 mod recovery;
+mod replica_choice;
 mod replicas;
 mod requests;
 mod rerun;
@@ -297,6 +298,13 @@ impl Cluster {
     ) -> Self {
         let n = comm.size() as usize;
         let meter = Meter::new(n, cfg.trace.is_some(), cfg.verbose);
+        if cfg.replicas > 1 {
+            let policy = match cfg.replicate {
+                crate::config::Replicate::All => ("all", 0),
+                crate::config::Replicate::Auto { budget_percent } => ("auto", budget_percent),
+            };
+            let _ = meter.stats.replicas.policy.set(policy);
+        }
         let (base, size) = heap.buffer_space();
         let mut buffers = Buffers::new(base, size);
         let retain = if recovery { cfg.ft_retain } else { 0 };
@@ -310,7 +318,7 @@ impl Cluster {
         Cluster {
             link: Link::new(comm, live, procs),
             ledger: Ledger::new(buffers, graph, prune::FIRST_PRUNE, retain > 0),
-            offload: Offload::new(heap, Scheduler::new(cfg.policy), n),
+            offload: Offload::new(heap, Scheduler::new(cfg.policy), n, &cfg),
             tolerance: Tolerance::new(recovery, cfg.spares as usize, n, inject),
             durability: Durability::new(ckpt, journal, replay, resume_record),
             meter,

@@ -7,8 +7,9 @@
 //! the buddy thread reads `in_flight`. `kernels` is read-mostly (an RwLock, written at
 //! `load_binary`, under `images`); `images` comes before the ledger's `buffers` (loading an
 //! image, the head's own device); `omp_said` is innermost; `in_flight` and `attached` are
-//! atomics.
+//! atomics; `chooser` is innermost, under `buffers`.
 
+use super::replica_choice::Chooser;
 use crate::data::Buffer;
 use event_system::{LocalDevice, SymmetricHeap};
 use parking_lot::{Mutex, RwLock};
@@ -34,10 +35,13 @@ pub(super) struct Offload {
     pub(super) omp_said: Mutex<HashMap<Vec<u8>, i32>>,
     /// A pointer member was attached (see `data::Buffers::attach`): submits look for them.
     attached: AtomicBool,
+    /// Which regions get replicas, with `OMPCLUSTER_FT_REPLICATE=auto` (None: every region).
+    /// Taken under the `buffers` lock, innermost.
+    pub(super) chooser: Option<Mutex<Chooser>>,
 }
 
 impl Offload {
-    pub(super) fn new(heap: SymmetricHeap, sched: Scheduler, ranks: usize) -> Self {
+    pub(super) fn new(heap: SymmetricHeap, sched: Scheduler, ranks: usize, cfg: &crate::config::Config) -> Self {
         Offload {
             heap,
             kernels: RwLock::new(HashMap::default()),
@@ -47,6 +51,10 @@ impl Offload {
             local: OnceLock::new(),
             omp_said: Mutex::new(HashMap::default()),
             attached: AtomicBool::new(false),
+            chooser: match cfg.replicate {
+                crate::config::Replicate::Auto { budget_percent } if cfg.replicas > 1 => Some(Mutex::new(Chooser::new(budget_percent, cfg.replicas))),
+                _ => None,
+            },
         }
     }
 

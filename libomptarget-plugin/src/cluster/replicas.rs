@@ -210,6 +210,10 @@ impl<'a> Replicator<'a> {
             stats.extra_runs.fetch_add(started - 1, Ordering::Relaxed);
         }
         let ballots: Vec<Option<Ballot>> = runs.iter().map(|r| r.ran.as_ref().ok().map(Ballot::of)).collect();
+        // Kernel time of the runs other than the one taken (the first, unless one is taken).
+        let replica_ns = |taken: usize| -> u64 {
+            runs.iter().enumerate().filter(|(i, _)| *i != taken).filter_map(|(_, r)| r.ran.as_ref().ok()).map(|e| (e.seconds * 1e9) as u64).sum()
+        };
         // A kernel that allocated or freed device memory (a first run: the next ones are not
         // replicated): each replica's blocks lie in its own worker's arena, so what they wrote
         // differs (pointers). A kernel that wrote a buffer it was not expected to write (not
@@ -236,12 +240,18 @@ impl<'a> Replicator<'a> {
                 stats.unvoted.fetch_add(1, Ordering::Relaxed);
             }
         }
+        let taken = match &verdict {
+            Verdict::Take { winner, .. } => *winner,
+            _ => 0,
+        };
+        stats.replica_ns.fetch_add(replica_ns(taken), Ordering::Relaxed);
         let mut runs: Vec<Option<SetRun>> = runs.into_iter().map(Some).collect();
         let ranks: Vec<i32> = runs.iter().flatten().map(|r| r.w).collect();
         match verdict {
             Verdict::Take { winner, agree, losers, voted } => {
                 // Counted once per region, when its result is taken (not per run again).
                 stats.regions.fetch_add(1, Ordering::Relaxed);
+                *stats.record.lock().by_kernel.entry(kernel.name.to_string()).or_default() += 1;
                 if voted {
                     stats.votes.fetch_add(1, Ordering::Relaxed);
                 }

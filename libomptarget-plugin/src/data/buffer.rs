@@ -124,6 +124,11 @@ pub(crate) struct Buffer {
     /// arguments it reached the buffer through (a `launch.rs` argument mask): a retrieve of
     /// that version teaches the kernel to send it back next time.
     pub(crate) made_by: Option<(u64, usize, u64)>,
+    /// Kernel time (ns) behind the current version: the run that made it and the largest
+    /// unsaved time behind what that run read ([`Buffer::exposed_ns`]); 0 for a version a
+    /// submit, a copy or an allocation made. For `OMPCLUSTER_FT_REPLICATE=auto`
+    /// (`cluster/replica_choice.rs`) only: recovery never reads it.
+    pub(crate) lineage_ns: u64,
     /// The version the head's copy got from a buddy copy (`cluster/buddy.rs`), while the
     /// head's copy still holds it: for the recovery report.
     pub(crate) buddy: Option<u64>,
@@ -172,6 +177,7 @@ impl Buffer {
             undone: BTreeMap::new(),
             sent_back: None,
             made_by: None,
+            lineage_ns: 0,
             buddy: None,
             host_writes: 0,
             buddy_reading: None,
@@ -207,6 +213,16 @@ impl Buffer {
 }
 
 impl Buffer {
+    /// The kernel time a loss of the current version's holders would make recovery run
+    /// again, at most ([`Buffer::lineage_ns`]): none once two ranks, or the head, hold it.
+    pub(crate) fn exposed_ns(&self) -> u64 {
+        if self.holders.len() >= 2 || self.holders.contains(&HEAD) {
+            0
+        } else {
+            self.lineage_ns
+        }
+    }
+
     /// The version whose contents need no saving: what allocation (zeros, version 0) or the
     /// loading of its image (an image's initial data, version 1) gives back on any rank.
     pub(crate) fn pristine_version(&self) -> u64 {
