@@ -266,3 +266,22 @@ fn auto_on_cholesky_keeps_the_result_and_the_budget() {
         assert!(!o.status.success() && stderr(&o).contains(why), "{vars:?}\n{}", describe(&o));
     }
 }
+
+/// A bit flipped into a region the kernel only reads (`ft_stencil.c`'s regions write their
+/// block in place; the flip lands in the first region that is not image data) makes that
+/// replica write a buffer its kernel was not expected to write: with voting its ballot is
+/// compared all the same, so the flip is outvoted and its worker named, never taken unvoted.
+#[test]
+fn a_flip_into_a_region_the_kernel_only_reads_is_outvoted_too() {
+    let prog = compile("ft_stencil.c");
+    let args = ["8", "4096", "8", "20000"];
+    let (o, _) = run_with_report(4, &prog, &args, &envs(&[]));
+    assert!(passes(&o), "{}", describe(&o));
+    let reference = stdout(&o);
+    let vote = [("OMPCLUSTER_FT_REPLICAS", "3"), ("OMPCLUSTER_FT_VOTE", "1"), ("OMPCLUSTER_FT_INJECT", "flip:rank=3:after_tasks=17")];
+    let (o, r) = run_with_report(4, &prog, &args, &envs(&vote));
+    assert!(passes(&o) && stdout(&o) == reference, "{}", describe(&o));
+    assert_eq!(r.replicas.unvoted, 0, "a result was taken unvoted: {}", counts(&r));
+    assert_eq!(r.replicas.disagreements.iter().map(|d| d.losers.clone()).collect::<Vec<_>>(), vec![vec![3]], "{}", counts(&r));
+    assert!(stderr(&o).contains("ompcluster: worker 3 lost a vote"), "{}", describe(&o));
+}
