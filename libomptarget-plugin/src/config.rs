@@ -86,6 +86,10 @@ pub struct Config {
     /// Votes a worker may lose before it is retired as a failed worker
     /// (`OMPCLUSTER_FT_VOTE_RETIRE`, default 3; 0: never).
     pub vote_retire: u32,
+    /// Kernels whose replicas are not voted on (`OMPCLUSTER_FT_VOTE_SKIP`, comma-separated:
+    /// a kernel's name, or its end after an underscore, such as `main_l49`): kernels whose
+    /// results differ from run to run (see [`Config::votes_on`]).
+    pub vote_skip: Vec<String>,
     /// Which regions get replicas, when `replicas` > 1 (`OMPCLUSTER_FT_REPLICATE`, `all` by
     /// default; `auto` with `OMPCLUSTER_FT_REPLICA_BUDGET`): see `cluster/replica_choice.rs`.
     pub replicate: Replicate,
@@ -157,6 +161,20 @@ pub enum Replicate {
 }
 
 impl Config {
+    /// Whether the replicas of a region of kernel `name` are voted on: voting is on and the
+    /// kernel is not in `OMPCLUSTER_FT_VOTE_SKIP` (its full name, or its end after an
+    /// underscore: `main_l49` names `__omp_offloading_fd00_1234_main_l49`).
+    pub fn votes_on(&self, name: &str) -> bool {
+        self.vote && !self.vote_skip.iter().any(|s| name == s || name.strip_suffix(s.as_str()).is_some_and(|head| head.ends_with('_')))
+    }
+
+    /// The short name of kernel `name` for `OMPCLUSTER_FT_VOTE_SKIP`: its function and line
+    /// (`main_l49`), after the offload prefix and the file's id.
+    pub fn kernel_short_name(name: &str) -> &str {
+        // __omp_offloading_<device>_<file>_<function>_l<line>
+        name.strip_prefix("__omp_offloading_").and_then(|rest| rest.splitn(3, '_').nth(2)).unwrap_or(name)
+    }
+
     /// Read the settings from the environment.
     pub fn from_env() -> Result<Self, ConfigError> {
         let bytes = |name: &'static str, default: u64, min: u64| -> Result<u64, ConfigError> {
@@ -212,6 +230,19 @@ impl Config {
             return Err(bad("OMPCLUSTER_FT_VOTE", "1", "voting compares the results of replicas: set OMPCLUSTER_FT_REPLICAS to 2 or 3"));
         }
         let vote_retire = number("OMPCLUSTER_FT_VOTE_RETIRE", 3, 0..=1_000_000, "a number of lost votes (0: never retire)")? as u32;
+        let vote_skip: Vec<String> = match var("OMPCLUSTER_FT_VOTE_SKIP") {
+            None => Vec::new(),
+            Some(v) => {
+                if !vote {
+                    return Err(bad("OMPCLUSTER_FT_VOTE_SKIP", &v, "it names kernels not to vote on: it needs OMPCLUSTER_FT_VOTE=1"));
+                }
+                let names: Vec<String> = v.split(',').map(|n| n.trim().to_string()).collect();
+                if names.iter().any(|n| n.is_empty() || !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')) {
+                    return Err(bad("OMPCLUSTER_FT_VOTE_SKIP", &v, "expected kernel names separated by commas (letters, digits, underscores), such as main_l49 as a vote's message names it"));
+                }
+                names
+            }
+        };
         let replicate = match var("OMPCLUSTER_FT_REPLICATE").as_deref().map(str::trim) {
             None | Some("all") => {
                 if let Some(v) = var("OMPCLUSTER_FT_REPLICA_BUDGET") {
@@ -242,6 +273,7 @@ impl Config {
             replicas,
             vote,
             vote_retire,
+            vote_skip,
             replicate,
             ft_inject,
             fragment: fragment as usize,
@@ -305,6 +337,7 @@ pub const SETTINGS: &[&str] = &[
     "OMPCLUSTER_FT_REPLICAS",
     "OMPCLUSTER_FT_VOTE",
     "OMPCLUSTER_FT_VOTE_RETIRE",
+    "OMPCLUSTER_FT_VOTE_SKIP",
     "OMPCLUSTER_FT_REPLICATE",
     "OMPCLUSTER_FT_REPLICA_BUDGET",
     // The failure detector.
@@ -399,6 +432,21 @@ mod tests {
         ] {
             let e = with(name, value).unwrap_err().to_string();
             assert!(e.starts_with(name), "{e}");
+        }
+    }
+
+    #[test]
+    fn kernels_not_to_vote_on_are_named_by_their_end() {
+        let mut c = Config::from_env().unwrap();
+        let k = "__omp_offloading_fe00_510165_main_l49";
+        assert_eq!(Config::kernel_short_name(k), "main_l49");
+        assert_eq!(Config::kernel_short_name("odd"), "odd");
+        assert!(!c.votes_on(k), "voting is off");
+        c.vote = true;
+        assert!(c.votes_on(k));
+        for (skip, votes) in [("main_l49", false), (k, false), ("l49", false), ("ain_l49", true), ("main_l4", true), ("main_l50", true)] {
+            c.vote_skip = vec![skip.to_string()];
+            assert_eq!(c.votes_on(k), votes, "{skip}");
         }
     }
 

@@ -31,6 +31,7 @@ pub(crate) struct Replicas {
     pub(crate) unvoted: AtomicU64,
     pub(crate) passed_over: AtomicU64,
     pub(crate) chosen_unplaced: AtomicU64,
+    pub(crate) vote_skipped: AtomicU64,
     /// Kernel time of the runs whose result was taken, and of the other replicas' runs (ns).
     pub(crate) region_ns: AtomicU64,
     pub(crate) replica_ns: AtomicU64,
@@ -80,6 +81,7 @@ impl Replicas {
             budget_percent: self.policy.get().map_or(0, |p| p.1),
             passed_over: n(&self.passed_over),
             chosen_unplaced: n(&self.chosen_unplaced),
+            vote_skipped: n(&self.vote_skipped),
             kernel_seconds: n(&self.region_ns) as f64 * 1e-9,
             replica_kernel_seconds: n(&self.replica_ns) as f64 * 1e-9,
             replicated_by_kernel: r.by_kernel.clone(),

@@ -103,6 +103,10 @@ pub struct ReplicaStats {
     /// With voting, regions whose result no majority checked: one worker was left, or the
     /// other replicas' workers died while it ran.
     pub unvoted: u64,
+    /// With voting, regions of kernels named in `OMPCLUSTER_FT_VOTE_SKIP` (taken from the
+    /// first replica, unvoted).
+    #[serde(default)]
+    pub vote_skipped: u64,
     /// Each disagreement, in order.
     pub disagreements: Vec<Disagreement>,
     /// Rank (as a string) -> votes it lost.

@@ -285,3 +285,28 @@ fn a_flip_into_a_region_the_kernel_only_reads_is_outvoted_too() {
     assert_eq!(r.replicas.disagreements.iter().map(|d| d.losers.clone()).collect::<Vec<_>>(), vec![vec![3]], "{}", counts(&r));
     assert!(stderr(&o).contains("ompcluster: worker 3 lost a vote"), "{}", describe(&o));
 }
+
+/// A kernel whose results differ from run to run (it reads the processor's clock): with
+/// voting its replicas never agree, and the program ends with a message naming the kernel and
+/// the setting that runs it unvoted; with that setting (copied from the message) the program
+/// runs, its regions replicated and counted as not voted on.
+#[test]
+fn a_kernel_that_cannot_be_voted_on_is_named_and_can_be_skipped() {
+    let prog = compile("clock_kernel.c");
+    let vote = [("OMPCLUSTER_FT_REPLICAS", "3"), ("OMPCLUSTER_FT_VOTE", "1")];
+    let o = Job::spawn(4, &prog, &["8"], &envs(&vote)).wait(BOUND);
+    let err = stderr(&o);
+    assert!(!o.status.success() && err.contains("no majority agrees"), "{}", describe(&o));
+    let skip = err
+        .split("OMPCLUSTER_FT_VOTE_SKIP=")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or_else(|| panic!("the message names no kernel to skip\n{}", describe(&o)));
+    assert!(skip.ends_with(&format!("_l{}", 18)), "{skip}: the kernel at line 18 of clock_kernel.c");
+    let mut with_skip = vote.to_vec();
+    with_skip.push(("OMPCLUSTER_FT_VOTE_SKIP", skip));
+    let (o, r) = run_with_report(4, &prog, &["8"], &envs(&with_skip));
+    assert!(passes(&o), "{}", describe(&o));
+    assert!(r.replicas.vote_skipped >= 1 && r.replicas.votes == 0 && r.replicas.disagreements.is_empty(), "{}", counts(&r));
+    assert_eq!(r.replicas.vote_skipped, r.replicas.regions_replicated, "{}", counts(&r));
+}

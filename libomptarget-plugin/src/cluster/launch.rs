@@ -239,7 +239,7 @@ impl<'a> Launcher<'a> {
                                 // Its copies there are its own: no other region uses any.
                                 let free = |r: i32| r != w && !arriving(r) && reached.iter().all(|(b, ..)| !b.using.contains_key(&r));
                                 let mut pool: Vec<Candidate> = candidates.iter().copied().filter(|c| free(c.rank)).collect();
-                                if self.cfg.vote && (k == 2 || pool.len() < k - 1) {
+                                if self.cfg.votes_on(&kernel.name) && (k == 2 || pool.len() < k - 1) {
                                     // Two replicas that disagree are undone and run again from
                                     // the versions they started from: keep a holder of each
                                     // version it may change out of the pair, if the pool allows
@@ -269,7 +269,7 @@ impl<'a> Launcher<'a> {
                             // waits until two can take it (a region writing what it reaches
                             // ends, or one using a copy it would write there), if any runs.
                             let others_run = self.offload.all_in_flight() > 0;
-                            if self.cfg.vote && replicable && extra.is_empty() && others_run && self.targets().filter(|&r| Place::of(r).is_worker()).nth(1).is_some() {
+                            if self.cfg.votes_on(&kernel.name) && replicable && extra.is_empty() && others_run && self.targets().filter(|&r| Place::of(r).is_worker()).nth(1).is_some() {
                                 None
                             } else {
                                 Some((w, extra, reach, assume_written, may_write, reach_args, task_key))
@@ -335,7 +335,7 @@ impl<'a> Launcher<'a> {
         let (w, mut snaps, result, agree) = if extra.is_empty() {
             if choice.is_some_and(|c| !c.chosen) {
                 self.meter.stats.replicas.passed_over.fetch_add(1, Ordering::Relaxed);
-            } else if self.cfg.vote && Place::of(w).is_worker() {
+            } else if self.cfg.votes_on(&kernel.name) && Place::of(w).is_worker() {
                 // No second worker could take it (one left, a kernel that allocates device
                 // memory, or nothing else in flight to wait for).
                 self.meter.stats.replicas.unvoted.fetch_add(1, Ordering::Relaxed);
@@ -394,7 +394,7 @@ impl<'a> Launcher<'a> {
         }
         let Executed { changed, pointers, seconds: kernel_s, patches, allocated, freed, traced, returned, output, errors, .. } = result?;
         if !allocated.is_empty() || !freed.is_empty() {
-            kernel.allocates.store(true, Ordering::Relaxed);
+            kernel.learn_allocates(self.cfg.votes_on(&kernel.name));
         }
         // It ran over the versions it was placed over, allocated and freed nothing, and ran
         // on a worker: it may go in the log (if nothing below rules it out).

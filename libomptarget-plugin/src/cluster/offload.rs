@@ -155,6 +155,20 @@ pub(super) struct Kernel {
 }
 
 impl Kernel {
+    /// A run of it allocated or freed device memory: its later runs get no replicas (see
+    /// `allocates`). The first time, with voting on, the user is told that its regions are
+    /// not voted on, and why.
+    pub(super) fn learn_allocates(&self, vote: bool) {
+        if !self.allocates.swap(true, Ordering::Relaxed) && vote {
+            eprintln!(
+                "ompcluster: kernel {} allocates or frees device memory (malloc, new or free in the region): each \
+                 replica's blocks would lie in its own worker's memory, so its regions run on one worker and are \
+                 not voted on (OMPCLUSTER_FT_VOTE=1 cannot check them; the report counts them as unvoted)",
+                crate::config::Config::kernel_short_name(&self.name)
+            );
+        }
+    }
+
     /// The content key of a run over the buffers it can reach (`journal::key::task`): one
     /// recipe for where a region is logged (`launch.rs`) and where a resumed job looks it up
     /// (`resume.rs`).

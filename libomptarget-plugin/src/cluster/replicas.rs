@@ -143,7 +143,7 @@ impl<'a> Replicator<'a> {
             for (i, run) in runs.iter_mut().enumerate() {
                 let skip = match unready {
                     // Voting: no replica runs unless all can.
-                    Some(a) if self.cfg.vote => Some(a),
+                    Some(a) if self.cfg.votes_on(&kernel.name) => Some(a),
                     _ if i == 0 => None,
                     _ => torn(&bufs, run.w),
                 };
@@ -226,19 +226,23 @@ impl<'a> Replicator<'a> {
         // exact there.
         let allocating = runs.iter().any(|r| r.ran.as_ref().is_ok_and(|e| !e.allocated.is_empty() || !e.freed.is_empty()));
         let unexpected = runs.iter().any(|r| r.ran.as_ref().is_ok_and(|e| e.changed.iter().zip(marked).any(|(&c, &m)| c && !m)));
+        let vote = self.cfg.votes_on(&kernel.name);
         if allocating {
-            kernel.allocates.store(true, Ordering::Relaxed);
+            kernel.learn_allocates(vote);
         }
-        let verdict = if allocating || (unexpected && !self.cfg.vote) {
+        let verdict = if allocating || (unexpected && !vote) {
             match ballots.iter().position(Option::is_some) {
                 Some(winner) => Verdict::Take { winner, agree: Vec::new(), losers: Vec::new(), voted: false },
                 None => Verdict::Nothing,
             }
         } else {
-            tally(&ballots, self.cfg.vote)
+            tally(&ballots, vote)
         };
         if let Verdict::Take { voted: false, .. } = verdict {
-            if self.cfg.vote {
+            if !vote && self.cfg.vote {
+                // A kernel the user named in OMPCLUSTER_FT_VOTE_SKIP.
+                stats.vote_skipped.fetch_add(1, Ordering::Relaxed);
+            } else if self.cfg.vote {
                 // The other replicas' workers died (or it was placed again and they had not
                 // started): a lone answer, taken unchecked.
                 stats.unvoted.fetch_add(1, Ordering::Relaxed);
@@ -328,7 +332,13 @@ impl<'a> Replicator<'a> {
                     _ => {
                         Merger::of(*self).undo(&run);
                         let again = if tiebreak.is_some() { "even when run again" } else { "and the versions it started from are held nowhere else, so it cannot run again" };
-                        ClusterError::NoAgreement(format!("{why}, {again}: ending the program rather than trusting any of them (OMPCLUSTER_FT_VOTE=1)"))
+                        let short = Config::kernel_short_name(&kernel.name);
+                        ClusterError::NoAgreement(format!(
+                            "{why}, {again}: ending the program rather than trusting any of them (OMPCLUSTER_FT_VOTE=1). \
+                             If the kernel's results differ from run to run (it reads a clock or random numbers, or sums \
+                             in the order its threads finish), it cannot be voted on: OMPCLUSTER_FT_VOTE_SKIP={short} runs \
+                             its replicas unvoted"
+                        ))
                     }
                 };
                 self.ledger.moved.notify_all();
