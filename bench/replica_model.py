@@ -71,13 +71,16 @@ def main():
     delta = next(r for r in stores if r["store"] == "embedded")["save_s"]
     free, killed = med["ft_print 120 x 25 ms (s)"], med["ft_print, rank 1 killed (s)"]
     t0 = free["k=1"]
-    chol = med["Cholesky example 2048/128 (s)"]
+    chol = med["cholesky 2048/128 (s)"]
+    # Differences below the runs' spread (0.1% of the run, 10 ms) count as none.
+    over = lambda a, b: max(0.0, round(a / b - 1, 3))
+    cost = lambda k, f: max(0.0, round(k - f, 2))
     modes = {
         # name: (failure-free overhead, cost per failure)
-        "buddy copies (k=1)": (0.0, killed["k=1"] - free["k=1"]),
-        "k=2, chain": (free["k=2"] / t0 - 1, killed["k=2"] - free["k=2"]),
-        "k=2 auto, chain": (free["k=2 auto"] / t0 - 1, killed["k=2 auto"] - free["k=2 auto"]),
-        "k=2, Cholesky's overhead": (chol["k=2"] / chol["k=1"] - 1, killed["k=2"] - free["k=2"]),
+        "buddy copies (k=1)": (0.0, cost(killed["k=1"], free["k=1"])),
+        "k=2, chain": (over(free["k=2"], t0), cost(killed["k=2"], free["k=2"])),
+        "k=2 auto, chain": (over(free["k=2 auto"], t0), cost(killed["k=2 auto"], free["k=2 auto"])),
+        "k=2, Cholesky's overhead": (over(chol["k=2"], chol["k=1"]), cost(killed["k=2"], free["k=2"])),
     }
     r = 1.0 + a.restart_s
     print(f"inputs: ft_print failure-free {t0:.2f} s (k=1); checkpoint save delta {delta:.3f} s; restart R {r:.2f} s")
@@ -105,10 +108,20 @@ def main():
             print(f"{name}: better than buddy copies at every failure rate")
         else:
             print(f"{name}: better than buddy copies when a failure comes more often than every {x:.0f} s")
+    # Where replicas (cost per failure ~0) win over lineage with buddy copies (cost c per
+    # failure, no overhead): 1 / (1 + o) > 1 - c / M, i.e. M < c (1 + o) / o.
+    print("\nbreak-even MTBF (s) below which k=2 wins, for a replica overhead o and a cost c per failure of buddy copies:")
+    costs = [cb, 10.0, 60.0]
+    print(f"{'o':>6} " + " ".join(f"{'c = %.1f s' % c:>12}" for c in costs))
+    even = {}
+    for o in [0.01, 0.05, 0.25, 1.0]:
+        row = [c * (1 + o) / o for c in costs]
+        even[str(o)] = [round(x, 1) for x in row]
+        print(f"{o:>6.0%} " + " ".join(f"{x:>12.0f}" for x in row))
     cmd = "python3 bench/replica_model.py" + "".join(" " + x for x in sys.argv[1:])
     plot.record("replica_model", "bench/replica_model.py", cmd, {"model": {
         "inputs": {"t0_s": t0, "delta_s": delta, "restart_s": r, "modes": {n: {"overhead": round(o, 4), "cost_per_failure_s": round(c, 3)} for n, (o, c) in modes.items()}},
-        "rows": rows, "replicas_win_below_mtbf_s": wins}})
+        "rows": rows, "replicas_win_below_mtbf_s": wins, "break_even_s": {"costs_s": costs, "by_overhead": even}}})
 
 
 if __name__ == "__main__":
