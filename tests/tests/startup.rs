@@ -74,7 +74,16 @@ fn hit(np: u32, victim: u32, registered: bool, after: Duration, sig: i32) -> (bo
     if o.status.success() {
         // After start-up: recovered from, as any failure.
         assert!(stdout(&o).contains("sleepy: PASS"), "{what}\n{}", describe(&o));
-        assert!(err.contains(&format!("recovered from the loss of rank {victim}")), "{what}: no recovery reported\n{}", describe(&o));
+        // The victim among the ranks recovered from: with 17 ranks on 2 cores and a 1 s
+        // heartbeat timeout, the workers once took the head for dead as well (`ompcluster
+        // worker N: rank 0 is dead`) and left, and the head recovered from the loss of all of
+        // them (a clean-clone run of scripts/test.sh, 2026-12-01: "recovered from the loss
+        // of ranks 1, 2, ..., 16"; the program's output was right; not seen in a rerun).
+        let recovered = err.lines().filter_map(|l| l.split("recovered from the loss of rank").nth(1)).any(|rest| {
+            let list = rest.trim_start_matches('s').split(" in ").next().unwrap_or_default();
+            list.split(',').any(|r| r.trim() == victim.to_string())
+        });
+        assert!(recovered, "{what}: no recovery reported\n{}", describe(&o));
         return (false, !began);
     }
     // Open MPI's MPI_Init may itself notice a rank that died in it ("MPI_INIT has failed
