@@ -254,7 +254,7 @@ impl Config {
                 if replicas < 2 {
                     return Err(bad("OMPCLUSTER_FT_REPLICATE", "auto", "it chooses which regions get replicas: set OMPCLUSTER_FT_REPLICAS to 2 or 3"));
                 }
-                Replicate::Auto { budget_percent: number("OMPCLUSTER_FT_REPLICA_BUDGET", 25, 1..=1000, "a percentage of the regions' worker time")? as u32 }
+                Replicate::Auto { budget_percent: number("OMPCLUSTER_FT_REPLICA_BUDGET", 25, 1..=1000, "a percentage of the regions' kernel time")? as u32 }
             }
             Some(v) => return Err(bad("OMPCLUSTER_FT_REPLICATE", v, "expected `all` (every region, the default) or `auto` (the regions whose loss would cost most, within OMPCLUSTER_FT_REPLICA_BUDGET)")),
         };
