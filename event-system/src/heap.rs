@@ -69,6 +69,11 @@ pub enum HeapError {
     },
 }
 
+/// Unallocated addresses before every block device code allocates (as before the head's
+/// buffers): a pointer just before a block or one past its end is never inside another block.
+/// A block at `b` is the extent `b - BLOCK_GAP ..` of its arena's [`ExtentAllocator`].
+pub const BLOCK_GAP: u64 = 64 << 10;
+
 /// Round `n` up to a whole number of pages.
 pub fn page_round(n: u64) -> u64 {
     n.div_ceil(PAGE).max(1) * PAGE
@@ -526,6 +531,25 @@ impl ExtentAllocator {
         Some(len)
     }
 
+    /// Take `[addr, addr+size)` (whole pages), which must be free, as if [`Self::alloc`] had
+    /// given it; false (nothing taken) if any of it is not free.
+    pub fn reserve(&mut self, addr: u64, size: u64) -> bool {
+        let need = page_round(size);
+        let Some((&start, &len)) = self.free.range(..=addr).next_back() else { return false };
+        if addr % PAGE != 0 || addr + need > start + len {
+            return false;
+        }
+        self.free.remove(&start);
+        if addr > start {
+            self.free.insert(start, addr - start);
+        }
+        if start + len > addr + need {
+            self.free.insert(addr + need, start + len - addr - need);
+        }
+        self.used.insert(addr, need);
+        true
+    }
+
     /// Number of free extents (fragmentation measure).
     pub fn free_extents(&self) -> usize {
         self.free.len()
@@ -552,6 +576,24 @@ mod tests {
         assert_eq!(a.free_extents(), 1);
         assert!(a.alloc(65 * PAGE).is_err());
         assert_eq!(a.alloc(64 * PAGE).unwrap().0, 0x10000);
+    }
+
+    #[test]
+    fn a_reserved_extent_is_taken_and_given_back_like_an_allocated_one() {
+        let mut a = ExtentAllocator::new(0x10000, 16 * PAGE);
+        assert!(a.reserve(0x10000 + 4 * PAGE, 2 * PAGE));
+        assert!(!a.reserve(0x10000 + 5 * PAGE, PAGE), "taken already");
+        assert!(!a.reserve(0x10000 + 15 * PAGE, 2 * PAGE), "past the end");
+        assert!(!a.reserve(0x10000 + 1, PAGE), "not a page");
+        assert_eq!(a.alloc(4 * PAGE).unwrap().0, 0x10000);
+        assert_eq!(a.alloc(PAGE).unwrap().0, 0x10000 + 6 * PAGE);
+        assert!(a.reserve(0x10000 + 15 * PAGE, PAGE));
+        assert_eq!(a.free(0x10000 + 4 * PAGE), Some(2 * PAGE));
+        assert_eq!(a.free(0x10000), Some(4 * PAGE));
+        a.free(0x10000 + 6 * PAGE);
+        a.free(0x10000 + 15 * PAGE);
+        assert_eq!(a.free_extents(), 1);
+        assert_eq!(a.alloc(16 * PAGE).unwrap().0, 0x10000);
     }
 
     #[test]

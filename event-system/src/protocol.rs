@@ -194,6 +194,10 @@ pub enum Event {
         /// Digest every changed region after the kernel (`Reply::Executed::digests`): the
         /// head compares the results of replicas of one region (`cluster/replicas.rs`).
         digest: bool,
+        /// A replica: allocations of device code (those `replay` does not give) go first-fit
+        /// into this range of the head's arena, the same for every replica of the region, so
+        /// that they get the same addresses (see `worker/device_alloc.rs`).
+        arena: Option<Region>,
         /// Test only (`OMPCLUSTER_FT_INJECT`, `flip:`): flip bit `flip` (0-7) of one byte of
         /// the first region mapped `from` (else the first region that is not image data) as
         /// soon as the kernel returns, as a faulty core would have written it.
@@ -343,7 +347,8 @@ pub enum Reply {
         /// order: their bytes follow this reply, raw, on the request tag, in this order.
         returned: Vec<u32>,
         /// With `Event::Execute::digest`: for each changed region (in order of `changed`), an
-        /// xxh3-64 of its bytes (of an image's data, the program's pieces only); else empty.
+        /// xxh3-64 of its bytes (of an image's data, the program's pieces only), then one for
+        /// each block of `allocated`, in order; else empty.
         digests: Vec<u64>,
     },
     /// A checkpoint flush is durable: the store's records of it, serialised by the store.
@@ -481,7 +486,7 @@ impl Event {
                 in_heap(&Region { addr: *src, size: *size })?;
                 in_heap(&Region { addr: *dst, size: *size })
             }
-            Event::Execute { args, regions, assume_written, replay, send_back, streams, .. } => {
+            Event::Execute { args, regions, assume_written, replay, send_back, streams, arena, .. } => {
                 if args.len() > MAX_LIST || regions.len() > MAX_LIST || replay.len() > MAX_LIST {
                     return Err(ProtocolError::Invalid("too many kernel arguments".into()));
                 }
@@ -494,6 +499,12 @@ impl Event {
                 regions.iter().chain(replay).try_for_each(in_heap)?;
                 if replay.iter().any(|r| r.addr % crate::heap::PAGE != 0 || r.size % crate::heap::PAGE != 0 || r.size == 0) {
                     return Err(ProtocolError::Invalid("replayed blocks must be whole pages".into()));
+                }
+                if let Some(r) = arena {
+                    in_heap(r)?;
+                    if r.addr % crate::heap::PAGE != 0 || r.size % crate::heap::PAGE != 0 || r.size == 0 {
+                        return Err(ProtocolError::Invalid("a shared allocation range must be whole pages".into()));
+                    }
                 }
                 Ok(())
             }
@@ -626,6 +637,7 @@ mod tests {
                 send_back: vec![true],
                 streams: vec![(2, StdStream::Stderr)],
                 digest: false,
+                arena: Some(Region { addr: 16384, size: 8192 }),
                 flip: Some(5),
             },
         };
@@ -719,9 +731,20 @@ mod tests {
             send_back: vec![],
             streams,
             digest: false,
+            arena: None,
             flip: None,
         };
         assert!(exec(vec![(1, StdStream::Stderr)]).validate(0x1000, 0x3000).is_ok());
+        let shared = |addr, size| match exec(vec![]) {
+            Event::Execute { image, kernel, args, regions, assume_written, short, replay, send_back, streams, digest, flip, .. } => {
+                Event::Execute { image, kernel, args, regions, assume_written, short, replay, send_back, streams, digest, arena: Some(Region { addr, size }), flip }
+            }
+            _ => unreachable!(),
+        };
+        assert!(shared(0x1000, 0x1000).validate(0x1000, 0x3000).is_ok());
+        assert!(shared(0x1000, 0x3000).validate(0x1000, 0x3000).is_err(), "outside the heap");
+        assert!(shared(0x1000, 0x800).validate(0x1000, 0x3000).is_err(), "not whole pages");
+        assert!(shared(0x1000, 0).validate(0x1000, 0x3000).is_err(), "empty");
         assert!(exec(vec![(2, StdStream::Stdout)]).validate(0x1000, 0x3000).is_err());
         assert!(exec(vec![(0, StdStream::Stdout); 3]).validate(0x1000, 0x3000).is_err());
     }

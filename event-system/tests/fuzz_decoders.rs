@@ -39,6 +39,7 @@ fn samples() -> Vec<Vec<u8>> {
             send_back: vec![false, true],
             streams: vec![(1, StdStream::Stdout)],
             digest: true,
+            arena: Some(region(HEAP.0 + 0x20_0000, 0x10_0000)),
             flip: Some(3),
         },
         Event::Checkpoint { ckpt: 3, regions: vec![(1, r), (2, region(r.addr + 4096, 100))] },

@@ -310,3 +310,50 @@ fn a_kernel_that_cannot_be_voted_on_is_named_and_can_be_skipped() {
     assert!(r.replicas.vote_skipped >= 1 && r.replicas.votes == 0 && r.replicas.disagreements.is_empty(), "{}", counts(&r));
     assert_eq!(r.replicas.vote_skipped, r.replicas.regions_replicated, "{}", counts(&r));
 }
+
+/// `device_new.cpp` (8 objects, 2 rounds): regions whose device code makes objects with
+/// `new`, `malloc`, `calloc`, `realloc`, later used and freed by other regions.
+const OBJECTS: &[&str] = &["8", "2"];
+
+/// Replicas of a region whose device code allocates memory allocate in one range of the
+/// head's arena, so the same calls give them the same pointers and their results can be
+/// voted on: bits flipped into what such regions write are outvoted (k = 3 by majority,
+/// k = 2 by a run again on three), never taken unvoted, and the program prints the right
+/// result. The control (no voting) shows that the flips reach the output. Before, such
+/// regions ran on one worker, unvoted, and the flips reached the output with voting on too.
+#[test]
+fn flips_into_regions_whose_device_code_allocates_are_outvoted() {
+    let prog = compile("device_new.cpp");
+    let flips = "flip:rank=2:after_tasks=12;flip:rank=3:after_tasks=25";
+    let o = Job::spawn(4, &prog, OBJECTS, &envs(&[("OMPCLUSTER_FT_INJECT", flips)])).wait(BOUND);
+    assert!(!passes(&o), "control: the flips did not reach the output of an unvoted run\n{}", describe(&o));
+    for k in ["3", "2"] {
+        let (o, r) = run_with_report(4, &prog, OBJECTS, &envs(&[("OMPCLUSTER_FT_REPLICAS", k), ("OMPCLUSTER_FT_VOTE", "1"), ("OMPCLUSTER_FT_INJECT", flips)]));
+        let what = format!("k={k}: {}", counts(&r));
+        assert!(passes(&o), "{what}\n{}", describe(&o));
+        assert_eq!(r.replicas.unvoted, 0, "{what}");
+        assert!(r.replicas.regions_replicated >= 41 && r.replicas.votes == r.replicas.regions_replicated, "{what}");
+        assert_eq!(r.replicas.corrections, 2, "{what}");
+        assert_eq!((r.replicas.lost_by_rank.get("2"), r.replicas.lost_by_rank.get("3")), (Some(&1), Some(&1)), "{what}");
+        assert!(!stderr(&o).contains("allocated device memory outside"), "{what}\n{}", describe(&o));
+    }
+}
+
+/// A worker killed among regions whose device code allocates (k = 2, voting: every region
+/// has a replica): no region is run again, since each object a region made is held by its
+/// replica too. The control (k = 1) shows that the kill costs re-runs.
+#[test]
+fn a_worker_killed_costs_no_rerun_of_regions_whose_device_code_allocates() {
+    let prog = compile("device_new.cpp");
+    let args = ["8", "4", "20000"];
+    let kill = ("OMPCLUSTER_FT_INJECT", "kill:rank=1:after_tasks=30");
+    let (o, r) = run_with_report(4, &prog, &args, &envs(&[NO_BUDDY, kill]));
+    assert!(passes(&o), "k=1\n{}", describe(&o));
+    assert!(r.counts.tasks_reexecuted >= 1, "k=1: the kill cost no re-run, so the run below proves nothing: {}\n{}", counts(&r), describe(&o));
+    let (o, r) = run_with_report(4, &prog, &args, &envs(&[NO_BUDDY, kill, ("OMPCLUSTER_FT_REPLICAS", "2"), ("OMPCLUSTER_FT_VOTE", "1")]));
+    let what = format!("k=2, voting, rank 1 killed after 30 regions: {}", counts(&r));
+    assert!(passes(&o), "{what}\n{}", describe(&o));
+    assert_eq!(r.failures.iter().map(|f| f.rank).collect::<Vec<_>>(), vec![1], "{what}");
+    assert_eq!(r.counts.tasks_reexecuted, 0, "{what}\n{}", describe(&o));
+    assert!(r.replicas.copies_kept > 0, "{what}");
+}

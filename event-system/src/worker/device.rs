@@ -32,7 +32,8 @@ pub struct Ran {
     pub allocated: Vec<Allocated>,
     /// Blocks allocated before that it freed (their start).
     pub freed: Vec<u64>,
-    /// With [`Checks::digest`]: per changed region, in order, the digest of its bytes.
+    /// With [`Checks::digest`]: per changed region, in order, the digest of its bytes; then
+    /// that of each block in `allocated`.
     pub digests: Vec<u64>,
 }
 
@@ -43,6 +44,8 @@ pub(super) struct Checks {
     pub(super) digest: bool,
     /// Test only: flip this bit of one byte of what the kernel wrote (see [`flipped_at`]).
     pub(super) flip: Option<u8>,
+    /// The range device code allocates in, shared by the replicas of the region.
+    pub(super) arena: Option<Region>,
 }
 
 /// The byte of a region of `size` bytes an injected flip changes: byte 6 of the eight-byte
@@ -161,7 +164,7 @@ impl Device {
                 .collect()
         };
         let start = Instant::now();
-        let run = KernelRun::begin(replay);
+        let run = KernelRun::begin(replay, checks.arena);
         // SAFETY: `entry` was resolved by name from a loaded image; the caller guarantees the
         // argument list.
         unsafe { exec::call_kernel(entry, args) };
@@ -181,7 +184,7 @@ impl Device {
             }
         }
         let seconds = start.elapsed().as_secs_f64();
-        let allocated = blocks
+        let allocated: Vec<Allocated> = blocks
             .into_iter()
             .map(|b| Allocated {
                 region: Region { addr: b.addr, size: b.size },
@@ -230,14 +233,15 @@ impl Device {
         }
         let digests = if checks.digest {
             let mem = self.memory.read();
-            (0..regions.len())
-                .filter(|&i| changed[i])
-                .map(|i| {
-                    let pieces = mem.pieces_to_hash(regions[i].addr, regions[i].size);
-                    // SAFETY: as above (the region is held here for the whole call).
-                    unsafe { exec::hash(ptrs[i], regions[i].size as usize, pieces.as_deref()) }
-                })
-                .collect()
+            let regions_digests = (0..regions.len()).filter(|&i| changed[i]).map(|i| {
+                let pieces = mem.pieces_to_hash(regions[i].addr, regions[i].size);
+                // SAFETY: as above (the region is held here for the whole call).
+                unsafe { exec::hash(ptrs[i], regions[i].size as usize, pieces.as_deref()) }
+            });
+            // Then each block device code allocated (what replicas compare too).
+            // SAFETY: each block is backed on this rank (as for `allocated` above).
+            let blocks_digests = allocated.iter().map(|a| unsafe { exec::hash(a.region.addr as *const u8, a.region.size as usize, None) });
+            regions_digests.chain(blocks_digests).collect()
         } else {
             Vec::new()
         };

@@ -17,7 +17,10 @@
 //! back to its arena's owner: `Event::Reclaim`). A block allocated and freed before the reply
 //! never reaches the head. A re-executed kernel (recovery) gets the same addresses: the head
 //! sends the blocks its first run allocated (`Event::Execute::replay`), and allocations of the
-//! same size take them, in order.
+//! same size take them, in order. Replicas of one region (`OMPCLUSTER_FT_REPLICAS`) allocate
+//! at the same addresses: the head gives them one range of its own arena
+//! (`Event::Execute::arena`), and each replica allocates first-fit in it from the same empty
+//! state, so the same calls give the same pointers and the replicas' results can be compared.
 //!
 //! Outside a kernel (an image's static constructors) and in a process with no arena (the head
 //! running regions itself), these are the C library's functions; `free` there ignores device
@@ -40,9 +43,7 @@ use std::ffi::{c_char, c_int, c_void};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Unallocated addresses before every block (as before the head's buffers): a pointer just
-/// before a block or one past its end is never inside another block.
-const GAP: u64 = 64 << 10;
+use crate::heap::BLOCK_GAP as GAP;
 /// Marks a header: the first word holds the block's start XOR this.
 const MAGIC: u64 = 0x6f6d_7063_6d61_6c63;
 /// Header bytes before every pointer returned (also the smallest alignment: malloc's).
@@ -65,6 +66,9 @@ struct Run {
     freed: Vec<u64>,
     /// Blocks to give again (a re-execution): start and span.
     replay: Vec<Region>,
+    /// The range this run allocates in, shared with the other replicas of its region, and
+    /// its extents (empty at the start of every replica).
+    shared: Option<(Region, ExtentAllocator)>,
 }
 
 struct Arenas {
@@ -146,13 +150,15 @@ pub(crate) struct KernelRun {
 }
 
 impl KernelRun {
-    /// Start logging; `replay` are blocks a first run of this kernel allocated (start, span).
-    pub(crate) fn begin(replay: &[Region]) -> Self {
+    /// Start logging; `replay` are blocks a first run of this kernel allocated (start, span);
+    /// `shared`, a range of the head's arena to allocate in (a replica: `Event::Execute::arena`).
+    pub(crate) fn begin(replay: &[Region], shared: Option<Region>) -> Self {
         let id = {
             let mut st = STATE.lock();
             let id = st.next_run;
             st.next_run += 1;
-            st.runs.push(Run { id, allocated: Vec::new(), freed: Vec::new(), replay: replay.to_vec() });
+            let shared = shared.map(|r| (r, ExtentAllocator::new(r.addr, r.size)));
+            st.runs.push(Run { id, allocated: Vec::new(), freed: Vec::new(), replay: replay.to_vec(), shared });
             id
         };
         KernelRun { id, prev: RUN.try_with(|r| r.replace(id)).unwrap_or(0) }
@@ -219,22 +225,38 @@ fn alloc(n: usize, align: usize) -> Got {
             }
             r.addr
         }
-        None => match a.cache.get_mut(&span).and_then(Vec::pop) {
-            Some(block) => {
-                a.cached -= 1;
-                block
-            }
-            None => {
-                let Ok((start, extent)) = a.extents.alloc(GAP + span) else { return Got::Exhausted };
-                let block = start + GAP;
-                if let Err(e) = a.memory.write().back(&a.heap, block, extent - GAP) {
-                    eprintln!("ompcluster: device code's allocation of {n} bytes: {e}");
-                    a.extents.free(start);
-                    return Got::Exhausted;
+        None => {
+            // A replica: first-fit in the range shared with the other replicas (full: in this
+            // rank's arena, as unreplicated; the head then cannot compare the replicas).
+            let shared = run.shared.as_mut().and_then(|(_, ext)| ext.alloc(GAP + span).ok().map(|x| (ext, x)));
+            match shared {
+                Some((ext, (start, extent))) => {
+                    let block = start + GAP;
+                    if let Err(e) = a.memory.write().back(&a.heap, block, extent - GAP) {
+                        eprintln!("ompcluster: device code's allocation of {n} bytes: {e}");
+                        ext.free(start);
+                        return Got::Exhausted;
+                    }
+                    block
                 }
-                block
+                None => match a.cache.get_mut(&span).and_then(Vec::pop) {
+                    Some(block) => {
+                        a.cached -= 1;
+                        block
+                    }
+                    None => {
+                        let Ok((start, extent)) = a.extents.alloc(GAP + span) else { return Got::Exhausted };
+                        let block = start + GAP;
+                        if let Err(e) = a.memory.write().back(&a.heap, block, extent - GAP) {
+                            eprintln!("ompcluster: device code's allocation of {n} bytes: {e}");
+                            a.extents.free(start);
+                            return Got::Exhausted;
+                        }
+                        block
+                    }
+                },
             }
-        },
+        }
     };
     // The first address at least HEADER past the block's start with the alignment asked for.
     let mut off = (align - block % align) % align;
@@ -289,6 +311,14 @@ fn release(p: *mut c_void) -> bool {
     let made_here = st.runs.iter().enumerate().find_map(|(i, r)| r.allocated.iter().position(|b| b.addr == block).map(|k| (i, k)));
     if let Some((i, k)) = made_here {
         let b = st.runs[i].allocated.remove(k);
+        let shared = st.runs[i].shared.as_mut().filter(|(r, _)| block >= r.addr && block - r.addr < r.size);
+        if let (Some((_, ext)), Some(a)) = (shared, st.arena.as_mut()) {
+            // Given back to the shared range at once, as every replica does: the next
+            // allocation takes the same address on each.
+            let _ = a.memory.write().release(&a.heap, block);
+            ext.free(block - GAP);
+            return true;
+        }
         if let Some(a) = st.arena.as_mut().filter(|a| a.mine.contains(block)) {
             if a.cached < CACHE_BLOCKS && b.span <= CACHE_SPAN {
                 a.cache.entry(b.span).or_default().push(block);
@@ -561,7 +591,7 @@ mod tests {
         assert!(!heap.contains(p as u64, 1), "no kernel runs: the process's own memory");
         free(p);
 
-        let run = KernelRun::begin(&[]);
+        let run = KernelRun::begin(&[], None);
         let a = malloc(100) as u64;
         let b = calloc(3, 8) as u64;
         let c = aligned_alloc(8192, 10) as u64;
@@ -588,7 +618,7 @@ mod tests {
 
         // A later kernel frees a block an earlier one made: reported, pages kept (the head
         // deletes it everywhere), the range reused only after reclaim.
-        let run = KernelRun::begin(&[]);
+        let run = KernelRun::begin(&[], None);
         free(b as *mut c_void);
         let (blocks, freed) = run.finish();
         assert!(blocks.is_empty());
@@ -598,13 +628,41 @@ mod tests {
         // A re-execution takes the blocks of the first run, by size, in order.
         let first = Region { addr: a2 - HEADER, size: 2 * PAGE };
         memory.write().release(&heap, first.addr).unwrap();
-        let run = KernelRun::begin(&[first]);
+        let run = KernelRun::begin(&[first], None);
         let small = malloc(8) as u64;
         let again = malloc(5000) as u64;
         let (blocks, _) = run.finish();
         assert_eq!(again, a2);
         assert_ne!(small & !(PAGE - 1), first.addr);
         assert_eq!(blocks.iter().map(|b| b.addr).collect::<Vec<_>>(), vec![small - HEADER, first.addr]);
+
+        // Replicas: each run allocates in the range the head shared, from the same empty
+        // state, so the same calls give the same addresses (a block freed within the run is
+        // given back there at once); a full range falls back to this rank's arena.
+        let shared = Region { addr: heap.arena(0, 2).start, size: 64 * PAGE };
+        let replica = |big: usize| {
+            let run = KernelRun::begin(&[], Some(shared));
+            let x = malloc(10) as u64;
+            let y = malloc(3 * PAGE as usize) as u64;
+            free(x as *mut c_void);
+            let z = malloc(20) as u64;
+            let w = malloc(big) as u64;
+            let (blocks, freed) = run.finish();
+            assert!(freed.is_empty());
+            let addrs: Vec<u64> = blocks.iter().map(|b| b.addr).collect();
+            for b in &blocks {
+                memory.write().release(&heap, b.addr).unwrap();
+            }
+            (y, z, w, addrs)
+        };
+        let (y, z, w, addrs) = replica(100);
+        assert_eq!((y, z, w, addrs.clone()), replica(100), "a second replica allocates at the same addresses");
+        let inside = |p: u64| p >= shared.addr && p < shared.addr + shared.size;
+        assert!(inside(y) && inside(z) && inside(w) && !mine.contains(y));
+        assert_eq!(z, shared.addr + GAP + HEADER, "the freed block's range was taken again first");
+        assert_eq!(addrs.len(), 3);
+        let (_, _, far, _) = replica(1 << 20);
+        assert!(mine.contains(far), "no room left in the shared range: this rank's arena");
         STATE.lock().arena = None;
     }
 }

@@ -471,7 +471,7 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
             }
             (Err(e), _) | (_, Err(e)) => Reply::Error(e),
         },
-        Event::Execute { image, kernel, args, regions, assume_written, replay, send_back, streams, digest, flip, .. } => {
+        Event::Execute { image, kernel, args, regions, assume_written, replay, send_back, streams, digest, flip, arena, .. } => {
             // The head's standard streams, passed by value, become this process's.
             let own;
             let args = if streams.is_empty() {
@@ -484,7 +484,7 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
                 own = a;
                 &own
             };
-            let checks = device::Checks { digest: *digest, flip: *flip };
+            let checks = device::Checks { digest: *digest, flip: *flip, arena: *arena };
             let (reply, back) = execute(w, env.tag, *image, *kernel, args, regions, assume_written, replay, send_back, checks);
             if back.is_empty() {
                 reply

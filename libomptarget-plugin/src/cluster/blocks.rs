@@ -12,7 +12,8 @@ use super::memory::Memory;
 use super::meter::Meter;
 use super::offload::Offload;
 use super::{ClusterError, Result};
-use crate::data::{Buffer, Buffers, PointsTo};
+use crate::data::{Buffer, Buffers, PointsTo, HEAD};
+use event_system::protocol::Region;
 use crate::inject::Injector;
 use task_graph::Access;
 
@@ -26,21 +27,29 @@ view! {
 impl<'a> Blocks<'a> {
     /// Blocks device code allocated in a kernel on `w` become buffers that the kernel made
     /// (version 1, held by `w`): read at version 0 and written, in the task record. Returns
-    /// them (start, span), in order, for a re-execution.
+    /// them (start, span), in order, for a re-execution. Each lies in `w`'s arena, or in
+    /// `grant`, the range of the head's arena the region's replicas allocated in (then the
+    /// head's arena gets its range back: `Offload::reclaim_shared`).
     pub(super) fn adopt_blocks(
         &self,
         bufs: &mut Buffers,
         w: i32,
         allocated: Vec<event_system::protocol::Allocated>,
+        grant: Option<Region>,
         reads: &mut Vec<Access>,
         writes: &mut Vec<Access>,
     ) -> Vec<(u64, u64)> {
         let arena = self.offload.heap.arena(w, self.link.comm.size());
+        let in_grant = |a: u64| grant.is_some_and(|g| a >= g.addr && a - g.addr < g.size);
         let mut allocs = Vec::with_capacity(allocated.len());
         for al in allocated {
             let (addr, size, span) = (al.region.addr, al.region.size, al.span);
-            let inside = span > 0 && arena.contains(addr) && arena.contains(addr + span - 1);
-            let Some(b) = inside.then(|| bufs.adopt(addr, size, span, w)).flatten() else {
+            let owner = match span > 0 {
+                true if arena.contains(addr) && arena.contains(addr + span - 1) => Some(w),
+                true if in_grant(addr) && in_grant(addr + span - 1) => Some(HEAD),
+                _ => None,
+            };
+            let Some(b) = owner.and_then(|o| bufs.adopt(addr, size, span, o)) else {
                 eprintln!("ompcluster: worker {w} reported a device allocation at {addr:#x}+{span} outside its arena or over another buffer: ignored");
                 continue;
             };

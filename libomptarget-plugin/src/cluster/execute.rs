@@ -67,6 +67,9 @@ pub(super) struct Execute<'a> {
     pub(super) quiet: bool,
     /// Digest what it changed (replicas, `replicas.rs`).
     pub(super) digest: bool,
+    /// The range of the head's arena its device allocations go to (replicas, shared by all
+    /// of a region's: `Offload::grant`).
+    pub(super) arena: Option<Region>,
 }
 
 /// An EXECUTE sent to a worker whose reply is still to come: what checking that reply needs.
@@ -131,6 +134,7 @@ impl<'a> Executor<'a> {
             send_back: run.send_back,
             streams: StdStream::in_args(run.args),
             digest: run.digest,
+            arena: run.arena,
             flip,
         };
         let tag = self.link.post(w, event)?;
@@ -179,7 +183,7 @@ impl<'a> Executor<'a> {
             Reply::PeerDead(peer) => return Err(ClusterError::PeerDead(peer)),
             other => return Err(ClusterError::Worker { rank: w, msg: format!("bad reply to EXECUTE: {other:?}") }),
         };
-        let reply = ReplyParts { changed: &changed, pointers: &pointers, seconds, patches: &patches, returned: &returned, digests: &digests };
+        let reply = ReplyParts { changed: &changed, pointers: &pointers, seconds, patches: &patches, returned: &returned, digests: &digests, blocks: allocated.len() };
         if let Err(why) = check_reply(&reply, &p) {
             return Err(ClusterError::Worker { rank: w, msg: format!("bad reply to EXECUTE: {why}") });
         }
@@ -307,6 +311,8 @@ struct ReplyParts<'a> {
     patches: &'a [(u32, Patch)],
     returned: &'a [u32],
     digests: &'a [u64],
+    /// Blocks it allocated.
+    blocks: usize,
 }
 
 /// What is wrong with `r` as the reply to `p`, if anything: one flag per region, every region
@@ -324,9 +330,9 @@ fn check_reply(r: &ReplyParts<'_>, p: &Posted) -> std::result::Result<(), String
     if r.pointers.len() != changed {
         return Err(format!("{} pointer scans for {changed} changed regions", r.pointers.len()));
     }
-    let digests = if p.digest { changed } else { 0 };
+    let digests = if p.digest { changed + r.blocks } else { 0 };
     if r.digests.len() != digests {
-        return Err(format!("{} digests for {digests} (changed regions, if asked)", r.digests.len()));
+        return Err(format!("{} digests for {digests} (changed regions and blocks allocated, if asked)", r.digests.len()));
     }
     if !(r.seconds.is_finite() && r.seconds >= 0.0) {
         return Err(format!("a kernel time of {} s", r.seconds));
@@ -370,7 +376,7 @@ mod tests {
     }
 
     fn reply<'a>(changed: &'a [bool], pointers: &'a [FoundPointers], patches: &'a [(u32, Patch)], returned: &'a [u32]) -> ReplyParts<'a> {
-        ReplyParts { changed, pointers, seconds: 0.5, patches, returned, digests: &[] }
+        ReplyParts { changed, pointers, seconds: 0.5, patches, returned, digests: &[], blocks: 0 }
     }
 
     const NONE: FoundPointers = FoundPointers::Many;
@@ -412,6 +418,10 @@ mod tests {
         assert_eq!(check_reply(&with(&[1, 2]), &p), Ok(()));
         assert!(check_reply(&with(&[1]), &p).unwrap_err().contains("1 digests for 2"));
         assert!(check_reply(&with(&[1, 2, 3]), &p).is_err());
+        // Then one per block allocated.
+        let blocks = ReplyParts { blocks: 1, ..with(&[1, 2, 3]) };
+        assert_eq!(check_reply(&blocks, &p), Ok(()));
+        assert!(check_reply(&ReplyParts { blocks: 1, ..with(&[1, 2]) }, &p).is_err());
     }
 
     #[test]

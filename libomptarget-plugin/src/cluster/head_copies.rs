@@ -42,6 +42,8 @@ impl<'a> HeadCopies<'a> {
                     Err(e) => return Err(e),
                 }
             }
+            // The head's arena (replicas' blocks): its range is free again.
+            Some(HEAD) => self.offload.reclaim_shared(b.addr),
             // The arena's rank is gone: the range is never given out again.
             Some(_) => {}
             None => self.ledger.buffers.lock().free_range(b.addr),

@@ -65,7 +65,7 @@ impl<'a> Images<'a> {
             let name = e.name_str().expect("checked above");
             if e.size == 0 {
                 let token = tokens.as_ptr() as usize + i;
-                new_kernels.push((token, Arc::new(Kernel { image: idx, index: kernels.len() as u32, name: name.as_str().into(), image_key, last_ns: u64::MAX.into(), writes: Mutex::new(None), learning: 0.into(), send_back: 0.into(), allocates: false.into() })));
+                new_kernels.push((token, Arc::new(Kernel { image: idx, index: kernels.len() as u32, name: name.as_str().into(), image_key, last_ns: u64::MAX.into(), writes: Mutex::new(None), learning: 0.into(), send_back: 0.into(), allocates: false.into(), arena_peak: 0.into(), told_unvotable: false.into() })));
                 kernels.push(name);
                 e.addr = token as *mut libc::c_void;
             } else {

@@ -65,6 +65,14 @@ const ASYNC_FROM_NS: u64 = 1_000_000;
 /// Most times a region runs again because its change could not be merged (see `launch`).
 const MAX_RUNS_AGAIN: u32 = 32;
 
+/// A run again of a region whose replicas disagreed with no majority (`replicas.rs`): their
+/// workers and ballots, whose losers its majority names, and the range of the head's arena
+/// they allocated in, where it allocates too.
+pub(super) struct Tiebreak {
+    ballots: Vec<(i32, Ballot)>,
+    arena: Option<event_system::protocol::Region>,
+}
+
 view! {
     /// Launching a region: it needs nearly everything (placement reads the liveness, the idle
     /// spares and the head's own device; it runs in a request's frame, moves data, runs the
@@ -90,22 +98,38 @@ impl<'a> Launcher<'a> {
         let mut again = 0;
         // Replicas disagreed with no majority: the run again has three, and its majority
         // names the losers of these ballots (`replicas.rs`).
-        let mut tiebreak: Option<Vec<(i32, Ballot)>> = None;
+        let mut tiebreak: Option<Tiebreak> = None;
         loop {
-            match Requests::of(*self).resilient(|| self.launch_once(entry, args, begins, hosts, mapped_from, tiebreak.as_deref())) {
+            let r = Requests::of(*self).resilient(|| self.launch_once(entry, args, begins, hosts, mapped_from, tiebreak.as_ref()));
+            match r {
                 Err(ClusterError::RunAgain(e)) if again < MAX_RUNS_AGAIN && matches!(*e, ClusterError::Disagreed { .. }) => {
                     again += 1;
-                    if let ClusterError::Disagreed { ballots, .. } = *e {
-                        tiebreak = Some(ballots);
+                    if let ClusterError::Disagreed { ballots, arena, .. } = *e {
+                        // The range of the head's arena stays the split's (it came from it).
+                        let arena = tiebreak.as_ref().map_or(arena, |t| t.arena);
+                        tiebreak = Some(Tiebreak { ballots, arena });
                     }
+                    continue;
                 }
                 // Its change could not be merged with a region's that ran at the same time on
                 // another worker: run it again over that one's (it is now known to write the
                 // buffer, so it shares a worker with the next writers).
-                Err(ClusterError::RunAgain(_)) if again < MAX_RUNS_AGAIN => again += 1,
-                Err(ClusterError::RunAgain(e)) => return Err(*e),
-                r => return r,
+                Err(ClusterError::RunAgain(_)) if again < MAX_RUNS_AGAIN => {
+                    again += 1;
+                    continue;
+                }
+                Err(_) => {
+                    // A run again's range, not settled by a run that took a result.
+                    if let Some(g) = tiebreak.and_then(|t| t.arena) {
+                        self.offload.settle_grant(g, &[]);
+                    }
+                }
+                Ok(()) => {}
             }
+            return match r {
+                Err(ClusterError::RunAgain(e)) => Err(*e),
+                r => r,
+            };
         }
     }
 
@@ -124,7 +148,7 @@ impl<'a> Launcher<'a> {
         self.link.workers().filter(move |&r| !on_head && !self.tolerance.is_idle_spare(r)).chain(on_head.then_some(HEAD))
     }
 
-    fn launch_once(&self, entry: usize, args: &[u64], begins: &[u64], hosts: &[u64], mapped_from: &[bool], tiebreak: Option<&[(i32, Ballot)]>) -> Result<()> {
+    fn launch_once(&self, entry: usize, args: &[u64], begins: &[u64], hosts: &[u64], mapped_from: &[bool], tiebreak: Option<&Tiebreak>) -> Result<()> {
         let _gate = Requests::of(*self).enter()?;
         let t0 = self.meter.start.elapsed().as_secs_f64();
         let kernel = self.offload.kernels.read().get(&entry).cloned().ok_or(ClusterError::UnknownKernel(entry))?;
@@ -137,7 +161,7 @@ impl<'a> Launcher<'a> {
         let learn_until = Instant::now() + LEARNING_WAIT;
         // `OMPCLUSTER_FT_REPLICATE=auto`: whether this region gets replicas, asked once.
         let mut choice: Option<Choice> = None;
-        let (w, extra, reach, assume_written, marked, reach_args, learning, task_key, replicated) = {
+        let (w, extra, reach, assume_written, marked, reach_args, learning, task_key, replicated, grant) = {
             let mut bufs = self.ledger.buffers.lock();
             loop {
                 // A run of a kernel whose write set is unknown marks everything it reaches as
@@ -214,9 +238,9 @@ impl<'a> Launcher<'a> {
                             // The buffers it may write (see `WriteSet`).
                             let may_write: Vec<bool> = reached
                                 .iter()
-                                .map(|&(_, args, from)| match history {
+                                .map(|&(b, args, from)| match history {
                                     None => true,
-                                    Some(h) => from || args & h.args != 0 || (h.other && args == 0),
+                                    Some(h) => from || args & h.args != 0 || (args == 0 && if b.global_of.is_some() { h.globals } else { h.other }),
                                 })
                                 .collect();
                             let assume_written: Vec<bool> = reached.iter().map(|&(.., from)| from).collect();
@@ -225,7 +249,7 @@ impl<'a> Launcher<'a> {
                             // Replicas (`replicas.rs`): on workers where no other region
                             // uses a copy of anything this one reaches, and none is on its way.
                             let k = if tiebreak.is_some() { 3 } else { self.cfg.replicas as usize };
-                            let mut replicable = k > 1 && Place::of(w).is_worker() && !kernel.allocates.load(Ordering::Relaxed);
+                            let mut replicable = k > 1 && Place::of(w).is_worker();
                             if let (true, None, Some(chooser)) = (replicable, tiebreak, &self.offload.chooser) {
                                 // Only the regions `auto` chooses (a tiebreak always runs on three).
                                 let c = *choice.get_or_insert_with(|| {
@@ -261,6 +285,20 @@ impl<'a> Launcher<'a> {
                             } else {
                                 Vec::new()
                             };
+                            // Replicas of a kernel that allocates device memory (or may: its
+                            // first run) allocate in one range of the head's arena, at the same
+                            // addresses (`Offload::grant`); none free: one worker runs it.
+                            // A run again allocates in the range of the split it decides (the
+                            // `launch` loop owns that one).
+                            let mut extra = extra;
+                            let grant = match tiebreak {
+                                Some(t) => t.arena,
+                                None => (!extra.is_empty() && (history.is_none() || kernel.allocates.load(Ordering::Relaxed))).then(|| self.offload.grant(&kernel)).flatten(),
+                            };
+                            if grant.is_none() && kernel.allocates.load(Ordering::Relaxed) && !extra.is_empty() {
+                                self.meter.log(format_args!("UNREPLICATED {} on {w}: no range of the head's arena free for its allocations", kernel.name));
+                                extra.clear();
+                            }
                             if replicable && extra.is_empty() && self.meter.verbose() {
                                 let why = if pins.is_empty() { "no other worker free of regions using what it reaches" } else { "it reaches a buffer another region writes" };
                                 self.meter.log(format_args!("UNREPLICATED {} on {w}: {why}", kernel.name));
@@ -270,14 +308,17 @@ impl<'a> Launcher<'a> {
                             // ends, or one using a copy it would write there), if any runs.
                             let others_run = self.offload.all_in_flight() > 0;
                             if self.cfg.votes_on(&kernel.name) && replicable && extra.is_empty() && others_run && self.targets().filter(|&r| Place::of(r).is_worker()).nth(1).is_some() {
+                                if let (Some(g), None) = (grant, tiebreak) {
+                                    self.offload.settle_grant(g, &[]);
+                                }
                                 None
                             } else {
-                                Some((w, extra, reach, assume_written, may_write, reach_args, task_key))
+                                Some((w, extra, reach, assume_written, may_write, reach_args, task_key, grant))
                             }
                         }
                     }
                 };
-                let Some((w, extra, reach, assume_written, may_write, reach_args, task_key)) = placed else {
+                let Some((w, extra, reach, assume_written, may_write, reach_args, task_key, grant)) = placed else {
                     self.ledger.moved.wait(&mut bufs);
                     continue;
                 };
@@ -319,7 +360,7 @@ impl<'a> Launcher<'a> {
                 for &r in &extra {
                     self.offload.start_running(r);
                 }
-                break (w, extra, reach, assume_written, may_write, reach_args, learning, task_key, replicated);
+                break (w, extra, reach, assume_written, may_write, reach_args, learning, task_key, replicated, grant);
             }
         };
         self.meter.stats.note_in_flight(self.offload.all_in_flight());
@@ -347,8 +388,8 @@ impl<'a> Launcher<'a> {
         } else {
             let set: Vec<i32> = std::iter::once(w).chain(extra).collect();
             let replicator = Replicator::of(*self);
-            let runs = replicator.run_set(&set, &kernel, args, &reach, &marked, &assume_written, send_back);
-            let taken = replicator.take_result(&kernel, &reach, &marked, runs, tiebreak);
+            let runs = replicator.run_set(&set, &kernel, args, &reach, &marked, &assume_written, send_back, grant);
+            let taken = replicator.take_result(&kernel, &reach, &marked, runs, tiebreak.map(|t| &t.ballots[..]), grant);
             self.offload.stop_running(taken.0);
             taken
         };
@@ -385,6 +426,19 @@ impl<'a> Launcher<'a> {
             }
             deleted
         };
+        // The range its replicas allocated in, once no replica's blocks there are left but
+        // those that became buffers (`kept`; every other run was settled, its blocks deleted).
+        let settle_grant = |kept: &[(u64, u64)]| {
+            if let Some(g) = grant {
+                self.offload.settle_grant(g, kept);
+            }
+        };
+        // A split's range goes with it to the run again (`Tiebreak::arena`); a run again's
+        // belongs to the `launch` loop until a run takes a result.
+        let split = matches!(&result, Err(ClusterError::RunAgain(e)) if matches!(**e, ClusterError::Disagreed { .. }));
+        if result.is_err() && !split && tiebreak.is_none() {
+            settle_grant(&[]);
+        }
         if result.is_err() {
             // A kernel that never started (no snapshot taken) changed nothing.
             let unchanged = vec![false; reach.len()];
@@ -394,7 +448,7 @@ impl<'a> Launcher<'a> {
         }
         let Executed { changed, pointers, seconds: kernel_s, patches, allocated, freed, traced, returned, output, errors, .. } = result?;
         if !allocated.is_empty() || !freed.is_empty() {
-            kernel.learn_allocates(self.cfg.votes_on(&kernel.name));
+            kernel.learn_allocates(allocated.iter().map(|a| (a.region.addr, a.span)));
         }
         // It ran over the versions it was placed over, allocated and freed nothing, and ran
         // on a worker: it may go in the log (if nothing below rules it out).
@@ -405,12 +459,22 @@ impl<'a> Launcher<'a> {
         // The versions it ran over.
         let reach: Vec<(u64, u64, u64, u64)> = reach.iter().zip(&snaps).map(|(&(a, s, id, _), sn)| (a, s, id, sn.version)).collect();
         {
-            // Learn what this kernel writes.
+            // Learn what this kernel writes (of what it reaches through no argument: its
+            // image's data, or buffers through pointers stored in others).
+            let is_global: Vec<bool> = if reach_args.iter().zip(&changed).any(|(&a, &c)| c && a == 0) {
+                let bufs = self.ledger.buffers.lock();
+                reach.iter().map(|(a, ..)| bufs.get(*a).is_some_and(|b| b.global_of.is_some())).collect()
+            } else {
+                Vec::new()
+            };
             let mut h = kernel.writes.lock();
             let h = h.get_or_insert_with(WriteSet::default);
-            for (&args, _) in reach_args.iter().zip(&changed).filter(|(_, c)| **c) {
-                h.other |= args == 0;
-                h.args |= args;
+            for (i, (&args, _)) in reach_args.iter().zip(&changed).enumerate().filter(|(_, (_, c))| **c) {
+                match (args, is_global.get(i)) {
+                    (0, Some(true)) => h.globals = true,
+                    (0, _) => h.other = true,
+                    _ => h.args |= args,
+                }
             }
         }
         let mut patches: HashMap<usize, Vec<(u64, Vec<u8>)>> = patches.into_iter().map(|(i, p)| (i as usize, p)).collect();
@@ -448,6 +512,11 @@ impl<'a> Launcher<'a> {
                     Ok(m) => merged.extend(m),
                     Err(e) => {
                         Replicator::of(*self).abandon(&reach, &marked, std::mem::take(&mut agree));
+                        // Its blocks become no buffers: gone from its worker too.
+                        Replicator::of(*self).delete_blocks(w, &allocated);
+                        if tiebreak.is_none() {
+                            settle_grant(&[]);
+                        }
                         let deleted = release_writes(&mut self.ledger.buffers.lock(), Some(&changed));
                         self.ledger.moved.notify_all();
                         Memory::of(*self).finish_deletes(deleted)?;
@@ -557,7 +626,11 @@ impl<'a> Launcher<'a> {
                 }
                 self.durability.log_task(crate::journal::TaskEntry { key, kernel: kernel.name.to_string(), writes: written, output, errors, kernel_s });
             }
-            let allocs = Blocks::of(*self).adopt_blocks(&mut bufs, w, allocated, &mut reads, &mut writes);
+            let allocs = Blocks::of(*self).adopt_blocks(&mut bufs, w, allocated, grant, &mut reads, &mut writes);
+            // Replicas that made the same blocks (at the same addresses, with the same bytes:
+            // their ballots agree) hold them too.
+            Replicator::of(*self).install_blocks(&mut bufs, &allocs, &agree);
+            settle_grant(&allocs);
             let record = TaskRecord {
                 id: 0,
                 kernel: kernel.name.clone(),
@@ -647,7 +720,7 @@ impl<'a> Launcher<'a> {
     ) -> Result<Executed> {
         self.prepare_on(w, reach, snaps)?;
         let short = kernel.last_ns.load(Ordering::Relaxed) < SHORT_KERNEL_NS;
-        let run = Execute { image: kernel.image, kernel: kernel.index, args, regions: regions_of(reach), assume_written, send_back, replay: Vec::new(), short, quiet: false, digest: false };
+        let run = Execute { image: kernel.image, kernel: kernel.index, args, regions: regions_of(reach), assume_written, send_back, replay: Vec::new(), short, quiet: false, digest: false, arena: None };
         let ran = Executor::of(*self).execute(w, run);
         if ran.is_err() {
             self.ended(&mut self.ledger.buffers.lock(), w, reach, snaps);

@@ -202,6 +202,9 @@ pub enum ClusterError {
         why: String,
         /// Each replica's worker and what it wrote.
         ballots: Vec<(i32, replicas::Ballot)>,
+        /// The range of the head's arena they allocated in: the run again allocates there
+        /// too, so that its pointers compare with theirs (`Offload::grant`).
+        arena: Option<event_system::protocol::Region>,
     },
     /// Replicas of a region disagree and nothing can decide (`replicas.rs`): the program ends.
     #[error("{0}")]

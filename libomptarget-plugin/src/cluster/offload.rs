@@ -7,10 +7,12 @@
 //! the buddy thread reads `in_flight`. `kernels` is read-mostly (an RwLock, written at
 //! `load_binary`, under `images`); `images` comes before the ledger's `buffers` (loading an
 //! image, the head's own device); `omp_said` is innermost; `in_flight` and `attached` are
-//! atomics; `chooser` is innermost, under `buffers`.
+//! atomics; `chooser` and `shared` are innermost, under `buffers`.
 
 use super::replica_choice::Chooser;
-use crate::data::Buffer;
+use crate::data::{Buffer, HEAD};
+use event_system::heap::{Arena, ExtentAllocator, BLOCK_GAP, PAGE};
+use event_system::protocol::Region;
 use event_system::{LocalDevice, SymmetricHeap};
 use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxHashMap as HashMap;
@@ -38,12 +40,15 @@ pub(super) struct Offload {
     /// Which regions get replicas, with `OMPCLUSTER_FT_REPLICATE=auto` (None: every region).
     /// Taken under the `buffers` lock, innermost.
     pub(super) chooser: Option<Mutex<Chooser>>,
+    /// The head's arena (its own device code allocates from the C library, never there), and
+    /// the ranges of it given to regions' replicas to allocate in ([`Offload::grant`]) or
+    /// held by blocks they made. Taken under the `buffers` lock, innermost.
+    shared: (Arena, Mutex<ExtentAllocator>),
 }
 
 impl Offload {
     pub(super) fn new(heap: SymmetricHeap, sched: Scheduler, ranks: usize, cfg: &crate::config::Config) -> Self {
         Offload {
-            heap,
             kernels: RwLock::new(HashMap::default()),
             images: Mutex::new(Vec::new()),
             sched,
@@ -55,7 +60,41 @@ impl Offload {
                 crate::config::Replicate::Auto { budget_percent } if cfg.replicas > 1 => Some(Mutex::new(Chooser::new(budget_percent, cfg.replicas))),
                 _ => None,
             },
+            shared: {
+                let a = heap.arena(HEAD, ranks as i32);
+                (a, Mutex::new(ExtentAllocator::new(a.start, a.size)))
+            },
+            heap,
         }
+    }
+
+    /// A range of the head's arena for the replicas of one region of `kernel` to allocate
+    /// device memory in, the same for all (`Event::Execute::arena`): a 16th of the arena (at
+    /// most 1 GiB), or twice what the kernel's largest run took, up to a quarter. `None`
+    /// when the arena has no such range free (as many regions' replicas run at once).
+    pub(super) fn grant(&self, kernel: &Kernel) -> Option<Region> {
+        let arena = self.shared.0.size;
+        let usual = (arena / 16).min(1 << 30);
+        let want = kernel.arena_peak.load(Ordering::Relaxed).saturating_mul(2).clamp(usual, arena / 4) / PAGE * PAGE;
+        let (addr, size) = self.shared.1.lock().alloc(want.max(PAGE)).ok()?;
+        Some(Region { addr, size })
+    }
+
+    /// The replicas given `grant` are settled: the range is free again but for the blocks
+    /// (start, span) that became buffers (`kept`); every other block a replica made there is
+    /// deleted on its worker, or about to be (its DELETE posted before any later EXECUTE).
+    pub(super) fn settle_grant(&self, grant: Region, kept: &[(u64, u64)]) {
+        let mut ext = self.shared.1.lock();
+        ext.free(grant.addr);
+        for &(block, span) in kept.iter().filter(|(b, _)| *b >= grant.addr + BLOCK_GAP && *b - grant.addr < grant.size) {
+            ext.reserve(block - BLOCK_GAP, BLOCK_GAP + span);
+        }
+    }
+
+    /// Device block `addr` in the head's arena is deleted everywhere: its range may be given
+    /// out again.
+    pub(super) fn reclaim_shared(&self, addr: u64) {
+        self.shared.1.lock().free(addr - BLOCK_GAP);
     }
 
     /// The head's own device, if it runs target regions itself.
@@ -122,12 +161,15 @@ impl Offload {
 }
 
 /// What the runs of one kernel changed so far (see `launch.rs`): the arguments whose buffers
-/// changed (a set of `launch.rs`'s `arg_mask` bits), and whether it changed a buffer it
-/// reaches otherwise (its image's globals and statics, a buffer through a pointer stored in
-/// another).
+/// changed (a set of `launch.rs`'s `arg_mask` bits), whether it changed its image's globals
+/// and statics, and whether it changed a buffer it reaches otherwise (through a pointer
+/// stored in another: objects device code allocated, say). Told apart so that a kernel
+/// writing the objects it points to does not count as writing the image's data, which every
+/// region of the image reaches.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct WriteSet {
     pub(super) args: u64,
+    pub(super) globals: bool,
     pub(super) other: bool,
 }
 
@@ -149,21 +191,34 @@ pub(super) struct Kernel {
     /// retrieved right after a run: their new contents come back with the EXECUTE's reply.
     /// Unlearned when bytes so sent were replaced before being retrieved.
     pub(super) send_back: std::sync::atomic::AtomicU64,
-    /// A run of it allocated or freed device memory (`malloc` in a region): its runs are not
-    /// replicated (`launch.rs`: each replica's blocks would lie in its own worker's arena).
+    /// A run of it allocated or freed device memory (`malloc` in a region): its replicas
+    /// need a range to allocate in (`Offload::grant`), or they are not run.
     pub(super) allocates: std::sync::atomic::AtomicBool,
+    /// The most address space its allocations in one run took (blocks and their gaps).
+    pub(super) arena_peak: std::sync::atomic::AtomicU64,
+    /// The user was told that its replicas' results could not be compared.
+    pub(super) told_unvotable: AtomicBool,
 }
 
 impl Kernel {
-    /// A run of it allocated or freed device memory: its later runs get no replicas (see
-    /// `allocates`). The first time, with voting on, the user is told that its regions are
-    /// not voted on, and why.
-    pub(super) fn learn_allocates(&self, vote: bool) {
-        if !self.allocates.swap(true, Ordering::Relaxed) && vote {
+    /// A run of it allocated (`blocks`: start, span) or freed device memory: its replicas
+    /// need a range of the head's arena that holds what it took (see `allocates`).
+    pub(super) fn learn_allocates(&self, blocks: impl Iterator<Item = (u64, u64)>) {
+        self.allocates.store(true, Ordering::Relaxed);
+        let took = blocks.map(|(_, span)| BLOCK_GAP + span).sum();
+        self.arena_peak.fetch_max(took, Ordering::Relaxed);
+    }
+
+    /// Once, with voting on: the replicas of a region of it allocated outside the range they
+    /// shared (more than it holds, or none was free), so their results could not be compared
+    /// and one was taken unvoted.
+    pub(super) fn tell_unvotable_allocation(&self) {
+        if !self.told_unvotable.swap(true, Ordering::Relaxed) {
             eprintln!(
-                "ompcluster: kernel {} allocates or frees device memory (malloc, new or free in the region): each \
-                 replica's blocks would lie in its own worker's memory, so its regions run on one worker and are \
-                 not voted on (OMPCLUSTER_FT_VOTE=1 cannot check them; the report counts them as unvoted)",
+                "ompcluster: the replicas of a region of kernel {} allocated device memory (malloc, new in the region) \
+                 outside the range of addresses they shared (it took more than the range holds, or none was free): \
+                 their pointers differ, so one result was taken unvoted (the report counts it as unvoted); its next \
+                 regions get a range twice as large as it took",
                 crate::config::Config::kernel_short_name(&self.name)
             );
         }

@@ -26,6 +26,7 @@ use super::{ClusterError, Result, Stopped};
 use crate::config::Config;
 use crate::data::Buffers;
 use crate::inject::Injector;
+use event_system::protocol::{Allocated, Event, Region};
 use scheduler::Candidate;
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
@@ -95,8 +96,19 @@ impl<'a> Replicator<'a> {
     /// kernel could reach meanwhile (`Buffer::torn`) of a buffer it may write does not run: it
     /// could start from other bytes; with voting none runs then, and the launch places the
     /// region again ([`ClusterError::RunAgain`]). Only the first-placed one sends bytes back.
+    /// Device code of every replica allocates in `arena` (`Offload::grant`), if given.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn run_set(&self, set: &[i32], kernel: &Kernel, args: &[u64], reach: &[(u64, u64, u64, u64)], marked: &[bool], assume_written: &[bool], send_back: Vec<bool>) -> Vec<SetRun> {
+    pub(super) fn run_set(
+        &self,
+        set: &[i32],
+        kernel: &Kernel,
+        args: &[u64],
+        reach: &[(u64, u64, u64, u64)],
+        marked: &[bool],
+        assume_written: &[bool],
+        send_back: Vec<bool>,
+        arena: Option<Region>,
+    ) -> Vec<SetRun> {
         let launcher = Launcher::of(*self);
         let exec = Executor::of(*self);
         let short = kernel.last_ns.load(Ordering::Relaxed) < SHORT_KERNEL_NS;
@@ -179,6 +191,7 @@ impl<'a> Replicator<'a> {
                     short,
                     quiet: false,
                     digest: true,
+                    arena,
                 };
                 exec.post_execute(run.w, ex)
             }));
@@ -202,21 +215,24 @@ impl<'a> Replicator<'a> {
     /// if the versions it started from are nowhere else or this was that run again
     /// (`tiebreak`: the ballots of the split before), [`ClusterError::NoAgreement`], which ends
     /// the program: never a result no majority gave.
-    pub(super) fn take_result(&self, kernel: &Kernel, reach: &[(u64, u64, u64, u64)], marked: &[bool], runs: Vec<SetRun>, tiebreak: Option<&[(i32, Ballot)]>) -> Taken {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn take_result(&self, kernel: &Kernel, reach: &[(u64, u64, u64, u64)], marked: &[bool], runs: Vec<SetRun>, tiebreak: Option<&[(i32, Ballot)]>, arena: Option<Region>) -> Taken {
         let stats = &self.meter.stats.replicas;
         // Runs that started (a set placed again before any ran counts for nothing).
         let started = runs.iter().filter(|r| r.ran.is_ok() || !r.snaps.is_empty()).count() as u64;
         if started > 0 {
             stats.extra_runs.fetch_add(started - 1, Ordering::Relaxed);
         }
-        let ballots: Vec<Option<Ballot>> = runs.iter().map(|r| r.ran.as_ref().ok().map(Ballot::of)).collect();
+        let ballots: Vec<Option<Ballot>> = runs.iter().map(|r| r.ran.as_ref().ok().map(|e| Ballot::of(e, reach))).collect();
         // Kernel time of the runs other than the one taken (the first, unless one is taken).
         let replica_ns = |taken: usize| -> u64 {
             runs.iter().enumerate().filter(|(i, _)| *i != taken).filter_map(|(_, r)| r.ran.as_ref().ok()).map(|e| (e.seconds * 1e9) as u64).sum()
         };
-        // A kernel that allocated or freed device memory (a first run: the next ones are not
-        // replicated): each replica's blocks lie in its own worker's arena, so what they wrote
-        // differs (pointers); their results cannot be compared: the first is taken, unvoted,
+        // Replicas of a kernel that allocates device memory allocate in one range of the
+        // head's arena (`arena`), so the same calls give the same pointers and their results
+        // compare as any other (their ballots carry the blocks and their digests). A replica
+        // that allocated elsewhere (no range was given, or it ran out of it) holds pointers
+        // the others do not: their results cannot be compared, the first is taken, unvoted,
         // and the others are forgotten. A kernel that wrote a buffer it was not expected to
         // write (not marked, README "Placement"): without voting, the same; with voting, the
         // ballots are compared all the same (they carry which regions each changed and their
@@ -224,13 +240,17 @@ impl<'a> Replicator<'a> {
         // rather than taken (seen: `ft_stencil.c`, k = 3, a flip taken unvoted). A replica's
         // copies are its own on its worker (`Buffer::replica_on`), so forgetting a loser's is
         // exact there.
-        let allocating = runs.iter().any(|r| r.ran.as_ref().is_ok_and(|e| !e.allocated.is_empty() || !e.freed.is_empty()));
+        let in_arena = |a: &event_system::protocol::Allocated| arena.is_some_and(|g| a.region.addr >= g.addr && a.region.addr + a.span <= g.addr + g.size);
+        let elsewhere = runs.iter().any(|r| r.ran.as_ref().is_ok_and(|e| !e.allocated.iter().all(in_arena)));
         let unexpected = runs.iter().any(|r| r.ran.as_ref().is_ok_and(|e| e.changed.iter().zip(marked).any(|(&c, &m)| c && !m)));
         let vote = self.cfg.votes_on(&kernel.name);
-        if allocating {
-            kernel.learn_allocates(vote);
+        for e in runs.iter().filter_map(|r| r.ran.as_ref().ok()).filter(|e| !e.allocated.is_empty() || !e.freed.is_empty()) {
+            kernel.learn_allocates(e.allocated.iter().map(|a| (a.region.addr, a.span)));
         }
-        let verdict = if allocating || (unexpected && !vote) {
+        if elsewhere && vote {
+            kernel.tell_unvotable_allocation();
+        }
+        let verdict = if elsewhere || (unexpected && !vote) {
             match ballots.iter().position(Option::is_some) {
                 Some(winner) => Verdict::Take { winner, agree: Vec::new(), losers: Vec::new(), voted: false },
                 None => Verdict::Nothing,
@@ -317,9 +337,13 @@ impl<'a> Replicator<'a> {
                 }
                 let why = format!("the {} replicas of a region of kernel {} on workers {answered:?} wrote different results and no majority agrees", answered.len(), kernel.name);
                 let cast: Vec<(i32, Ballot)> = ranks.iter().zip(&ballots).filter_map(|(&r, b)| Some((r, b.clone()?))).collect();
-                let disagreed = ClusterError::Disagreed { why: why.clone(), ballots: cast };
+                let disagreed = ClusterError::Disagreed { why: why.clone(), ballots: cast, arena };
                 let changed = first.changed(marked);
                 let started = with_versions(reach, &first.snaps);
+                if let Ok(e) = &first.ran {
+                    // Its blocks become no buffers either.
+                    self.delete_blocks(first.w, &e.allocated);
+                }
                 self.end(&mut self.ledger.buffers.lock(), reach, &mut first);
                 let run = Run { w: first.w, reach: &started, changed: &changed, snaps: &first.snaps };
                 let e = if tiebreak.is_some() { disagreed } else { Merger::of(*self).rerun_or(disagreed, &run, &BTreeSet::new()) };
@@ -384,6 +408,9 @@ impl<'a> Replicator<'a> {
     /// (its copies hold no version; version 0's are made zeros again) and end its use of
     /// its copies.
     fn settle_other(&self, reach: &[(u64, u64, u64, u64)], marked: &[bool], mut r: SetRun) {
+        if let Ok(e) = &r.ran {
+            self.delete_blocks(r.w, &e.allocated);
+        }
         let changed = r.changed(marked);
         self.end(&mut self.ledger.buffers.lock(), reach, &mut r);
         if !r.snaps.is_empty() {
@@ -435,6 +462,42 @@ impl<'a> Replicator<'a> {
         }
     }
 
+    /// The blocks device code of a run on `w` allocated become no buffers: delete them there
+    /// (and give a block of `w`'s own arena back to it). Posted before the range they lie in
+    /// can be given to another region (`Offload::settle_grant`): `w` handles them first.
+    pub(super) fn delete_blocks(&self, w: i32, blocks: &[Allocated]) {
+        if blocks.is_empty() || !self.link.is_live_worker(w) {
+            return;
+        }
+        let own = self.offload.heap.arena(w, self.link.comm.size());
+        for a in blocks {
+            let block = Region { addr: a.region.addr, size: a.span };
+            let _ = self.link.post(w, Event::Delete(block));
+            if own.contains(block.addr) {
+                let _ = self.link.post(w, Event::Reclaim(block));
+            }
+        }
+    }
+
+    /// The taken run's blocks (`allocs`: start, span) are buffers now: each agreeing replica
+    /// made the same ones (its ballot carries them and their digests) and holds them too.
+    pub(super) fn install_blocks(&self, bufs: &mut Buffers, allocs: &[(u64, u64)], agree: &[SetRun]) {
+        for r in agree {
+            let Ok(e) = &r.ran else { continue };
+            let same = e.allocated.len() == allocs.len() && e.allocated.iter().zip(allocs).all(|(a, &(addr, span))| a.region.addr == addr && a.span == span);
+            if !same || !self.link.is_live_worker(r.w) {
+                continue;
+            }
+            for &(addr, _) in allocs {
+                if let Some(b) = bufs.get_mut(addr) {
+                    b.backed.insert(r.w);
+                    bufs.add_holder(addr, r.w);
+                    self.meter.stats.replicas.copies_kept.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
     /// The taken run (its `snaps`) made version `v` of the buffer at `addr`, region `i` of
     /// its reach, exactly from the version it started from: each agreeing replica that started
     /// from the same versions and whose copy nothing else touched since holds `v` too.
@@ -458,17 +521,26 @@ impl<'a> Replicator<'a> {
     }
 }
 
-/// What a replica's run reported that replicas must agree on: which regions it changed and
-/// the digest of each changed region's bytes.
+/// What a replica's run reported that replicas must agree on: the buffers it changed (by
+/// address: a run again after a split may reach other buffers besides, such as blocks other
+/// regions allocated meanwhile) with the digest of each one's bytes, the blocks its device
+/// code allocated (start, span, digest) and those it freed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ballot {
-    changed: Vec<bool>,
-    digests: Vec<u64>,
+    changed: Vec<(u64, u64)>,
+    blocks: Vec<(u64, u64, u64)>,
+    freed: Vec<u64>,
 }
 
 impl Ballot {
-    pub(super) fn of(ran: &Executed) -> Self {
-        Ballot { changed: ran.changed.clone(), digests: ran.digests.clone() }
+    /// The ballot of `ran`, a run over `reach` (whose digests were asked for: one per changed
+    /// region, in order, then one per block).
+    pub(super) fn of(ran: &Executed, reach: &[(u64, u64, u64, u64)]) -> Self {
+        let mut digests = ran.digests.iter().copied();
+        let mut changed: Vec<(u64, u64)> = reach.iter().zip(&ran.changed).filter(|(_, c)| **c).map(|((a, ..), _)| (*a, digests.next().unwrap_or(0))).collect();
+        changed.sort_unstable();
+        let blocks = ran.allocated.iter().map(|a| (a.region.addr, a.span, digests.next().unwrap_or(0))).collect();
+        Ballot { changed, blocks, freed: ran.freed.clone() }
     }
 }
 
@@ -515,7 +587,7 @@ mod tests {
     use super::*;
 
     fn b(d: u64) -> Option<Ballot> {
-        Some(Ballot { changed: vec![true, false], digests: vec![d] })
+        Some(Ballot { changed: vec![(0x1000, d)], blocks: vec![], freed: vec![] })
     }
 
     #[test]
@@ -533,6 +605,19 @@ mod tests {
         assert_eq!(tally(&[b(1), None, b(1)], true), Verdict::Take { winner: 0, agree: vec![2], losers: vec![], voted: true });
     }
 
+    /// Ballots name buffers by address: a run over more buffers (a run again after a split
+    /// reaches blocks other regions allocated meanwhile) agrees with one that changed the same.
+    #[test]
+    fn ballots_compare_what_changed_whatever_else_was_reached() {
+        let ran = |changed: Vec<bool>, digests: Vec<u64>| Executed { changed, digests, ..Executed::default() };
+        let two = [(0x1000, 8, 1, 1), (0x3000, 8, 3, 1)];
+        let three = [(0x1000, 8, 1, 1), (0x2000, 8, 2, 1), (0x3000, 8, 3, 1)];
+        let a = Ballot::of(&ran(vec![true, false], vec![5]), &two);
+        assert_eq!(a, Ballot::of(&ran(vec![true, false, false], vec![5]), &three));
+        assert_ne!(a, Ballot::of(&ran(vec![true, true, false], vec![5, 6]), &three));
+        assert_ne!(a, Ballot::of(&ran(vec![false, false, true], vec![5]), &three));
+    }
+
     #[test]
     fn no_majority_is_a_split() {
         assert_eq!(tally(&[b(1), b(2)], true), Verdict::Split);
@@ -548,7 +633,11 @@ mod tests {
 
     #[test]
     fn which_regions_changed_counts_too() {
-        let other = Some(Ballot { changed: vec![true, true], digests: vec![1] });
+        let other = Some(Ballot { changed: vec![(0x1000, 1), (0x2000, 7)], blocks: vec![], freed: vec![] });
         assert_eq!(tally(&[b(1), other], true), Verdict::Split);
+        // And which blocks device code allocated, and where.
+        let at = |addr| Some(Ballot { changed: vec![(0x1000, 1)], blocks: vec![(addr, 4096, 2)], freed: vec![] });
+        assert_eq!(tally(&[at(0x10000), at(0x20000)], true), Verdict::Split);
+        assert_eq!(tally(&[at(0x10000), at(0x10000)], true), Verdict::Take { winner: 0, agree: vec![1], losers: vec![], voted: true });
     }
 }

@@ -94,7 +94,7 @@ impl<'a> Rerunner<'a> {
             };
             let written = written_of(t);
             let n = regions.len();
-            let run = Execute { image: t.image, kernel: t.index, args: &t.args, regions, assume_written: written.clone(), send_back: vec![false; n], replay: Vec::new(), short: true, quiet: true, digest: false };
+            let run = Execute { image: t.image, kernel: t.index, args: &t.args, regions, assume_written: written.clone(), send_back: vec![false; n], replay: Vec::new(), short: true, quiet: true, digest: false, arena: None };
             sent.push((Executor::of(*self).post_execute(w, run).map_err(new_failure)?, written));
         }
         out.done = batch.len();
@@ -323,7 +323,7 @@ impl<'a> Rerunner<'a> {
         let replay: Vec<Region> = t.allocs.iter().map(|&(addr, size)| Region { addr, size }).collect();
         self.meter.log(format_args!("RERUN task #{} ({}) on {w}, {} device allocation(s) given again", t.id, t.kernel, replay.len()));
         let n = regions.len();
-        let run = Execute { image: t.image, kernel: t.index, args: &t.args, regions, assume_written: written.to_vec(), send_back: vec![false; n], replay, short: false, quiet: true, digest: false };
+        let run = Execute { image: t.image, kernel: t.index, args: &t.args, regions, assume_written: written.to_vec(), send_back: vec![false; n], replay, short: false, quiet: true, digest: false, arena: None };
         let ran = Executor::of(*self).execute(w, run);
         self.rerun_ran(t, w, ran)
     }
