@@ -41,6 +41,34 @@ impl Liveness for DetectorLiveness {
     }
 }
 
+/// A worker's liveness: as the detector's, but the head counts as dead only once the detector
+/// has held it dead for `grace` (its timeout) without a break. A head declared dead while it
+/// was only late (its heartbeats held up on a crowded host) learns of it and announces that it
+/// runs, and the detector re-admits it within a few heartbeats; a worker that had left on the
+/// first word would be lost for nothing (seen with `-np 17` on 2 cores: every worker left and
+/// the head ran the rest of the program alone). A head that did die is left a `grace` later.
+struct PatientAboutHead {
+    detector: DetectorLiveness,
+    grace: std::time::Duration,
+    /// Since when the detector holds the head dead, if it does.
+    since: Mutex<Option<std::time::Instant>>,
+}
+
+impl Liveness for PatientAboutHead {
+    fn is_dead(&self, rank: i32) -> bool {
+        let dead = self.detector.is_dead(rank);
+        if rank != event_system::HEAD {
+            return dead;
+        }
+        let mut since = self.since.lock();
+        if !dead {
+            *since = None;
+            return false;
+        }
+        since.get_or_insert_with(std::time::Instant::now).elapsed() >= self.grace
+    }
+}
+
 /// A write to a dead peer's TCP connection (Open MPI's TCP transport, between nodes) raises
 /// SIGPIPE in the writing thread, whose default action ends the process silently: a survivor,
 /// the head included, died after a worker on another node did. With fault tolerance on, every
@@ -75,6 +103,11 @@ fn on_notice(me: i32, notice: Notice, timeout_ms: u128) {
     match RUNTIME.get() {
         Some(Runtime::Head(c)) if dead != 0 => {
             c.note_failure(dead, &format!("declared dead by the failure detector after {timeout_ms} ms without a heartbeat"))
+        }
+        Some(Runtime::Head(_)) => {
+            // The head itself (it ran all along: the detector re-admits it as it announces so;
+            // the workers wait for that, `PatientAboutHead`).
+            eprintln!("ompcluster: the failure detector declared the head (rank 0) dead after {timeout_ms} ms without its heartbeat, but it runs: it was only late, and is re-admitted");
         }
         Some(Runtime::Worker(_)) if dead == me => {
             eprintln!("ompcluster worker {me}: this rank was declared dead while it was not responding; the job went on without it, leaving");
@@ -429,7 +462,7 @@ pub(crate) fn register_lib() {
             let sink = store.clone().map(|s| Arc::new(crate::checkpoint::WorkerSink(s)) as Arc<dyn event_system::CheckpointSink>);
             let rank = comm.rank();
             let live: Arc<dyn Liveness> = match DETECTOR.get() {
-                Some(d) => Arc::new(DetectorLiveness(d.clone())),
+                Some(d) => Arc::new(PatientAboutHead { detector: DetectorLiveness(d.clone()), grace: d.config().timeout, since: Mutex::new(None) }),
                 None => Arc::new(event_system::NeverDead),
             };
             let code = match event_system::worker::run(comm, heap, live, sink) {

@@ -203,6 +203,27 @@ fn frozen_worker_gives_the_failure_free_output() {
     }
 }
 
+/// The head frozen (SIGSTOP) past the detector's timeout, then resumed (SIGCONT), as a head
+/// whose heartbeats are held up on a crowded host: its observer declares it dead, the head
+/// learns of it and is re-admitted, and the workers, which hold the head dead only once the
+/// detector has done so for a whole timeout, stay. The run prints the failure-free output with
+/// every worker alive at the end and no recovery. (Before, every worker left at the first
+/// word, "rank 0 is dead", and the head ran the rest alone: seen with `-np 17` on 2 cores.)
+#[test]
+fn a_head_late_past_the_timeout_keeps_its_workers() {
+    let src = "ft_print.c";
+    let expected = reference(src, &[]);
+    let (_d, path) = tmp_report();
+    let freeze = [Hit { rank: 0, sig: libc::SIGSTOP, after: Duration::from_millis(500) }, Hit { rank: 0, sig: libc::SIGCONT, after: Duration::from_millis(1900) }];
+    let (o, _) = run_hit(src, &[], &freeze, Some(&path));
+    assert_same(src, &o, &expected, "the head frozen for 1.4 s");
+    let err = stderr(&o);
+    assert!(!err.contains("rank 0 is dead") && !recovered(&o), "workers left\n{}", describe(&o));
+    assert!(err.contains("declared the head (rank 0) dead"), "the head was not declared dead, so this run proves nothing\n{}", describe(&o));
+    let r = read_report(&path);
+    assert!(r.failures.is_empty() && r.workers_alive_at_end == 3, "{:?}, {} workers alive at the end", r.failures, r.workers_alive_at_end);
+}
+
 /// A region's inputs are deleted when it ends, but its output lives on: recovery re-runs it
 /// from the head's kept copies of the inputs, at their addresses. Kills late in the run (the
 /// lost outputs' lineage reaches back to the first rounds) and early; a worker frozen.
