@@ -102,6 +102,11 @@ impl Region {
     pub fn end(&self) -> Option<u64> {
         self.addr.checked_add(self.size)
     }
+
+    /// Does it hold all of `[addr, addr+len)`?
+    pub fn holds(&self, addr: u64, len: u64) -> bool {
+        addr >= self.addr && addr.checked_add(len).is_some_and(|e| Some(e) <= self.end())
+    }
 }
 
 /// An event sent by the head to a worker.

@@ -311,7 +311,7 @@ fn release(p: *mut c_void) -> bool {
     let made_here = st.runs.iter().enumerate().find_map(|(i, r)| r.allocated.iter().position(|b| b.addr == block).map(|k| (i, k)));
     if let Some((i, k)) = made_here {
         let b = st.runs[i].allocated.remove(k);
-        let shared = st.runs[i].shared.as_mut().filter(|(r, _)| block >= r.addr && block - r.addr < r.size);
+        let shared = st.runs[i].shared.as_mut().filter(|(r, _)| r.holds(block, 1));
         if let (Some((_, ext)), Some(a)) = (shared, st.arena.as_mut()) {
             // Given back to the shared range at once, as every replica does: the next
             // allocation takes the same address on each.

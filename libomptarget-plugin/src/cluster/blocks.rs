@@ -40,13 +40,13 @@ impl<'a> Blocks<'a> {
         writes: &mut Vec<Access>,
     ) -> Vec<(u64, u64)> {
         let arena = self.offload.heap.arena(w, self.link.comm.size());
-        let in_grant = |a: u64| grant.is_some_and(|g| a >= g.addr && a - g.addr < g.size);
+        let in_grant = |a: u64, span: u64| grant.is_some_and(|g| g.holds(a, span));
         let mut allocs = Vec::with_capacity(allocated.len());
         for al in allocated {
             let (addr, size, span) = (al.region.addr, al.region.size, al.span);
             let owner = match span > 0 {
                 true if arena.contains(addr) && arena.contains(addr + span - 1) => Some(w),
-                true if in_grant(addr) && in_grant(addr + span - 1) => Some(HEAD),
+                true if in_grant(addr, span) => Some(HEAD),
                 _ => None,
             };
             let Some(b) = owner.and_then(|o| bufs.adopt(addr, size, span, o)) else {

@@ -86,7 +86,7 @@ impl Offload {
     pub(super) fn settle_grant(&self, grant: Region, kept: &[(u64, u64)]) {
         let mut ext = self.shared.1.lock();
         ext.free(grant.addr);
-        for &(block, span) in kept.iter().filter(|(b, _)| *b >= grant.addr + BLOCK_GAP && *b - grant.addr < grant.size) {
+        for &(block, span) in kept.iter().filter(|&&(b, span)| b >= grant.addr + BLOCK_GAP && grant.holds(b, span)) {
             ext.reserve(block - BLOCK_GAP, BLOCK_GAP + span);
         }
     }

@@ -240,7 +240,7 @@ impl<'a> Replicator<'a> {
         // rather than taken (seen: `ft_stencil.c`, k = 3, a flip taken unvoted). A replica's
         // copies are its own on its worker (`Buffer::replica_on`), so forgetting a loser's is
         // exact there.
-        let in_arena = |a: &event_system::protocol::Allocated| arena.is_some_and(|g| a.region.addr >= g.addr && a.region.addr + a.span <= g.addr + g.size);
+        let in_arena = |a: &Allocated| arena.is_some_and(|g| g.holds(a.region.addr, a.span));
         let elsewhere = runs.iter().any(|r| r.ran.as_ref().is_ok_and(|e| !e.allocated.iter().all(in_arena)));
         let unexpected = runs.iter().any(|r| r.ran.as_ref().is_ok_and(|e| e.changed.iter().zip(marked).any(|(&c, &m)| c && !m)));
         let vote = self.cfg.votes_on(&kernel.name);
@@ -470,6 +470,7 @@ impl<'a> Replicator<'a> {
             return;
         }
         let own = self.offload.heap.arena(w, self.link.comm.size());
+        // A post that fails found `w` dead: its memory is gone with it.
         for a in blocks {
             let block = Region { addr: a.region.addr, size: a.span };
             let _ = self.link.post(w, Event::Delete(block));
