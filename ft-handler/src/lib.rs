@@ -161,6 +161,19 @@ impl Handler {
         self.gate.read()
     }
 
+    /// Hold the gate's read side for work a request hands over while it holds the gate (the
+    /// replicas of a region still running when its result was taken): never waits, even for a
+    /// writer waiting, since the caller's request holds the read side. Recoveries and
+    /// checkpoints then wait for that work as for the request.
+    pub fn enter_beside(&self) -> RwLockReadGuard<'_, ()> {
+        self.gate.read_recursive()
+    }
+
+    /// Wait until no request, and no work handed over by one, holds the gate (the job's end).
+    pub fn wait_quiet(&self) {
+        drop(self.gate.write());
+    }
+
     /// Hold the gate exclusively, in `state` (a checkpoint); `Running` again when dropped.
     pub fn exclusive(&self, state: State) -> Exclusive<'_> {
         let guard = self.gate.write();

@@ -32,6 +32,10 @@ pub(crate) struct Replicas {
     pub(crate) passed_over: AtomicU64,
     pub(crate) chosen_unplaced: AtomicU64,
     pub(crate) vote_skipped: AtomicU64,
+    /// Replica runs still going when their region went on (`cluster/tails.rs`), and those
+    /// whose copies then became holders.
+    pub(crate) tails: AtomicU64,
+    pub(crate) tails_kept: AtomicU64,
     /// Kernel time of the runs whose result was taken, and of the other replicas' runs (ns).
     pub(crate) region_ns: AtomicU64,
     pub(crate) replica_ns: AtomicU64,
@@ -82,6 +86,8 @@ impl Replicas {
             passed_over: n(&self.passed_over),
             chosen_unplaced: n(&self.chosen_unplaced),
             vote_skipped: n(&self.vote_skipped),
+            tails: n(&self.tails),
+            tails_kept: n(&self.tails_kept),
             kernel_seconds: n(&self.region_ns) as f64 * 1e-9,
             replica_kernel_seconds: n(&self.replica_ns) as f64 * 1e-9,
             replicated_by_kernel: r.by_kernel.clone(),

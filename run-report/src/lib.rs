@@ -107,6 +107,14 @@ pub struct ReplicaStats {
     /// first replica, unvoted).
     #[serde(default)]
     pub vote_skipped: u64,
+    /// Without voting: replica runs still going when their region went on with another
+    /// replica's result (the program did not wait for them).
+    #[serde(default)]
+    pub tails: u64,
+    /// Of those, the runs that wrote the same bytes as the result taken and whose copies
+    /// became holders of its versions once they ended.
+    #[serde(default)]
+    pub tails_kept: u64,
     /// Each disagreement, in order.
     pub disagreements: Vec<Disagreement>,
     /// Rank (as a string) -> votes it lost.

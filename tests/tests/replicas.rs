@@ -357,3 +357,61 @@ fn a_worker_killed_costs_no_rerun_of_regions_whose_device_code_allocates() {
     assert_eq!(r.counts.tasks_reexecuted, 0, "{what}\n{}", describe(&o));
     assert!(r.replicas.copies_kept > 0, "{what}");
 }
+
+/// `slow_replica.c`: 12 independent regions of 50 ms; the first replica run on rank 2
+/// sleeps 4 s more there (a slow worker).
+const SLOW: &[&str] = &["12", "50", "2", "4000"];
+
+/// Without voting a region goes on with its first result: the program sees every region
+/// done while rank 2's slow replica still runs (before, a launch waited for every replica and
+/// the program only went on once it had ended). The replica is settled when it ends (here, as
+/// the job ends: the end waits for it): it wrote what the result taken wrote, so its copy
+/// became a holder. Then the same with rank 2 SIGKILLed while its replica runs, after its
+/// region went on: the replica is
+/// dropped, the job recovers from the loss of rank 2 with no region run again (every result
+/// taken is held by a live worker), and the result is right.
+#[test]
+fn a_slow_replica_is_left_running_and_settled_when_it_ends() {
+    let prog = compile("slow_replica.c");
+    let dir = tempfile::tempdir_in(ompcluster_tests::work_dir()).unwrap();
+    let mark = dir.path().join("mark").to_string_lossy().into_owned();
+    let env = envs(&[("OMPCLUSTER_FT_REPLICAS", "2"), ("SLOW_MARK", &mark)]);
+    let (o, r) = run_with_report(4, &prog, SLOW, &env);
+    let what = counts(&r);
+    assert!(passes(&o), "{what}\n{}", describe(&o));
+    assert!(stdout(&o).contains("slow replica: still running when the program went on"), "{what}\n{}", describe(&o));
+    assert!(Path::new(&format!("{mark}.done")).exists(), "the slow replica never ended\n{}", describe(&o));
+    assert!(r.replicas.tails >= 1 && r.replicas.tails_kept >= 1, "{what}");
+    assert!(r.failures.is_empty(), "{what}");
+
+    // Rank 2 killed while its replica sleeps.
+    std::fs::remove_file(&mark).unwrap();
+    std::fs::remove_file(format!("{mark}.done")).unwrap();
+    let path = dir.path().join("report.json");
+    let p = path.to_string_lossy().into_owned();
+    let mut all = env.clone();
+    all.push(("OMPCLUSTER_REPORT", &p));
+    let mut job = Job::spawn(4, &prog, SLOW, &all);
+    let ranks = job.started_ranks(&prog, 4, Duration::from_secs(90));
+    let t0 = Instant::now();
+    while !Path::new(&mark).exists() && t0.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let started = Path::new(&mark).exists();
+    // Long after the other replica's 50 ms: the region went on, rank 2's replica is a tail.
+    std::thread::sleep(Duration::from_millis(400));
+    let pid = ranks.iter().find(|(r, _)| *r == 2).map(|&(_, p)| p);
+    // SAFETY: kill has no memory-safety preconditions; the pid is a rank of our job.
+    let delivered = started && pid.is_some_and(|p| unsafe { libc::kill(p, libc::SIGKILL) } == 0);
+    let o = job.wait(BOUND);
+    assert!(delivered, "rank 2 was not killed while its replica ran (started: {started})\n{}", describe(&o));
+    let r = Report::read(&path).unwrap_or_else(|e| panic!("{e}\n{}", describe(&o)));
+    let what = format!("rank 2 killed while its replica ran: {}", counts(&r));
+    assert!(passes(&o), "{what}\n{}", describe(&o));
+    assert_eq!(r.failures.iter().map(|f| f.rank).collect::<Vec<_>>(), vec![2], "{what}");
+    assert_eq!(r.recoveries.len(), 1, "{what}");
+    // (Other regions' second replies may come after their first: tails too, kept.)
+    assert!(r.replicas.tails > r.replicas.tails_kept, "{what}: the killed replica was kept, or was no tail");
+    assert_eq!(r.counts.tasks_reexecuted, 0, "{what}: every region's result is held by a live worker");
+    assert!(!Path::new(&format!("{mark}.done")).exists(), "{what}: the killed replica ended");
+}

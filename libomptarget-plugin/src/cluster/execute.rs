@@ -17,6 +17,8 @@ use super::offload::Offload;
 use super::{ClusterError, Result};
 use crate::inject::Injector;
 use crate::data::{Place, HEAD};
+use event_system::comm::PostedRecv;
+use event_system::Liveness;
 use event_system::protocol::{Event, FoundPointers, Patch, Region, Reply, StdStream, MAX_SEND_BACK};
 
 /// A worker's report of a kernel run (see `Reply::Executed`; its output is printed already).
@@ -174,8 +176,36 @@ impl<'a> Executor<'a> {
     /// As [`Executor::await_executed`], but what the run printed is returned in full, not
     /// printed (replicas: only the result taken is printed).
     pub(super) fn await_quiet(&self, p: Posted) -> Result<Executed> {
+        let reply = self.link.comm.recv_msg::<Reply>(p.rank, p.tag, self.link.live.as_ref())?;
+        self.reply_of(&p, reply)
+    }
+
+    /// Post the receive of the reply to `p`, to be tested by [`Executor::test_reply`] (several
+    /// awaited at once: the replicas of a region, `replicas.rs`).
+    pub(super) fn post_reply(&self, p: &Posted) -> Result<PostedRecv> {
+        Ok(self.link.comm.post_recv(p.rank, p.tag)?)
+    }
+
+    /// Test once for the reply to `p` (its receive `recv`): `None` while it has not come and
+    /// the worker lives; else the run, as [`Executor::await_quiet`] gives it. `recv` is spent
+    /// once this returned `Some`.
+    pub(super) fn test_reply(&self, p: &Posted, recv: &mut PostedRecv) -> Option<Result<Executed>> {
+        let live = self.link.live.as_ref();
+        match self.link.comm.test_recv(recv, live) {
+            Ok(Some(m)) => Some(match event_system::protocol::decode::<Reply>(&m) {
+                Ok(reply) => self.reply_of(p, reply),
+                Err(source) => Err(event_system::comm::CommError::Protocol { rank: p.rank, source }.into()),
+            }),
+            Ok(None) if live.is_dead(p.rank) => Some(Err(ClusterError::PeerDead(p.rank))),
+            Ok(None) => None,
+            Err(e) => Some(Err(e.into())),
+        }
+    }
+
+    /// The run a reply to `p` reports, checked, with the bytes it sends back received.
+    fn reply_of(&self, p: &Posted, reply: Reply) -> Result<Executed> {
         let w = p.rank;
-        let (changed, pointers, seconds, patches, output, errors, allocated, freed, returned, digests) = match self.link.comm.recv_msg::<Reply>(w, p.tag, self.link.live.as_ref())? {
+        let (changed, pointers, seconds, patches, output, errors, allocated, freed, returned, digests) = match reply {
             Reply::Executed { changed, pointers, seconds, patches, output, errors, allocated, freed, returned, digests } => {
                 (changed, pointers, seconds, patches, output, errors, allocated, freed, returned, digests)
             }
@@ -184,7 +214,7 @@ impl<'a> Executor<'a> {
             other => return Err(ClusterError::Worker { rank: w, msg: format!("bad reply to EXECUTE: {other:?}") }),
         };
         let reply = ReplyParts { changed: &changed, pointers: &pointers, seconds, patches: &patches, returned: &returned, digests: &digests, blocks: allocated.len() };
-        if let Err(why) = check_reply(&reply, &p) {
+        if let Err(why) = check_reply(&reply, p) {
             return Err(ClusterError::Worker { rank: w, msg: format!("bad reply to EXECUTE: {why}") });
         }
         let (output, errors) = if p.quiet { (Vec::new(), Vec::new()) } else { (output, errors) };

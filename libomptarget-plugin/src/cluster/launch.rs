@@ -32,6 +32,7 @@ use super::replica_choice::Choice;
 use super::replicas::{Ballot, Replicator};
 use super::requests::Requests;
 use super::resume::{self, Resumer};
+use super::tails::{Collector, Outcome};
 use super::tolerance::Tolerance;
 use super::{ClusterError, Result, Stopped};
 use crate::config::Config;
@@ -373,7 +374,7 @@ impl<'a> Launcher<'a> {
             .zip(&assume_written)
             .map(|(((_, size, ..), &args), &from)| from && args & back_args != 0 && *size <= MAX_SEND_BACK)
             .collect();
-        let (w, mut snaps, result, agree) = if extra.is_empty() {
+        let (w, mut snaps, result, agree, tails) = if extra.is_empty() {
             if choice.is_some_and(|c| !c.chosen) {
                 self.meter.stats.replicas.passed_over.fetch_add(1, Ordering::Relaxed);
             } else if self.cfg.votes_on(&kernel.name) && Place::of(w).is_worker() {
@@ -384,7 +385,7 @@ impl<'a> Launcher<'a> {
             let mut snaps = Vec::new();
             let result = self.run_on(w, &kernel, args, &reach, assume_written.clone(), send_back, &mut snaps);
             self.offload.stop_running(w);
-            (w, snaps, result, Vec::new())
+            (w, snaps, result, Vec::new(), Vec::new())
         } else {
             let set: Vec<i32> = std::iter::once(w).chain(extra).collect();
             let replicator = Replicator::of(*self);
@@ -394,6 +395,13 @@ impl<'a> Launcher<'a> {
             taken
         };
         let mut agree = agree;
+        // Replicas still running: the collector settles them once this result is recorded
+        // (`tells` it what was), or as losers if it is not (`tails.rs`).
+        let tail_ranks: Vec<i32> = tails.iter().map(|t| t.w).collect();
+        let ballot = result.as_ref().ok().filter(|_| !tails.is_empty()).map(|e| Ballot::of(e, &reach));
+        let tells = if tails.is_empty() { None } else { Collector::of(*self).hand_over(&reach, &marked, tails) };
+        // The versions it made exactly from those it started from, for the tails.
+        let mut made: Vec<(usize, u64)> = Vec::new();
         // The kernel is done with its copies (`changed`: which it changed; all, if unknown).
         // Returns the buffers the program deleted meanwhile that no region uses any more.
         // Called once on every path, under the `buffers` lock, and followed by a wake-up.
@@ -497,6 +505,14 @@ impl<'a> Launcher<'a> {
                 if std::mem::take(&mut first) {
                     self.ended(&mut bufs, w, &reach, &mut snaps);
                     Replicator::of(*self).end_agreeing(&mut bufs, &reach, &mut agree);
+                    // A tail changes its copies in place: they hold no version from now on.
+                    for &t in &tail_ranks {
+                        for (j, ((a, ..), m)) in reach.iter().zip(&marked).enumerate() {
+                            if *m || changed[j] {
+                                bufs.drop_copy(*a, t);
+                            }
+                        }
+                    }
                     // Merges may wait for it to end.
                     self.ledger.moved.notify_all();
                 }
@@ -589,6 +605,7 @@ impl<'a> Launcher<'a> {
                     let v = bufs.new_version(addr, [w].into()).expect("live buffer");
                     if exact_change {
                         Replicator::of(*self).install(&mut bufs, i, addr, v, &snaps, &agree);
+                        made.push((i, v));
                     }
                     // Bytes sent back are this version's only if no other kernel changed the
                     // copy meanwhile (recorded above, or running there still).
@@ -631,6 +648,10 @@ impl<'a> Launcher<'a> {
             // their ballots agree) hold them too.
             Replicator::of(*self).install_blocks(&mut bufs, &allocs, &agree);
             settle_grant(&allocs);
+            if let (Some(tell), Some(ballot)) = (&tells, ballot) {
+                // Under the lock that records it: a tail settled next sees these versions.
+                let _ = tell.send(Outcome { ballot, snaps: snaps.clone(), made, blocks: allocs.clone() });
+            }
             let record = TaskRecord {
                 id: 0,
                 kernel: kernel.name.clone(),

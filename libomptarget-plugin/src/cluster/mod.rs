@@ -126,6 +126,7 @@ mod replicas;
 mod requests;
 mod rerun;
 mod resume;
+mod tails;
 mod tolerance;
 
 pub use buddy::BuddyStats;
@@ -342,6 +343,9 @@ impl Cluster {
         self.tolerance.ft.start(Arc::new(HeadDevice::new(self, on_fatal)))?;
         Buddy::of(self).start()?;
         Faults::of(self).start_timed();
+        if self.cfg.replicas > 1 {
+            tails::Collector::of(self).start()?;
+        }
         Failures::of(self).start_prober()
     }
 
@@ -477,6 +481,8 @@ impl Cluster {
         if let Some(cp) = &self.durability.ckpt {
             cp.wait(); // a flush in progress needs the workers
         }
+        // Replicas still running (`tails.rs`) end first: they need the workers.
+        self.tolerance.ft.wait_quiet();
         if self.stopped.set() {
             return Vec::new();
         }

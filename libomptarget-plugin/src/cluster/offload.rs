@@ -44,6 +44,8 @@ pub(super) struct Offload {
     /// the ranges of it given to regions' replicas to allocate in ([`Offload::grant`]) or
     /// held by blocks they made. Taken under the `buffers` lock, innermost.
     shared: (Arena, Mutex<ExtentAllocator>),
+    /// Replicas still running when their region went on (`tails.rs`).
+    pub(super) tails: super::tails::Tails,
 }
 
 impl Offload {
@@ -56,6 +58,7 @@ impl Offload {
             local: OnceLock::new(),
             omp_said: Mutex::new(HashMap::default()),
             attached: AtomicBool::new(false),
+            tails: Default::default(),
             chooser: match cfg.replicate {
                 crate::config::Replicate::Auto { budget_percent } if cfg.replicas > 1 => Some(Mutex::new(Chooser::new(budget_percent, cfg.replicas))),
                 _ => None,

@@ -13,7 +13,7 @@
 //! agree on it.
 
 use super::durability::Durability;
-use super::execute::{Execute, Executed, Executor};
+use super::execute::{Execute, Executed, Executor, Posted};
 use super::failures::Failures;
 use super::launch::{regions_of, Launcher};
 use super::ledger::Ledger;
@@ -26,6 +26,7 @@ use super::{ClusterError, Result, Stopped};
 use crate::config::Config;
 use crate::data::Buffers;
 use crate::inject::Injector;
+use event_system::comm::PostedRecv;
 use event_system::protocol::{Allocated, Event, Region};
 use scheduler::Candidate;
 use std::collections::BTreeSet;
@@ -47,6 +48,9 @@ pub(super) struct SetRun {
     pub(super) ran: Result<Executed>,
     /// It no longer counts as running on its copies (`Launcher::ended`, once).
     ended: bool,
+    /// Its reply is still to come (a tail: the region went on with another replica's result,
+    /// `tails.rs`): the EXECUTE and the receive posted for its reply.
+    pub(super) pending: Option<(Posted, PostedRecv)>,
 }
 
 impl SetRun {
@@ -67,8 +71,9 @@ fn with_versions(reach: &[(u64, u64, u64, u64)], snaps: &[Snap]) -> Vec<(u64, u6
 }
 
 /// The result a launch takes from its replicas: the run taken (its worker, its snaps and
-/// its result), and the replicas whose results agree with it (see [`Replicator::install`]).
-pub(super) type Taken = (i32, Vec<Snap>, Result<Executed>, Vec<SetRun>);
+/// its result), the replicas whose results agree with it (see [`Replicator::install`]), and
+/// those still running (tails, for the collector: `tails.rs`).
+pub(super) type Taken = (i32, Vec<Snap>, Result<Executed>, Vec<SetRun>, Vec<SetRun>);
 
 impl<'a> Replicator<'a> {
     /// Up to `n` workers from `pool` for replicas of a region placed on `w`: each the
@@ -129,7 +134,7 @@ impl<'a> Replicator<'a> {
                     Ok(snaps) => (snaps, Ok(Executed::default())),
                     Err(e) => (Vec::new(), Err(e)),
                 };
-                SetRun { w: r, snaps, ran, ended: false }
+                SetRun { w: r, snaps, ran, ended: false, pending: None }
             })
             .collect();
         {
@@ -196,13 +201,45 @@ impl<'a> Replicator<'a> {
                 exec.post_execute(run.w, ex)
             }));
         }
-        for (run, p) in runs.iter_mut().zip(posted) {
+        // Without voting, the first result is enough: the replies are awaited together and
+        // the replicas still running when one came are tails, settled by the collector
+        // (`tails.rs`); unless their blocks share a range of the head's arena (it is given
+        // back once every replica's blocks are known).
+        let go_on = !self.cfg.votes_on(&kernel.name) && arena.is_none() && self.offload.tails.running();
+        let mut waiting: Vec<(usize, Posted, PostedRecv)> = Vec::new();
+        for (i, (run, p)) in runs.iter_mut().zip(posted).enumerate() {
             let Some(p) = p else { continue };
-            run.ran = p.and_then(|p| exec.await_quiet(p));
+            if !go_on {
+                run.ran = p.and_then(|p| exec.await_quiet(p));
+            } else {
+                match p.and_then(|p| exec.post_reply(&p).map(|r| (p, r))) {
+                    Ok((p, r)) => waiting.push((i, p, r)),
+                    Err(e) => run.ran = Err(e),
+                }
+            }
             if run.ran.is_err() {
                 self.end(&mut self.ledger.buffers.lock(), reach, run);
                 self.ledger.moved.notify_all();
             }
+        }
+        let mut backoff = event_system::Backoff::for_wait();
+        while !waiting.is_empty() {
+            let got = waiting.iter_mut().enumerate().find_map(|(j, (_, p, recv))| exec.test_reply(p, recv).map(|ran| (j, ran)));
+            let Some((j, ran)) = got else {
+                backoff.snooze();
+                continue;
+            };
+            let (i, ..) = waiting.swap_remove(j);
+            let run = &mut runs[i];
+            run.ran = ran;
+            if run.ran.is_ok() {
+                break;
+            }
+            self.end(&mut self.ledger.buffers.lock(), reach, run);
+            self.ledger.moved.notify_all();
+        }
+        for (i, p, r) in waiting {
+            runs[i].pending = Some((p, r));
         }
         runs
     }
@@ -223,7 +260,7 @@ impl<'a> Replicator<'a> {
         if started > 0 {
             stats.extra_runs.fetch_add(started - 1, Ordering::Relaxed);
         }
-        let ballots: Vec<Option<Ballot>> = runs.iter().map(|r| r.ran.as_ref().ok().map(|e| Ballot::of(e, reach))).collect();
+        let ballots: Vec<Option<Ballot>> = runs.iter().map(|r| r.ran.as_ref().ok().filter(|_| r.pending.is_none()).map(|e| Ballot::of(e, reach))).collect();
         // Kernel time of the runs other than the one taken (the first, unless one is taken).
         let replica_ns = |taken: usize| -> u64 {
             runs.iter().enumerate().filter(|(i, _)| *i != taken).filter_map(|(_, r)| r.ran.as_ref().ok()).map(|e| (e.seconds * 1e9) as u64).sum()
@@ -273,8 +310,21 @@ impl<'a> Replicator<'a> {
             _ => 0,
         };
         stats.replica_ns.fetch_add(replica_ns(taken), Ordering::Relaxed);
-        let mut runs: Vec<Option<SetRun>> = runs.into_iter().map(Some).collect();
-        let ranks: Vec<i32> = runs.iter().flatten().map(|r| r.w).collect();
+        let ranks: Vec<i32> = runs.iter().map(|r| r.w).collect();
+        // Tails go to the collector (only ever beside a result taken: they are left only
+        // once one came); the other runs are settled here.
+        let mut tails = Vec::new();
+        let mut runs: Vec<Option<SetRun>> = runs
+            .into_iter()
+            .map(|r| match r.pending {
+                Some(_) => {
+                    tails.push(r);
+                    None
+                }
+                None => Some(r),
+            })
+            .collect();
+
         match verdict {
             Verdict::Take { winner, agree, losers, voted } => {
                 // Counted once per region, when its result is taken (not per run again).
@@ -318,14 +368,14 @@ impl<'a> Replicator<'a> {
                 if let Ok(e) = &mut taken.ran {
                     Executor::of(*self).print(taken.w, e);
                 }
-                (taken.w, taken.snaps, taken.ran, agreeing)
+                (taken.w, taken.snaps, taken.ran, agreeing, tails)
             }
             Verdict::Nothing => {
                 let first = runs[0].take().expect("the first run");
                 for r in runs.into_iter().flatten() {
                     self.settle_other(reach, marked, r);
                 }
-                (first.w, first.snaps, first.ran, Vec::new())
+                (first.w, first.snaps, first.ran, Vec::new(), tails)
             }
             Verdict::Split => {
                 let answered: Vec<i32> = runs.iter().flatten().filter(|r| r.ran.is_ok()).map(|r| r.w).collect();
@@ -366,7 +416,7 @@ impl<'a> Replicator<'a> {
                     }
                 };
                 self.ledger.moved.notify_all();
-                (first.w, first.snaps, Err(e), Vec::new())
+                (first.w, first.snaps, Err(e), Vec::new(), tails)
             }
         }
     }
@@ -407,7 +457,7 @@ impl<'a> Replicator<'a> {
     /// A run whose result is not taken and does not stand for it: forget what it changed
     /// (its copies hold no version; version 0's are made zeros again) and end its use of
     /// its copies.
-    fn settle_other(&self, reach: &[(u64, u64, u64, u64)], marked: &[bool], mut r: SetRun) {
+    pub(super) fn settle_other(&self, reach: &[(u64, u64, u64, u64)], marked: &[bool], mut r: SetRun) {
         if let Ok(e) = &r.ran {
             self.delete_blocks(r.w, &e.allocated);
         }
@@ -421,6 +471,11 @@ impl<'a> Replicator<'a> {
         }
         self.release(&mut self.ledger.buffers.lock(), reach, r.w, &changed);
         self.ledger.moved.notify_all();
+    }
+
+    /// A tail's reply came (or its worker died): it no longer runs on its copies.
+    pub(super) fn end_tail(&self, bufs: &mut Buffers, reach: &[(u64, u64, u64, u64)], r: &mut SetRun) {
+        self.end(bufs, reach, r);
     }
 
     /// Run `r` (started, if its snaps say so) no longer runs on its copies: once.
