@@ -31,6 +31,7 @@ use event_system::protocol::{Allocated, Event, Region};
 use scheduler::Candidate;
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 view! {
     /// Running a region's replicas and taking one result: borrows the whole cluster, as a
@@ -63,6 +64,12 @@ impl SetRun {
             Err(_) => marked.to_vec(),
         }
     }
+}
+
+/// How long the other replicas of a region may still take once one replied, its kernel having
+/// run `seconds`: a quarter of that, from 1 to 50 ms. Those that take longer are tails.
+fn tail_grace(seconds: f64) -> Duration {
+    Duration::from_secs_f64((seconds / 4.0).clamp(0.001, 0.05))
 }
 
 /// `reach` with the versions a run started from.
@@ -222,8 +229,12 @@ impl<'a> Replicator<'a> {
                 self.ledger.moved.notify_all();
             }
         }
+        // Once the first result came, the others get a grace to come too (replicas of equal
+        // workers end within it): those that do are settled with it, as with voting, so that
+        // the next region finds their workers free for its own replicas.
         let mut backoff = event_system::Backoff::for_wait();
-        while !waiting.is_empty() {
+        let mut until: Option<Instant> = None;
+        while !waiting.is_empty() && until.is_none_or(|u| Instant::now() < u) {
             let got = waiting.iter_mut().enumerate().find_map(|(j, (_, p, recv))| exec.test_reply(p, recv).map(|ran| (j, ran)));
             let Some((j, ran)) = got else {
                 backoff.snooze();
@@ -232,11 +243,15 @@ impl<'a> Replicator<'a> {
             let (i, ..) = waiting.swap_remove(j);
             let run = &mut runs[i];
             run.ran = ran;
-            if run.ran.is_ok() {
-                break;
+            match &run.ran {
+                Ok(e) => {
+                    until.get_or_insert_with(|| Instant::now() + tail_grace(e.seconds));
+                }
+                Err(_) => {
+                    self.end(&mut self.ledger.buffers.lock(), reach, run);
+                    self.ledger.moved.notify_all();
+                }
             }
-            self.end(&mut self.ledger.buffers.lock(), reach, run);
-            self.ledger.moved.notify_all();
         }
         for (i, p, r) in waiting {
             runs[i].pending = Some((p, r));
