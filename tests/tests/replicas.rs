@@ -415,3 +415,35 @@ fn a_slow_replica_is_left_running_and_settled_when_it_ends() {
     assert_eq!(r.counts.tasks_reexecuted, 0, "{what}: every region's result is held by a live worker");
     assert!(!Path::new(&format!("{mark}.done")).exists(), "{what}: the killed replica ended");
 }
+
+/// With voting on three replicas, two that agree decide the region: it goes on while rank 2's
+/// slow third replica still runs, and that replica, settled when it ends, agrees and holds the
+/// versions too. Then the slow replica's result is also corrupted (a bit flipped on rank 2):
+/// the region was decided without it, the program's result is right, and when it ends it
+/// loses its vote, named on stderr and in the report.
+#[test]
+fn with_voting_two_of_three_decide_and_the_third_is_left_running() {
+    let prog = compile("slow_replica.c");
+    let dir = tempfile::tempdir_in(ompcluster_tests::work_dir()).unwrap();
+    let mark = dir.path().join("mark").to_string_lossy().into_owned();
+    let voting = [("OMPCLUSTER_FT_REPLICAS", "3"), ("OMPCLUSTER_FT_VOTE", "1"), ("SLOW_MARK", &mark)];
+    for flip in [false, true] {
+        let _ = std::fs::remove_file(&mark);
+        let _ = std::fs::remove_file(format!("{mark}.done"));
+        let mut extra = voting.to_vec();
+        if flip {
+            extra.push(("OMPCLUSTER_FT_INJECT", "flip:rank=2:after_tasks=0"));
+        }
+        let (o, r) = run_with_report(4, &prog, SLOW, &envs(&extra));
+        let what = format!("flip on rank 2: {flip}: {}", counts(&r));
+        assert!(passes(&o), "{what}\n{}", describe(&o));
+        assert!(stdout(&o).contains("slow replica: still running when the program went on"), "{what}\n{}", describe(&o));
+        assert!(r.replicas.tails >= 1 && r.replicas.votes >= 1, "{what}");
+        if flip {
+            assert_eq!(r.replicas.lost_by_rank.get("2"), Some(&1), "{what}");
+            assert!(stderr(&o).contains("ompcluster: worker 2 lost a vote on a region of kernel"), "{what}\n{}", describe(&o));
+        } else {
+            assert!(r.replicas.disagreements.is_empty() && r.replicas.tails_kept >= 1, "{what}");
+        }
+    }
+}

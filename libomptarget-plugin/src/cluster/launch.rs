@@ -389,7 +389,7 @@ impl<'a> Launcher<'a> {
         } else {
             let set: Vec<i32> = std::iter::once(w).chain(extra).collect();
             let replicator = Replicator::of(*self);
-            let runs = replicator.run_set(&set, &kernel, args, &reach, &marked, &assume_written, send_back, grant);
+            let runs = replicator.run_set(&set, &kernel, args, &reach, &marked, &assume_written, send_back, grant, tiebreak.is_some());
             let taken = replicator.take_result(&kernel, &reach, &marked, runs, tiebreak.map(|t| &t.ballots[..]), grant);
             self.offload.stop_running(taken.0);
             taken
@@ -399,7 +399,7 @@ impl<'a> Launcher<'a> {
         // (`tells` it what was), or as losers if it is not (`tails.rs`).
         let tail_ranks: Vec<i32> = tails.iter().map(|t| t.w).collect();
         let ballot = result.as_ref().ok().filter(|_| !tails.is_empty()).map(|e| Ballot::of(e, &reach));
-        let tells = if tails.is_empty() { None } else { Collector::of(*self).hand_over(&reach, &marked, tails) };
+        let tells = if tails.is_empty() { None } else { Collector::of(*self).hand_over(&kernel, &reach, &marked, tails) };
         // The versions it made exactly from those it started from, for the tails.
         let mut made: Vec<(usize, u64)> = Vec::new();
         // The kernel is done with its copies (`changed`: which it changed; all, if unknown).
@@ -650,7 +650,8 @@ impl<'a> Launcher<'a> {
             settle_grant(&allocs);
             if let (Some(tell), Some(ballot)) = (&tells, ballot) {
                 // Under the lock that records it: a tail settled next sees these versions.
-                let _ = tell.send(Outcome { ballot, snaps: snaps.clone(), made, blocks: allocs.clone() });
+                let majority = std::iter::once(w).chain(agree.iter().map(|r| r.w)).collect();
+                let _ = tell.send(Outcome { ballot, majority, snaps: snaps.clone(), made, blocks: allocs.clone() });
             }
             let record = TaskRecord {
                 id: 0,

@@ -120,6 +120,7 @@ impl<'a> Replicator<'a> {
         assume_written: &[bool],
         send_back: Vec<bool>,
         arena: Option<Region>,
+        tiebreak: bool,
     ) -> Vec<SetRun> {
         let launcher = Launcher::of(*self);
         let exec = Executor::of(*self);
@@ -208,11 +209,20 @@ impl<'a> Replicator<'a> {
                 exec.post_execute(run.w, ex)
             }));
         }
-        // Without voting, the first result is enough: the replies are awaited together and
-        // the replicas still running when one came are tails, settled by the collector
-        // (`tails.rs`); unless their blocks share a range of the head's arena (it is given
-        // back once every replica's blocks are known).
-        let go_on = !self.cfg.votes_on(&kernel.name) && arena.is_none() && self.offload.tails.running();
+        // Without voting, the first result is enough; with voting on three replicas, two that
+        // agree (a majority whatever the third writes). The replies are awaited together and
+        // the replicas still running then are tails, settled by the collector (`tails.rs`);
+        // unless their blocks share a range of the head's arena (it is given back once every
+        // replica's blocks are known), or this is the run again of a split (its ballots name
+        // the losers of the split's).
+        let vote = self.cfg.votes_on(&kernel.name);
+        let go_on = arena.is_none() && !tiebreak && self.offload.tails.running() && (!vote || set.len() == 3);
+        // The runs that answered, and whether they decide the region.
+        let mut answered: Vec<(usize, Ballot)> = Vec::new();
+        let decided = |answered: &[(usize, Ballot)]| match vote {
+            false => !answered.is_empty(),
+            true => answered.iter().enumerate().any(|(i, (_, a))| answered[i + 1..].iter().any(|(_, b)| a == b)),
+        };
         let mut waiting: Vec<(usize, Posted, PostedRecv)> = Vec::new();
         for (i, (run, p)) in runs.iter_mut().zip(posted).enumerate() {
             let Some(p) = p else { continue };
@@ -229,8 +239,8 @@ impl<'a> Replicator<'a> {
                 self.ledger.moved.notify_all();
             }
         }
-        // Once the first result came, the others get a grace to come too (replicas of equal
-        // workers end within it): those that do are settled with it, as with voting, so that
+        // Once the region is decided, the others get a grace to come too (replicas on equal
+        // workers end within it): those that do are settled with the result taken, so that
         // the next region finds their workers free for its own replicas.
         let mut backoff = event_system::Backoff::for_wait();
         let mut until: Option<Instant> = None;
@@ -245,7 +255,10 @@ impl<'a> Replicator<'a> {
             run.ran = ran;
             match &run.ran {
                 Ok(e) => {
-                    until.get_or_insert_with(|| Instant::now() + tail_grace(e.seconds));
+                    answered.push((i, Ballot::of(e, reach)));
+                    if decided(&answered) {
+                        until.get_or_insert_with(|| Instant::now() + tail_grace(e.seconds));
+                    }
                 }
                 Err(_) => {
                     self.end(&mut self.ledger.buffers.lock(), reach, run);
@@ -438,7 +451,7 @@ impl<'a> Replicator<'a> {
 
     /// Workers `losers` wrote something else than `majority`: say so, count it, and retire
     /// a worker at `OMPCLUSTER_FT_VOTE_RETIRE` lost votes (it is then handled as a failed one).
-    fn lost_votes(&self, kernel: &Kernel, majority: Vec<i32>, losers: Vec<i32>, what: &str) {
+    pub(super) fn lost_votes(&self, kernel: &Kernel, majority: Vec<i32>, losers: Vec<i32>, what: &str) {
         let stats = &self.meter.stats.replicas;
         let at_seconds = self.meter.start.elapsed().as_secs_f64();
         stats.record.lock().disagreements.push(run_report::Disagreement { kernel: kernel.name.to_string(), majority: majority.clone(), losers: losers.clone(), at_seconds });
@@ -659,6 +672,13 @@ mod tests {
 
     fn b(d: u64) -> Option<Ballot> {
         Some(Ballot { changed: vec![(0x1000, d)], blocks: vec![], freed: vec![] })
+    }
+
+    #[test]
+    fn the_grace_of_the_other_replicas_is_a_quarter_of_the_kernel_time_within_1_to_50_ms() {
+        assert_eq!(tail_grace(0.0), Duration::from_millis(1));
+        assert_eq!(tail_grace(0.02), Duration::from_millis(5));
+        assert_eq!(tail_grace(10.0), Duration::from_millis(50));
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! Tails: the replicas of a region still running when the region went on with another
-//! replica's result (`OMPCLUSTER_FT_REPLICAS=k` without voting: the first result is enough).
-//! The launch returns at that result; the thread `ompc-ft-replicas` ([`Collector`]) awaits the
-//! tails' replies and settles each: its copies of the versions the result made become holders
-//! if it wrote the same bytes from the same versions (a failure of the first worker then costs
-//! no re-run), else they are forgotten, as any replica's that lost.
+//! replica's result (`OMPCLUSTER_FT_REPLICAS=k` without voting: the first result is enough;
+//! with voting on three: two that agree). The launch returns at that result; the thread
+//! `ompc-ft-replicas` ([`Collector`]) awaits the tails' replies and settles each: its copies of
+//! the versions the result made become holders if it wrote the same bytes from the same
+//! versions (a failure of the first worker then costs no re-run), else they are forgotten, as
+//! any replica's that lost (with voting, it lost a vote).
 //!
 //! Design note (threads and locks).
 //! * A launch hands its tails over ([`Collector::hand_over`]) while it holds the gate's read
@@ -30,7 +31,7 @@ use super::link::Link;
 use super::merge::Snap;
 use super::memory::Memory;
 use super::meter::Meter;
-use super::offload::Offload;
+use super::offload::{Kernel, Offload};
 use super::replicas::{Ballot, Replicator, SetRun};
 use super::tolerance::Tolerance;
 use super::Stopped;
@@ -39,7 +40,7 @@ use crate::inject::Injector;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use parking_lot::RwLockReadGuard;
 use std::sync::atomic::Ordering;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// How often the collector tests the replies of the tails it has.
@@ -63,6 +64,8 @@ impl Tails {
 /// that became buffers (start, span).
 pub(super) struct Outcome {
     pub(super) ballot: Ballot,
+    /// The workers whose result it is (the one taken, and those that agreed).
+    pub(super) majority: Vec<i32>,
     pub(super) snaps: Vec<Snap>,
     pub(super) made: Vec<(usize, u64)>,
     pub(super) blocks: Vec<(u64, u64)>,
@@ -70,6 +73,9 @@ pub(super) struct Outcome {
 
 /// The tails of one region.
 struct Job {
+    kernel: Arc<Kernel>,
+    /// Its replicas are voted on: a tail that wrote something else lost a vote.
+    vote: bool,
     reach: Vec<(u64, u64, u64, u64)>,
     marked: Vec<bool>,
     runs: Vec<SetRun>,
@@ -135,7 +141,7 @@ impl Collector<'static> {
                 match outcome {
                     Some(o) => {
                         let (job, _guard) = jobs.swap_remove(i);
-                        self.settle(job.reach, job.marked, job.runs, o);
+                        self.settle(job, o);
                     }
                     None => i += 1,
                 }
@@ -148,11 +154,12 @@ impl<'a> Collector<'a> {
     /// Hand the tails `runs` of a region over `reach` (`marked`: what it may write) to the
     /// collector; returns where to send the [`Outcome`] once the result taken is recorded.
     /// Without a collector (it ended), they are awaited and settled here, as losers.
-    pub(super) fn hand_over(&self, reach: &[(u64, u64, u64, u64)], marked: &[bool], runs: Vec<SetRun>) -> Option<Sender<Outcome>> {
+    pub(super) fn hand_over(&self, kernel: &Arc<Kernel>, reach: &[(u64, u64, u64, u64)], marked: &[bool], runs: Vec<SetRun>) -> Option<Sender<Outcome>> {
         self.meter.stats.replicas.tails.fetch_add(runs.len() as u64, Ordering::Relaxed);
         let (entered, was_entered) = crossbeam_channel::bounded(1);
         let (tell, outcome) = crossbeam_channel::bounded(1);
-        let job = Job { reach: reach.to_vec(), marked: marked.to_vec(), runs, outcome, entered };
+        let vote = self.cfg.votes_on(&kernel.name);
+        let job = Job { kernel: kernel.clone(), vote, reach: reach.to_vec(), marked: marked.to_vec(), runs, outcome, entered };
         let mut job = match self.offload.tails.tx.get() {
             Some(tx) => match tx.send(job) {
                 // (A collector that panicked with it dropped it, its marks with it.)
@@ -165,7 +172,7 @@ impl<'a> Collector<'a> {
             self.poll(&mut job);
             std::thread::sleep(POLL);
         }
-        self.settle(job.reach, job.marked, job.runs, None);
+        self.settle(job, None);
         None
     }
 
@@ -185,8 +192,10 @@ impl<'a> Collector<'a> {
 
     /// Settle tails that all replied: those that wrote what the result `outcome` wrote, from
     /// the versions it started from, hold the versions it made (and its blocks); the others
-    /// (all, if nothing was recorded) are forgotten.
-    fn settle(&self, reach: Vec<(u64, u64, u64, u64)>, marked: Vec<bool>, runs: Vec<SetRun>, outcome: Option<Outcome>) {
+    /// (all, if nothing was recorded) are forgotten, and with voting, one that answered
+    /// something else than the majority taken lost a vote.
+    fn settle(&self, job: Job, outcome: Option<Outcome>) {
+        let Job { kernel, vote, reach, marked, runs, .. } = job;
         let stats = &self.meter.stats.replicas;
         let replicator = Replicator::of(*self);
         for r in runs {
@@ -211,6 +220,11 @@ impl<'a> Collector<'a> {
                     if stats.copies_kept.load(Ordering::Relaxed) > kept_before {
                         stats.tails_kept.fetch_add(1, Ordering::Relaxed);
                     }
+                }
+                (Some(o), false) if vote && r.ran.is_ok() => {
+                    replicator.lost_votes(&kernel, o.majority.clone(), vec![r.w], "what it wrote");
+                    stats.corrections.fetch_add(1, Ordering::Relaxed);
+                    replicator.settle_other(&reach, &marked, r);
                 }
                 _ => replicator.settle_other(&reach, &marked, r),
             }
