@@ -352,7 +352,6 @@ impl<'a> Replicator<'a> {
                 None => Some(r),
             })
             .collect();
-
         match verdict {
             Verdict::Take { winner, agree, losers, voted } => {
                 // Counted once per region, when its result is taken (not per run again).
