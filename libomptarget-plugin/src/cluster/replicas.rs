@@ -564,7 +564,9 @@ impl<'a> Replicator<'a> {
 
     /// The taken run's blocks (`allocs`: start, span) are buffers now: each agreeing replica
     /// made the same ones (its ballot carries them and their digests) and holds them too.
-    pub(super) fn install_blocks(&self, bufs: &mut Buffers, allocs: &[(u64, u64)], agree: &[SetRun]) {
+    /// Returns how many copies became holders.
+    pub(super) fn install_blocks(&self, bufs: &mut Buffers, allocs: &[(u64, u64)], agree: &[SetRun]) -> u64 {
+        let mut kept = 0;
         for r in agree {
             let Ok(e) = &r.ran else { continue };
             let same = e.allocated.len() == allocs.len() && e.allocated.iter().zip(allocs).all(|(a, &(addr, span))| a.region.addr == addr && a.span == span);
@@ -576,15 +578,19 @@ impl<'a> Replicator<'a> {
                     b.backed.insert(r.w);
                     bufs.add_holder(addr, r.w);
                     self.meter.stats.replicas.copies_kept.fetch_add(1, Ordering::Relaxed);
+                    kept += 1;
                 }
             }
         }
+        kept
     }
 
     /// The taken run (its `snaps`) made version `v` of the buffer at `addr`, region `i` of
     /// its reach, exactly from the version it started from: each agreeing replica that started
     /// from the same versions and whose copy nothing else touched since holds `v` too.
-    pub(super) fn install(&self, bufs: &mut Buffers, i: usize, addr: u64, v: u64, snaps: &[Snap], agree: &[SetRun]) {
+    /// Returns how many copies became holders.
+    pub(super) fn install(&self, bufs: &mut Buffers, i: usize, addr: u64, v: u64, snaps: &[Snap], agree: &[SetRun]) -> u64 {
+        let mut kept = 0;
         for r in agree {
             let same_start = r.snaps.len() == snaps.len() && r.snaps.iter().zip(snaps).all(|(a, b)| a.version == b.version);
             let untouched = bufs.get(addr).is_some_and(|b| {
@@ -599,8 +605,10 @@ impl<'a> Replicator<'a> {
             if same_start && untouched && self.link.is_live_worker(r.w) {
                 bufs.add_holder(addr, r.w);
                 self.meter.stats.replicas.copies_kept.fetch_add(1, Ordering::Relaxed);
+                kept += 1;
             }
         }
+        kept
     }
 }
 

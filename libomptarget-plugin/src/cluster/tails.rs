@@ -209,15 +209,14 @@ impl<'a> Collector<'a> {
             match (&outcome, agrees) {
                 (Some(o), true) => {
                     let mut agree = [r];
-                    let kept_before = stats.copies_kept.load(Ordering::Relaxed);
                     let mut bufs = self.ledger.buffers.lock();
                     replicator.settle_agreeing(&mut bufs, &reach, &mut agree);
+                    let mut kept = replicator.install_blocks(&mut bufs, &o.blocks, &agree);
                     for &(i, v) in &o.made {
-                        replicator.install(&mut bufs, i, reach[i].0, v, &o.snaps, &agree);
+                        kept += replicator.install(&mut bufs, i, reach[i].0, v, &o.snaps, &agree);
                     }
-                    replicator.install_blocks(&mut bufs, &o.blocks, &agree);
                     drop(bufs);
-                    if stats.copies_kept.load(Ordering::Relaxed) > kept_before {
+                    if kept > 0 {
                         stats.tails_kept.fetch_add(1, Ordering::Relaxed);
                     }
                 }
