@@ -313,17 +313,25 @@ pub(crate) fn init() -> Result<(), String> {
         eprintln!("ompcluster: rank {}: {e}", comm.rank());
     }
     // Every rank's host and process, so that a rank declared dead can be fenced for good
-    // (killed by a live rank on its host), and whether it tracks written pages.
+    // (killed by a live rank on its host), whether it tracks written pages, and, with
+    // replicas, a worker's default team size (`same_sums.rs`; 0 from the head).
     enter(Stage::Processes);
-    let (procs, tracking) = {
+    use event_system::worker::same_sums;
+    let (procs, tracking, teams) = {
         let me = event_system::process::me();
-        let mine = [host_id(), u64::from(me.pid), me.start, u64::from(written::tracking())];
-        let mut all = vec![0u64; 4 * world.size() as usize];
+        let team = if cfg.replicas > 1 && world.rank() != 0 { same_sums::default_team_size() } else { 0 };
+        let mine = [host_id(), u64::from(me.pid), me.start, u64::from(written::tracking()), u64::from(team)];
+        let mut all = vec![0u64; 5 * world.size() as usize];
         world.all_gather_into(&mine[..], &mut all[..]);
-        let procs = all.chunks_exact(4).map(|c| (c[0], event_system::process::Victim { pid: c[1] as u32, start: c[2] })).collect::<Vec<_>>();
-        let tracking: Vec<bool> = all.chunks_exact(4).map(|c| c[3] == 1).collect();
-        (procs, tracking)
+        let procs = all.chunks_exact(5).map(|c| (c[0], event_system::process::Victim { pid: c[1] as u32, start: c[2] })).collect::<Vec<_>>();
+        let tracking: Vec<bool> = all.chunks_exact(5).map(|c| c[3] == 1).collect();
+        // Validated: a size no libomp would give counts as unknown.
+        let teams: Vec<u32> = all.chunks_exact(5).skip(1).map(|c| u32::try_from(c[4]).ok().filter(|&t| t <= 1 << 16).unwrap_or(0)).collect();
+        (procs, tracking, teams)
     };
+    if cfg.replicas > 1 {
+        agree_on_sums(world.rank(), cfg.vote, &teams);
+    }
     if cfg.write_detection == written::Detection::Pages && tracking.iter().skip(1).any(|&t| !t) {
         startup_error(format_args!("OMPCLUSTER_WRITE_DETECTION=pages, but page tracking does not work on every worker (each says why above)"));
     }
@@ -422,6 +430,31 @@ pub(crate) fn init() -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// With replicas, make every worker sum as the others do (`same_sums.rs`): libomp's
+/// reductions in a fixed order, and one team size where the workers' defaults (`teams`)
+/// differ. The head says what it cannot make agree.
+fn agree_on_sums(me: i32, vote: bool, teams: &[u32]) {
+    use event_system::worker::same_sums;
+    let pinned = same_sums::agreed_team_size(teams);
+    if me != 0 {
+        same_sums::sum_in_fixed_order();
+        same_sums::pin_team_size(pinned);
+        return;
+    }
+    if pinned > 0 {
+        let most = teams.iter().max().copied().unwrap_or(0);
+        eprintln!(
+            "ompcluster: the workers' default team sizes differ ({pinned} to {most} threads): with replicas, kernels run teams of {pinned} where they do not say otherwise, so that replicas of a reduction sum alike (OMP_NUM_THREADS sets one size everywhere)"
+        );
+    }
+    if let Some((var, val)) = same_sums::user_choice() {
+        let tree = ["tree", "true", "1", "yes", "on"].iter().any(|t| val.trim().eq_ignore_ascii_case(t));
+        if vote && !tree {
+            eprintln!("ompcluster: warning: {var}={val}: parallel reductions combine their threads' shares in the order the threads finish, so replicas of such regions may disagree (OMPCLUSTER_FT_VOTE=1)");
+        }
+    }
 }
 
 /// Start the watchdog over this rank's threads (the `watchdog` crate; `bound`: none, no

@@ -447,3 +447,38 @@ fn with_voting_two_of_three_decide_and_the_third_is_left_running() {
         }
     }
 }
+
+/// Replicas of a parallel reduction over doubles agree (`fp_reduction.c`: each region sums
+/// shares of 1e16, 1, -1e16 and 3 with `parallel for reduction(+:s)`). libomp adds the
+/// shares of a team of at most four threads in the order the threads finish, so replicas of
+/// these regions differed from run to run: voting named healthy workers as losers, retired
+/// them, and ended the program ("no majority agrees"). With replicas every worker now has
+/// libomp sum along its tree, in a fixed order. Then workers whose default team sizes differ
+/// (an MPMD launch: two workers with `OMP_NUM_THREADS=3`, two with 1, as nodes with more and
+/// fewer cores) run teams of the smallest, so that a reduction over the default team sums
+/// alike on all of them; the head says so.
+#[test]
+fn replicas_of_a_parallel_reduction_agree() {
+    let prog = compile("fp_reduction.c");
+    for k in ["3", "2"] {
+        let vote = [("OMPCLUSTER_FT_REPLICAS", k), ("OMPCLUSTER_FT_VOTE", "1")];
+        let (o, r) = run_with_report(4, &prog, &["16"], &envs(&vote));
+        assert!(passes(&o) && stdout(&o).contains("16 regions, 1 distinct sums"), "k={k}\n{}", describe(&o));
+        assert!(r.replicas.votes == 16 && r.replicas.disagreements.is_empty() && r.replicas.retired.is_empty(), "k={k}: {}", counts(&r));
+        assert_eq!(r.replicas.vote_skipped, 0, "k={k}: {}", counts(&r));
+    }
+    // Ranks 0 to 2 with 3 threads by default (the head and two workers), ranks 3 and 4 with 1.
+    let dir = tempfile::tempdir_in(ompcluster_tests::work_dir()).expect("a temporary directory");
+    let report = dir.path().join("report.json");
+    let report_s = report.to_string_lossy().into_owned();
+    let prog_s = prog.to_string_lossy().into_owned();
+    let first = ["-x", "OMP_NUM_THREADS=3", "-np", "3", &prog_s, "8", "0", ":", "-x", "OMP_NUM_THREADS=1"];
+    let options: Vec<String> = first.iter().map(|a| format!("--mpirun-arg={a}")).collect();
+    let vote = [("OMPCLUSTER_FT_REPLICAS", "3"), ("OMPCLUSTER_FT_VOTE", "1"), ("OMPCLUSTER_REPORT", report_s.as_str())];
+    let o = Job::spawn_with(2, &options, &prog, &["8", "0"], &envs(&vote)).wait(BOUND);
+    assert!(passes(&o) && stdout(&o).contains("8 regions, 1 distinct sums"), "{}", describe(&o));
+    assert!(stderr(&o).contains("default team sizes differ (1 to 3 threads)"), "{}", describe(&o));
+    let r = Report::read(&report).unwrap_or_else(|e| panic!("{e}\n{}", describe(&o)));
+    assert_eq!(r.workers, 4, "{}", describe(&o));
+    assert!(r.replicas.votes == 8 && r.replicas.disagreements.is_empty(), "{}", counts(&r));
+}

@@ -29,6 +29,8 @@ pub(crate) unsafe fn call_kernel(entry: usize, args: &[u64]) {
     // libffi reads each argument through a pointer to it, as the pointer-sized value the call
     // interface declares: the u64 itself, on the 64-bit targets the runtime is built for.
     const _: () = assert!(std::mem::size_of::<u64>() == std::mem::size_of::<usize>());
+    // With replicas, the team size all workers agreed on (`same_sums.rs`).
+    super::same_sums::enter_kernel();
     let n = args.len();
     CIFS.with(|cifs| {
         if cifs.borrow().get(n).is_none_or(|c| c.is_none()) {

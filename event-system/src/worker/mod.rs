@@ -10,6 +10,7 @@ mod images;
 mod loader;
 mod memory;
 mod output;
+pub mod same_sums;
 pub mod written;
 
 pub use device::{LocalDevice, Ran};
