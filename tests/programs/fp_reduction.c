@@ -8,7 +8,8 @@
 // a fixed order. With T = 0 the regions sum 1/3 + ... + 1/10 over the worker's default team
 // (omp_get_max_threads() threads): workers whose defaults differ split the terms otherwise
 // (1 thread and 3 threads give sums that differ in the last bit), and replicas agree only if
-// every worker runs teams of one size. The program prints how many
+// every worker runs teams of one size; each such region is followed by one that sums over a
+// `target teams distribute parallel for` on the default league. The program prints how many
 // distinct sums its regions gave.
 // Usage: fp_reduction [N] [T]  (N regions, at most 64, 8 by default; T threads, 0 to 64, 4
 // by default).
@@ -24,7 +25,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s [N] [T]  (1 <= N <= 64 regions, 0 <= T <= 64 threads)\n", argv[0]);
     return 2;
   }
-  static double sums[64];
+  static double sums[64], tsums[64];
   for (int r = 0; r < n; r++) {
     double *out = &sums[r];
     #pragma omp target map(tofrom: out[0:1]) firstprivate(nt)
@@ -39,6 +40,23 @@ int main(int argc, char **argv) {
       }
       out[0] = s;
     }
+    if (nt == 0) {
+      // The same sum over a `teams` construct's default league (one team, whose threads
+      // follow the default team size too).
+      double *t = &tsums[r];
+      #pragma omp target teams distribute parallel for reduction(+:t[0]) map(tofrom: t[0:1])
+      for (int i = 0; i < 64; i++)
+        t[0] += 1.0 / (3 + i);
+    }
+  }
+  if (nt == 0) {
+    int tdistinct = 0;
+    for (int r = 0; r < n; r++) {
+      int seen = 0;
+      for (int q = 0; q < r && !seen; q++) seen = memcmp(&tsums[q], &tsums[r], sizeof(double)) == 0;
+      tdistinct += !seen;
+    }
+    printf("fp_reduction: %d teams regions, %d distinct sums (first %.17g)\n", n, tdistinct, tsums[0]);
   }
   int distinct = 0;
   for (int r = 0; r < n; r++) {

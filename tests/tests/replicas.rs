@@ -455,8 +455,8 @@ fn with_voting_two_of_three_decide_and_the_third_is_left_running() {
 /// them, and ended the program ("no majority agrees"). With replicas every worker now has
 /// libomp sum along its tree, in a fixed order. Then workers whose default team sizes differ
 /// (an MPMD launch: two workers with `OMP_NUM_THREADS=3`, two with 1, as nodes with more and
-/// fewer cores) run teams of the smallest, so that a reduction over the default team sums
-/// alike on all of them; the head says so.
+/// fewer cores) run teams of the smallest, so that a reduction over the default team, or over
+/// a `teams` construct's default league, sums alike on all of them; the head says so.
 #[test]
 fn replicas_of_a_parallel_reduction_agree() {
     let prog = compile("fp_reduction.c");
@@ -476,9 +476,10 @@ fn replicas_of_a_parallel_reduction_agree() {
     let options: Vec<String> = first.iter().map(|a| format!("--mpirun-arg={a}")).collect();
     let vote = [("OMPCLUSTER_FT_REPLICAS", "3"), ("OMPCLUSTER_FT_VOTE", "1"), ("OMPCLUSTER_REPORT", report_s.as_str())];
     let o = Job::spawn_with(2, &options, &prog, &["8", "0"], &envs(&vote)).wait(BOUND);
-    assert!(passes(&o) && stdout(&o).contains("8 regions, 1 distinct sums"), "{}", describe(&o));
+    let out = stdout(&o);
+    assert!(passes(&o) && out.contains(" 8 regions, 1 distinct sums") && out.contains("8 teams regions, 1 distinct sums"), "{}", describe(&o));
     assert!(stderr(&o).contains("default team sizes differ (1 to 3 threads)"), "{}", describe(&o));
     let r = Report::read(&report).unwrap_or_else(|e| panic!("{e}\n{}", describe(&o)));
     assert_eq!(r.workers, 4, "{}", describe(&o));
-    assert!(r.replicas.votes == 8 && r.replicas.disagreements.is_empty(), "{}", counts(&r));
+    assert!(r.replicas.votes == 16 && r.replicas.disagreements.is_empty(), "{}", counts(&r));
 }

@@ -11,9 +11,10 @@
 //!   `kmp_set_defaults("KMP_DETERMINISTIC_REDUCTION=true")`, the setting of the same name), so
 //!   that equal teams combine equal shares in one order whatever the timing; and
 //! * where the workers' default team sizes differ, runs its kernels with the smallest
-//!   ([`pin_team_size`]: `omp_set_num_threads` once on each thread that calls kernels, before
-//!   its first; [`enter_kernel`]), so that a static schedule gives each thread the same share
-//!   everywhere.
+//!   ([`pin_team_size`]: libomp's default, `OMP_NUM_THREADS` through `kmp_set_defaults`, which
+//!   also caps the threads of each team of a `teams` construct; and `omp_set_num_threads` once
+//!   on each thread that calls kernels, before its first, [`enter_kernel`]), so that a static
+//!   schedule gives each thread the same share everywhere.
 //!
 //! A user's own choice wins: `KMP_FORCE_REDUCTION` or `KMP_DETERMINISTIC_REDUCTION` in the
 //! environment leaves the method alone, and a `num_threads` clause or `OMP_NUM_THREADS` the
@@ -57,14 +58,24 @@ pub fn sum_in_fixed_order() -> FixedOrder {
     if let Some((var, val)) = user_choice() {
         return FixedOrder::UserChose(var, val);
     }
-    let Some(f) = symbol(c"kmp_set_defaults") else { return FixedOrder::NoLibomp };
+    if set_defaults(c"KMP_DETERMINISTIC_REDUCTION=true") {
+        FixedOrder::Set
+    } else {
+        FixedOrder::NoLibomp
+    }
+}
+
+/// Give libomp `setting` as if the environment said it (`kmp_set_defaults`); false without
+/// libomp.
+fn set_defaults(setting: &CStr) -> bool {
+    let Some(f) = symbol(c"kmp_set_defaults") else { return false };
     // SAFETY: libomp's `void kmp_set_defaults(char const *)` (declared in its omp.h); the
     // symbol was found under that name.
-    let set_defaults: unsafe extern "C" fn(*const c_char) = unsafe { std::mem::transmute(f) };
+    let set: unsafe extern "C" fn(*const c_char) = unsafe { std::mem::transmute(f) };
     // SAFETY: a NUL-terminated string, read during the call only (libomp parses it as it
     // would its environment, initialising itself first if it has not yet).
-    unsafe { set_defaults(c"KMP_DETERMINISTIC_REDUCTION=true".as_ptr()) };
-    FixedOrder::Set
+    unsafe { set(setting.as_ptr()) };
+    true
 }
 
 /// The team size a `parallel` without `num_threads` gets on this process's threads (libomp's
@@ -86,9 +97,17 @@ thread_local! {
 }
 
 /// From now on, kernels run on this process with teams of `n` threads where they do not say
-/// otherwise (0: their default).
+/// otherwise (0: their default). libomp's default (`OMP_NUM_THREADS=n` through
+/// `kmp_set_defaults`) is what threads registered from now on start with and what caps the
+/// threads of a `teams` construct's teams; threads libomp already knows keep their own
+/// setting, so [`enter_kernel`] also sets it on each thread that calls kernels.
 pub fn pin_team_size(n: u32) {
-    PINNED.store(i32::try_from(n).unwrap_or(i32::MAX), Ordering::Release);
+    let n = i32::try_from(n).unwrap_or(i32::MAX);
+    if n > 0 {
+        let setting = std::ffi::CString::new(format!("OMP_NUM_THREADS={n}")).expect("no NUL in a number");
+        set_defaults(&setting);
+    }
+    PINNED.store(n, Ordering::Release);
 }
 
 /// Called on a thread about to run a kernel: give its libomp root the pinned team size, once.
