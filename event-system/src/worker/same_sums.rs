@@ -29,17 +29,6 @@ use std::sync::atomic::{AtomicI32, Ordering};
 /// The variables by which a user chooses libomp's reduction method.
 pub const USER_CHOICE: [&str; 2] = ["KMP_FORCE_REDUCTION", "KMP_DETERMINISTIC_REDUCTION"];
 
-/// What [`sum_in_fixed_order`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FixedOrder {
-    /// libomp now combines every team's shares along its tree.
-    Set,
-    /// The user chose the method (the variable and its value): left alone.
-    UserChose(String, String),
-    /// This process has no libomp.
-    NoLibomp,
-}
-
 /// Look `name` up among the symbols this process has loaded.
 fn symbol(name: &CStr) -> Option<*mut c_void> {
     // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name has no other precondition.
@@ -54,28 +43,22 @@ pub fn user_choice() -> Option<(String, String)> {
 
 /// Make libomp combine the shares of every reduction in a fixed order (see the module's docs),
 /// unless the user chose a method.
-pub fn sum_in_fixed_order() -> FixedOrder {
-    if let Some((var, val)) = user_choice() {
-        return FixedOrder::UserChose(var, val);
-    }
-    if set_defaults(c"KMP_DETERMINISTIC_REDUCTION=true") {
-        FixedOrder::Set
-    } else {
-        FixedOrder::NoLibomp
+pub fn sum_in_fixed_order() {
+    if user_choice().is_none() {
+        set_defaults(c"KMP_DETERMINISTIC_REDUCTION=true");
     }
 }
 
-/// Give libomp `setting` as if the environment said it (`kmp_set_defaults`); false without
-/// libomp.
-fn set_defaults(setting: &CStr) -> bool {
-    let Some(f) = symbol(c"kmp_set_defaults") else { return false };
+/// Give libomp `setting` as if the environment said it (`kmp_set_defaults`; nothing without
+/// libomp).
+fn set_defaults(setting: &CStr) {
+    let Some(f) = symbol(c"kmp_set_defaults") else { return };
     // SAFETY: libomp's `void kmp_set_defaults(char const *)` (declared in its omp.h); the
     // symbol was found under that name.
     let set: unsafe extern "C" fn(*const c_char) = unsafe { std::mem::transmute(f) };
     // SAFETY: a NUL-terminated string, read during the call only (libomp parses it as it
     // would its environment, initialising itself first if it has not yet).
     unsafe { set(setting.as_ptr()) };
-    true
 }
 
 /// The team size a `parallel` without `num_threads` gets on this process's threads (libomp's
