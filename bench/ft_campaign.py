@@ -205,7 +205,7 @@ def main():
             sys.exit(f"the failure-free run of {src} failed ({st}):\n{out}\n{err}")
         refs[src] = (out, secs)
         print(f"reference {os.path.basename(src)}: {secs:.1f} s", flush=True)
-    right = wrong = hangs = stopped = detected = corrected = 0
+    right = wrong = hangs = stopped = detected = corrected = injected = 0
     pauses, detections, reruns, slowdowns = [], [], [], []
     started = plot.now()
     per_program = {}  # program -> {"SIGKILL right": n, "SIGSTOP right": n, "wrong": n, "hangs": n}
@@ -254,12 +254,15 @@ def main():
                 seen = bool(rep_r.get("disagreements"))
                 detected += seen
                 corrected += seen and verdict == "right"
-                info += f", disagreements {len(rep_r.get('disagreements', []))}, corrections {rep_r.get('corrections', 0)}, tiebreaks {rep_r.get('tiebreaks', 0)}"
+                fired = rep_r.get("flips_injected", 1) > 0
+                injected += fired
+                info += f", flip {'injected' if fired else 'never fired (its rank ran no region after the trigger)'}, disagreements {len(rep_r.get('disagreements', []))}, corrections {rep_r.get('corrections', 0)}, tiebreaks {rep_r.get('tiebreaks', 0)}"
             if rep_r.get("regions_replicated"):
                 info += f", replicated {rep_r['regions_replicated']}, copies kept {rep_r.get('copies_kept', 0)}"
         except (OSError, ValueError, KeyError):
             if a.flips and verdict == "stopped":
                 detected += 1  # ended by the vote: no report is written
+                injected += 1
         slowdowns.append(secs / ref_secs)
         name = "flip" if a.flips else "SIGSTOP" if sig == signal.SIGSTOP else "SIGKILL"
         tally = per_program.setdefault(os.path.basename(src), {"SIGKILL right": 0, "SIGSTOP right": 0, "flip right": 0, "stopped": 0, "wrong": 0, "hangs": 0})
@@ -275,7 +278,7 @@ def main():
     def stats(v):
         return f"median {statistics.median(v):.3f}, max {max(v):.3f}" if v else "none"
 
-    print(f"\n{a.trials} trials: {right} right, {wrong} wrong, {hangs} hangs" + (f", {stopped} stopped by the vote; flips detected {detected}, corrected {corrected}" if a.flips else ""))
+    print(f"\n{a.trials} trials: {right} right, {wrong} wrong, {hangs} hangs" + (f", {stopped} stopped by the vote; flips injected {injected}, detected {detected}, corrected {corrected}" if a.flips else ""))
     print(f"recovery pause (s): {stats(pauses)}; tasks re-run per recovery: {stats(reruns)}")
     print(f"run time against the failure-free run: {stats(slowdowns)}")
     mm = lambda v: {"median": float(f"{statistics.median(v):.3f}"), "max": float(f"{max(v):.3f}")} if v else None
@@ -284,7 +287,7 @@ def main():
     part = " ".join(["campaign"] + (["flips"] if a.flips else []) + a.env)
     plot.record("ft_campaign", "bench/ft_campaign.py", cmd, {part: {
         "trials": a.trials, "seed": a.seed, "stop_share": a.stop_share, "programs": len(PROGRAMS), "right": right, "wrong": wrong, "hangs": hangs,
-        "env": a.env, "flips": a.flips, "stopped": stopped, "detected": detected, "corrected": corrected,
+        "env": a.env, "flips": a.flips, "stopped": stopped, "injected": injected, "detected": detected, "corrected": corrected,
         "pause_s": mm(pauses), "tasks_rerun_per_recovery": mm(reruns), "slowdown": mm(slowdowns), "per_program": per_program}}, date=started)
     return 0 if wrong == 0 and hangs == 0 else 1
 

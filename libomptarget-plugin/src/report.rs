@@ -36,6 +36,8 @@ pub(crate) struct Replicas {
     /// whose copies then became holders.
     pub(crate) tails: AtomicU64,
     pub(crate) tails_kept: AtomicU64,
+    /// Test only (`flip:`): runs sent with a bit to flip.
+    pub(crate) flips_injected: AtomicU64,
     /// Kernel time of the runs whose result was taken, and of the other replicas' runs (ns).
     pub(crate) region_ns: AtomicU64,
     pub(crate) replica_ns: AtomicU64,
@@ -88,6 +90,7 @@ impl Replicas {
             vote_skipped: n(&self.vote_skipped),
             tails: n(&self.tails),
             tails_kept: n(&self.tails_kept),
+            flips_injected: n(&self.flips_injected),
             kernel_seconds: n(&self.region_ns) as f64 * 1e-9,
             replica_kernel_seconds: n(&self.replica_ns) as f64 * 1e-9,
             replicated_by_kernel: r.by_kernel.clone(),

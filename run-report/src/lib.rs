@@ -115,6 +115,10 @@ pub struct ReplicaStats {
     /// became holders of its versions once they ended.
     #[serde(default)]
     pub tails_kept: u64,
+    /// Test only (`OMPCLUSTER_FT_INJECT=flip:...`): runs that had a bit of what they wrote
+    /// flipped (a flip whose rank runs no region after its trigger never fires).
+    #[serde(default)]
+    pub flips_injected: u64,
     /// Each disagreement, in order.
     pub disagreements: Vec<Disagreement>,
     /// Rank (as a string) -> votes it lost.

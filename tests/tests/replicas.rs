@@ -60,6 +60,7 @@ fn a_flipped_bit_is_outvoted() {
     assert!(!passes(&o), "the flips did not reach the output of an unvoted run\n{}", describe(&o));
     let (o, r) = run_with_report(4, &prog, MATMUL, &envs(&[("OMPCLUSTER_FT_REPLICAS", "3"), ("OMPCLUSTER_FT_VOTE", "1"), ("OMPCLUSTER_FT_INJECT", flips)]));
     assert!(passes(&o), "{}\n{}", counts(&r), describe(&o));
+    assert_eq!(r.replicas.flips_injected, 2, "{}", counts(&r));
     assert_eq!(r.replicas.corrections, 2, "{}\n{}", counts(&r), describe(&o));
     assert_eq!(r.replicas.lost_by_rank.get("2"), Some(&2), "{}", counts(&r));
     assert!(stderr(&o).contains("ompcluster: worker 2 lost a vote on a region of kernel"), "{}", describe(&o));

@@ -123,6 +123,7 @@ impl<'a> Executor<'a> {
         // Its bit depends on the rank: flips on two replicas of one region never agree.
         let flip = self.inject.flip_due(w, self.meter.stats.tasks(), self.meter.start.elapsed().as_millis() as u64).then(|| 4 + (w % 4) as u8);
         if let Some(bit) = flip {
+            self.meter.stats.replicas.flips_injected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             self.meter.log(format_args!("INJECT a flip of bit {bit} into the next region run on {w}"));
         }
         let event = Event::Execute {
