@@ -420,6 +420,7 @@ impl Buffers {
             }
             b.using.retain(|r, _| !dead.contains(r));
             b.running.retain(|r, _| !dead.contains(r));
+            b.replied.retain(|r, _| !dead.contains(r));
             b.holding.retain(|r, _| !dead.contains(r));
             // A copy taken from a rank that died in the middle of a kernel may hold part of
             // its changes.

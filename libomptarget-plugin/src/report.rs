@@ -38,6 +38,11 @@ pub(crate) struct Replicas {
     pub(crate) tails_kept: AtomicU64,
     /// Test only (`flip:`): runs sent with a bit to flip.
     pub(crate) flips_injected: AtomicU64,
+    /// Sharing copies with other regions (`cluster/launch.rs`): runs that shared one, runs
+    /// again for changing one, ballots voided for it.
+    pub(crate) shared_runs: AtomicU64,
+    pub(crate) shared_reruns: AtomicU64,
+    pub(crate) ballots_voided: AtomicU64,
     /// Kernel time of the runs whose result was taken, and of the other replicas' runs (ns).
     pub(crate) region_ns: AtomicU64,
     pub(crate) replica_ns: AtomicU64,
@@ -91,6 +96,9 @@ impl Replicas {
             tails: n(&self.tails),
             tails_kept: n(&self.tails_kept),
             flips_injected: n(&self.flips_injected),
+            shared_runs: n(&self.shared_runs),
+            shared_reruns: n(&self.shared_reruns),
+            ballots_voided: n(&self.ballots_voided),
             kernel_seconds: n(&self.region_ns) as f64 * 1e-9,
             replica_kernel_seconds: n(&self.replica_ns) as f64 * 1e-9,
             replicated_by_kernel: r.by_kernel.clone(),

@@ -119,6 +119,18 @@ pub struct ReplicaStats {
     /// flipped (a flip whose rank runs no region after its trigger never fires).
     #[serde(default)]
     pub flips_injected: u64,
+    /// Runs of regions with replicas that shared a copy with another region's kernel (both
+    /// only expected to read it): replicas need not wait for a worker no other region uses.
+    #[serde(default)]
+    pub shared_runs: u64,
+    /// Runs that changed a copy a run of another region with replicas shared, which they were
+    /// not expected to write: undone and run again rather than recorded.
+    #[serde(default)]
+    pub shared_reruns: u64,
+    /// With voting: ballots left out of the tally (losing no vote) because a change their run
+    /// was not expected to make was to a copy another region's kernel used meanwhile.
+    #[serde(default)]
+    pub ballots_voided: u64,
     /// Each disagreement, in order.
     pub disagreements: Vec<Disagreement>,
     /// Rank (as a string) -> votes it lost.

@@ -25,9 +25,11 @@ fn passes(o: &Output) -> bool {
     o.status.success() && stdout(o).lines().any(|l| l.contains("PASS"))
 }
 
-/// With k = 2 and 3, the matmul prints what it prints with k = 1, and the
-/// replicas' copies hold the versions they made. (With all 64 products in flight at once,
-/// few matmul regions find a worker where no other region uses their inputs: 2 or 3 here.)
+/// With k = 2 and 3, the matmul prints what it prints with k = 1, and the replicas' copies
+/// hold the versions they made. All 64 products are in flight at once and share their A and
+/// B blocks and the image's data: replicas share the copies they only read with the other
+/// regions on their worker, so most regions get replicas (before they did, only 2 or 3 of
+/// 64 found a worker no other region used; now 32 to 53 in 12 runs).
 #[test]
 fn replicated_regions_give_the_result_of_unreplicated_ones() {
     let prog = compile("ft_matmul.c");
@@ -39,7 +41,8 @@ fn replicated_regions_give_the_result_of_unreplicated_ones() {
         let (o, r) = run_with_report(4, &prog, MATMUL, &envs(&[("OMPCLUSTER_FT_REPLICAS", k)]));
         assert!(passes(&o), "k={k}\n{}", describe(&o));
         assert_eq!(stdout(&o), reference, "k={k}");
-        assert!(r.replicas.regions_replicated >= 1 && r.replicas.copies_kept >= 1, "k={k}: {:?}", r.replicas);
+        assert!(r.replicas.regions_replicated >= 24 && r.replicas.copies_kept >= 24, "k={k}: {:?}", r.replicas);
+        assert!(r.replicas.shared_runs >= 1, "k={k}: no replica shared a copy: {:?}", r.replicas);
         assert!(r.replicas.disagreements.is_empty(), "k={k}: {:?}", r.replicas);
     }
 }
@@ -192,13 +195,19 @@ fn replicas_that_all_disagree_end_the_program_without_a_wrong_answer() {
 
 /// Regions that write one buffer at the same time, some without having written it before
 /// (`concurrent_writers.rs`'s programs), with replicas and with voting: the right result,
-/// no disagreement (each replica's copies are its own), and no hang. Before replicas' inputs
+/// no disagreement, and no hang. Replicas share the copies they only read with other
+/// regions; a region that writes such a copy though it was not expected to runs again
+/// instead of being recorded (a replica sharing the copy may be undone), and with voting a
+/// replica that saw such a write has its ballot voided rather than losing a vote. (Sharing
+/// without that, `late_writers 40 1 2 1`, k = 2, aborted in 1 run of 3: "no live copy of
+/// its current version".) Before replicas' inputs
 /// were started together, `late_writers 40 1 2 1` with k = 2 hung in 1 run of 2 (a replica
 /// counted as running while the next one waited for a merge that waited for it).
 #[test]
 fn concurrent_writers_with_replicas_and_votes() {
     let cases: [(&str, &[&str]); 4] =
         [("late_writers.c", &["40", "1", "2", "1"]), ("late_writers.c", &["12", "100", "3", "1"]), ("shared_writers.c", &["64", "16", "3", "1"]), ("repro_disjoint_writes.c", &[])];
+    let (mut shared, mut shared_reruns) = (0, 0);
     for (src, args) in cases {
         let prog = compile(src);
         for extra in [&[("OMPCLUSTER_FT_REPLICAS", "2")][..], &[("OMPCLUSTER_FT_REPLICAS", "2"), ("OMPCLUSTER_FT_VOTE", "1")], &[("OMPCLUSTER_FT_REPLICAS", "3"), ("OMPCLUSTER_FT_VOTE", "1")]] {
@@ -208,9 +217,14 @@ fn concurrent_writers_with_replicas_and_votes() {
                 assert!(passes(&o), "{what}: {}\n{}", counts(&r), describe(&o));
                 assert!(r.replicas.disagreements.is_empty(), "{what}: {}", counts(&r));
                 assert!(r.replicas.regions_replicated > 0, "{what}: {}", counts(&r));
+                shared += r.replicas.shared_runs;
+                shared_reruns += r.replicas.shared_reruns;
             }
         }
     }
+    // Replicas shared copies with regions that then wrote them (`late_writers.c`), which
+    // were run again rather than recorded.
+    assert!(shared >= 1 && shared_reruns >= 1, "shared runs {shared}, runs again for writing a shared copy {shared_reruns}");
 }
 
 /// `OMPCLUSTER_FT_REPLICATE=auto` on a chain of in-place updates with buddy copies off: the
@@ -272,6 +286,11 @@ fn auto_on_cholesky_keeps_the_result_and_the_budget() {
 /// block in place; the flip lands in the first region that is not image data) makes that
 /// replica write a buffer its kernel was not expected to write: with voting its ballot is
 /// compared all the same, so the flip is outvoted and its worker named, never taken unvoted.
+/// Unless the flipped copy was shared with another region's kernel while the replica ran
+/// (replicas share copies they only read): such a change may be that region's write, so the
+/// ballot is voided instead (it loses no vote, its copies are forgotten); the other replicas
+/// decide, the region runs again, or, if its first run cannot be undone, the one answer
+/// left is taken, unvoted.
 #[test]
 fn a_flip_into_a_region_the_kernel_only_reads_is_outvoted_too() {
     let prog = compile("ft_stencil.c");
@@ -282,9 +301,18 @@ fn a_flip_into_a_region_the_kernel_only_reads_is_outvoted_too() {
     let vote = [("OMPCLUSTER_FT_REPLICAS", "3"), ("OMPCLUSTER_FT_VOTE", "1"), ("OMPCLUSTER_FT_INJECT", "flip:rank=3:after_tasks=17")];
     let (o, r) = run_with_report(4, &prog, &args, &envs(&vote));
     assert!(passes(&o) && stdout(&o) == reference, "{}", describe(&o));
-    assert_eq!(r.replicas.unvoted, 0, "a result was taken unvoted: {}", counts(&r));
-    assert_eq!(r.replicas.disagreements.iter().map(|d| d.losers.clone()).collect::<Vec<_>>(), vec![vec![3]], "{}", counts(&r));
-    assert!(stderr(&o).contains("ompcluster: worker 3 lost a vote"), "{}", describe(&o));
+    assert_eq!(r.replicas.flips_injected, 1, "{}", counts(&r));
+    // Only worker 3 loses votes (a region that read the flipped copy there loses one too).
+    let lost: Vec<String> = r.replicas.lost_by_rank.keys().cloned().collect();
+    assert!(lost.is_empty() || lost == ["3"], "{}", counts(&r));
+    if r.replicas.ballots_voided == 0 {
+        assert_eq!(r.replicas.unvoted, 0, "a result was taken unvoted: {}", counts(&r));
+        assert_eq!(lost, ["3"], "{}", counts(&r));
+        assert!(stderr(&o).contains("ompcluster: worker 3 lost a vote"), "{}", describe(&o));
+    } else {
+        // At most one region per voided ballot is left with one answer.
+        assert!(r.replicas.unvoted <= r.replicas.ballots_voided, "{}", counts(&r));
+    }
 }
 
 /// A kernel whose results differ from run to run (it reads the processor's clock): with

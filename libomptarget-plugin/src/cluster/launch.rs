@@ -16,6 +16,23 @@
 //! A prediction can be wrong (a write that depends on the data): then two regions changed one
 //! buffer in two copies, which are merged, or one of which is undone and run again
 //! (`merge.rs`).
+//!
+//! Replicas share what they only read (design note). A run of a region with replicas
+//! (`replicas.rs`; the first-placed one too, counted in `Buffer::replica_on`) may be undone
+//! once its region is decided, without the checks of a run again: its changed copies are
+//! forgotten. So it shares a worker's copy with other regions in flight only where forgetting
+//! that copy loses nothing (`Buffer::shareable_on`: both only expect to read it, no region in
+//! flight writes it, the worker holds the current version and another rank holds it too, or
+//! it is pristine). Every region reaches its image's data and a matmul's products share their
+//! blocks, so without sharing few regions in flight found a worker for a replica. A prediction
+//! that was wrong is caught after the run, on three paths:
+//! * a run that changed such a copy is not recorded: once no other kernel executes on the copy
+//!   (their replies, not their regions' decisions, are awaited: no two regions wait for each
+//!   other) it is undone and runs again, now predicted to write it (`Merger::rerun_shared`);
+//! * a replica whose run saw an unexpected change of a copy shared during the run has its
+//!   ballot voided (`SetRun::void`): that change may be the other region's, so it loses no
+//!   vote; if fewer than two ballots are left, the region runs again;
+//! * copies taken, merged or recorded meanwhile follow the rules of `merge.rs`.
 use super::blocks::Blocks;
 use super::durability::Durability;
 use super::execute::{Executed, Execute, Executor};
@@ -197,6 +214,14 @@ impl<'a> Launcher<'a> {
                             by_arg.iter().filter(|(x, _)| *x == a).fold((b, 0, false), |(b, m, f), (_, i)| (b, m | arg_mask(*i), f || mapped_from[*i]))
                         })
                         .collect();
+                    // The buffers it may write (see `WriteSet`).
+                    let may_write: Vec<bool> = reached
+                        .iter()
+                        .map(|&(b, args, from)| match history {
+                            None => true,
+                            Some(h) => from || args & h.args != 0 || (args == 0 && if b.global_of.is_some() { h.globals } else { h.other }),
+                        })
+                        .collect();
                     let pins: BTreeSet<i32> = reached.iter().filter_map(|(b, ..)| b.writing.map(|(w, _)| w)).collect();
                     // A worker whose copy of a buffer a kernel executes on is not the current
                     // version cannot take the current version now.
@@ -209,8 +234,13 @@ impl<'a> Launcher<'a> {
                     // elsewhere and moved it again.)
                     let arriving = |w: i32| reached.iter().any(|(b, ..)| b.used_unheld(w));
                     let allowed = |w: i32| pins.is_empty() || pins.contains(&w);
-                    // A worker where a replica runs over a buffer it reaches (`Buffer::replica_on`).
-                    let replica_held = |w: i32| reached.iter().any(|(b, ..)| b.replica_on.contains_key(&w));
+                    // A copy on `w` that this region and another one in flight may both use
+                    // though one of them has replicas (`Buffer::shareable_on`): it only reads it.
+                    let live = |h: i32| Place::of(h) == Place::Head || self.link.is_live_worker(h);
+                    let shareable = |b: &Buffer, m: bool, w: i32| !m && b.shareable_on(w, live);
+                    // A worker where a run of a region with replicas uses a copy of a buffer it
+                    // reaches that they cannot share (`Buffer::replica_on`).
+                    let replica_held = |w: i32| reached.iter().zip(&may_write).any(|((b, ..), &m)| b.replica_on.contains_key(&w) && !shareable(b, m, w));
                     let candidates: Vec<Candidate> = self
                         .targets()
                         .filter(|&w| allowed(w) && !busy_copy(w) && !replica_held(w))
@@ -236,19 +266,12 @@ impl<'a> Launcher<'a> {
                         Some(w) => {
                             let reach: Vec<(u64, u64, u64, u64)> = reached.iter().map(|(b, ..)| (b.addr, b.size, b.id, b.version)).collect();
                             let reach_args: Vec<u64> = reached.iter().map(|&(_, m, _)| m).collect();
-                            // The buffers it may write (see `WriteSet`).
-                            let may_write: Vec<bool> = reached
-                                .iter()
-                                .map(|&(b, args, from)| match history {
-                                    None => true,
-                                    Some(h) => from || args & h.args != 0 || (args == 0 && if b.global_of.is_some() { h.globals } else { h.other }),
-                                })
-                                .collect();
                             let assume_written: Vec<bool> = reached.iter().map(|&(.., from)| from).collect();
                             // Its content key, for the log (`journal.rs`).
                             let task_key = self.durability.keyed().then(|| kernel.region_key(args, reached.iter().map(|(b, ..)| *b)));
                             // Replicas (`replicas.rs`): on workers where no other region
-                            // uses a copy of anything this one reaches, and none is on its way.
+                            // uses a copy of anything this one reaches but copies both only
+                            // read (`Buffer::shareable_on`), and none is on its way.
                             let k = if tiebreak.is_some() { 3 } else { self.cfg.replicas as usize };
                             let mut replicable = k > 1 && Place::of(w).is_worker();
                             if let (true, None, Some(chooser)) = (replicable, tiebreak, &self.offload.chooser) {
@@ -261,8 +284,8 @@ impl<'a> Launcher<'a> {
                                 replicable = c.chosen;
                             }
                             let extra = if replicable && pins.is_empty() {
-                                // Its copies there are its own: no other region uses any.
-                                let free = |r: i32| r != w && !arriving(r) && reached.iter().all(|(b, ..)| !b.using.contains_key(&r));
+                                // Its copies there are its own, or copies it shares only read.
+                                let free = |r: i32| r != w && !arriving(r) && reached.iter().zip(&may_write).all(|((b, ..), &m)| !b.using.contains_key(&r) || shareable(b, m, r));
                                 let mut pool: Vec<Candidate> = candidates.iter().copied().filter(|c| free(c.rank)).collect();
                                 if self.cfg.votes_on(&kernel.name) && (k == 2 || pool.len() < k - 1) {
                                     // Two replicas that disagree are undone and run again from
@@ -326,10 +349,13 @@ impl<'a> Launcher<'a> {
                 for ((a, ..), m) in reach.iter().zip(&may_write) {
                     if let Some(b) = bufs.get_mut(*a) {
                         b.begin_use(w);
-                        // A replica's copy is its own (no other region may write it, see
-                        // `extra` above): only the first-placed worker is marked writing.
-                        for &r in &extra {
-                            b.begin_use(r);
+                        // No other region may write a replica's copy (see `extra` above):
+                        // only the first-placed worker is marked writing. Every run of a
+                        // region with replicas counts in `replica_on`: each may be undone.
+                        for &r in extra.iter().chain((!extra.is_empty()).then_some(&w)) {
+                            if r != w {
+                                b.begin_use(r);
+                            }
                             *b.replica_on.entry(r).or_default() += 1;
                         }
                         if *m {
@@ -454,6 +480,11 @@ impl<'a> Launcher<'a> {
             self.ledger.moved.notify_all();
             Memory::of(*self).finish_deletes(deleted)?;
         }
+        if let Err(ClusterError::RunAgain(e)) = &result {
+            if let ClusterError::Voided { changed } = &**e {
+                self.learn_writes(&kernel, &reach, &reach_args, changed);
+            }
+        }
         let Executed { changed, pointers, seconds: kernel_s, patches, allocated, freed, traced, returned, output, errors, .. } = result?;
         if !allocated.is_empty() || !freed.is_empty() {
             kernel.learn_allocates(allocated.iter().map(|a| (a.region.addr, a.span)));
@@ -466,25 +497,7 @@ impl<'a> Launcher<'a> {
         let mut unlearn: Vec<(usize, u64)> = Vec::new();
         // The versions it ran over.
         let reach: Vec<(u64, u64, u64, u64)> = reach.iter().zip(&snaps).map(|(&(a, s, id, _), sn)| (a, s, id, sn.version)).collect();
-        {
-            // Learn what this kernel writes (of what it reaches through no argument: its
-            // image's data, or buffers through pointers stored in others).
-            let is_global: Vec<bool> = if reach_args.iter().zip(&changed).any(|(&a, &c)| c && a == 0) {
-                let bufs = self.ledger.buffers.lock();
-                reach.iter().map(|(a, ..)| bufs.get(*a).is_some_and(|b| b.global_of.is_some())).collect()
-            } else {
-                Vec::new()
-            };
-            let mut h = kernel.writes.lock();
-            let h = h.get_or_insert_with(WriteSet::default);
-            for (i, (&args, _)) in reach_args.iter().zip(&changed).enumerate().filter(|(_, (_, c))| **c) {
-                match (args, is_global.get(i)) {
-                    (0, Some(true)) => h.globals = true,
-                    (0, _) => h.other = true,
-                    _ => h.args |= args,
-                }
-            }
-        }
+        self.learn_writes(&kernel, &reach, &reach_args, &changed);
         let mut patches: HashMap<usize, Vec<(u64, Vec<u8>)>> = patches.into_iter().map(|(i, p)| (i as usize, p)).collect();
         // Image data this kernel changed while another worker changed it too: its changes,
         // to apply on top of the other's (below, once the lock is released).
@@ -500,10 +513,12 @@ impl<'a> Launcher<'a> {
         let (done, deleted, mut unrecorded);
         {
             let mut first = true;
+            // It changed copies shared with replicas and could not be undone (below).
+            let mut unshared = false;
             let mut bufs = loop {
                 let mut bufs = self.ledger.buffers.lock();
                 if std::mem::take(&mut first) {
-                    self.ended(&mut bufs, w, &reach, &mut snaps);
+                    self.ended(&mut bufs, w, &reach, &mut snaps, replicated);
                     Replicator::of(*self).end_agreeing(&mut bufs, &reach, &mut agree);
                     // A tail changes its copies in place: they hold no version from now on.
                     for &t in &tail_ranks {
@@ -516,16 +531,53 @@ impl<'a> Launcher<'a> {
                     // Merges may wait for it to end.
                     self.ledger.moved.notify_all();
                 }
-                let unmerged = reach.iter().zip(&changed).enumerate().any(|(i, (&(addr, _, _, version), c))| {
-                    *c && !merged.contains(&i)
-                        && bufs.get(addr).is_some_and(|b| needs_merge(b, w, version, patches.contains_key(&i)) || b.undone_on(w) != snaps[i].undone_start)
-                });
-                if !unmerged {
-                    break bufs;
+                // A change it was not expected to make, to a copy that a run of another region
+                // with replicas shares (`Buffer::replica_on`): that run may be undone once its
+                // region is decided, its copies forgotten, so nothing is recorded from the copy.
+                // Once no other kernel executes on it (their changes are whole; decisions are
+                // not waited for), this run is undone and runs again, then predicted to write
+                // it. If it cannot be undone, it is recorded as any run.
+                let own = u32::from(replicated);
+                let shared: Vec<&Buffer> = match unshared {
+                    true => Vec::new(),
+                    false => reach
+                        .iter()
+                        .zip(&changed)
+                        .zip(&marked)
+                        .filter(|((_, &c), &m)| c && !m)
+                        .filter_map(|(((a, ..), _), _)| bufs.get(*a).filter(|b| b.replica_on.get(&w).copied().unwrap_or(0) > own))
+                        .collect(),
+                };
+                if shared.iter().any(|b| b.running.get(&w).copied().unwrap_or(0) > b.replied.get(&w).copied().unwrap_or(0)) {
+                    self.ledger.moved.wait(&mut bufs);
+                    continue;
                 }
-                drop(bufs);
-                match Merger::of(*self).merge_concurrent_changes(&Run { w, reach: &reach, changed: &changed, snaps: &snaps }, &kernel, &patches, &merged) {
-                    Ok(m) => merged.extend(m),
+                let run = Run { w, reach: &reach, changed: &changed, snaps: &snaps };
+                let step = if !shared.is_empty() {
+                    drop(bufs);
+                    match Merger::of(*self).rerun_shared(&run) {
+                        Some(e) => {
+                            self.meter.stats.replicas.shared_reruns.fetch_add(1, Ordering::Relaxed);
+                            Err(e)
+                        }
+                        None => {
+                            unshared = true;
+                            continue;
+                        }
+                    }
+                } else {
+                    let unmerged = reach.iter().zip(&changed).enumerate().any(|(i, (&(addr, _, _, version), c))| {
+                        *c && !merged.contains(&i)
+                            && bufs.get(addr).is_some_and(|b| needs_merge(b, w, version, patches.contains_key(&i)) || b.undone_on(w) != snaps[i].undone_start)
+                    });
+                    if !unmerged {
+                        break bufs;
+                    }
+                    drop(bufs);
+                    Merger::of(*self).merge_concurrent_changes(&run, &kernel, &patches, &merged).map(|m| merged.extend(m))
+                };
+                match step {
+                    Ok(()) => {}
                     Err(e) => {
                         Replicator::of(*self).abandon(&reach, &marked, std::mem::take(&mut agree));
                         // Its blocks become no buffers: gone from its worker too.
@@ -729,6 +781,27 @@ impl<'a> Launcher<'a> {
         Ok(())
     }
 
+    /// Learn what `kernel` writes from a run over `reach` (`reach_args`: the arguments each
+    /// was reached through) that changed `changed` (of what it reaches through no argument:
+    /// its image's data, or buffers through pointers stored in others).
+    fn learn_writes(&self, kernel: &Kernel, reach: &[(u64, u64, u64, u64)], reach_args: &[u64], changed: &[bool]) {
+        let is_global: Vec<bool> = if reach_args.iter().zip(changed).any(|(&a, &c)| c && a == 0) {
+            let bufs = self.ledger.buffers.lock();
+            reach.iter().map(|(a, ..)| bufs.get(*a).is_some_and(|b| b.global_of.is_some())).collect()
+        } else {
+            Vec::new()
+        };
+        let mut h = kernel.writes.lock();
+        let h = h.get_or_insert_with(WriteSet::default);
+        for (i, (&args, _)) in reach_args.iter().zip(changed).enumerate().filter(|(_, (_, c))| **c) {
+            match (args, is_global.get(i)) {
+                (0, Some(true)) => h.globals = true,
+                (0, _) => h.other = true,
+                _ => h.args |= args,
+            }
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn run_on(
         &self,
@@ -745,7 +818,7 @@ impl<'a> Launcher<'a> {
         let run = Execute { image: kernel.image, kernel: kernel.index, args, regions: regions_of(reach), assume_written, send_back, replay: Vec::new(), short, quiet: false, digest: false, arena: None };
         let ran = Executor::of(*self).execute(w, run);
         if ran.is_err() {
-            self.ended(&mut self.ledger.buffers.lock(), w, reach, snaps);
+            self.ended(&mut self.ledger.buffers.lock(), w, reach, snaps, false);
             self.ledger.moved.notify_all();
         }
         ran
@@ -810,6 +883,9 @@ impl<'a> Launcher<'a> {
                             version,
                             commits_start: b.commits_from.get(&w).copied().unwrap_or(0),
                             undone_start: b.undone_on(w),
+                            begun_start: b.uses_begun.get(&w).copied().unwrap_or(0),
+                            // Its own placement counts one use.
+                            shared: b.using.get(&w).is_some_and(|&n| n > 1),
                             ..Snap::default()
                         })
                     })
@@ -818,12 +894,33 @@ impl<'a> Launcher<'a> {
             .collect()
     }
 
+    /// The kernel of a run of a region with replicas replied on `w` (`replicas.rs`): it still
+    /// counts as running on its copies until it is settled ([`Self::ended`] with `replied`),
+    /// but no longer changes them; `snaps` get whether its copies were shared.
+    pub(super) fn replied(&self, bufs: &mut Buffers, w: i32, reach: &[(u64, u64, u64, u64)], snaps: &mut [Snap]) {
+        for ((a, ..), snap) in reach.iter().zip(snaps.iter_mut()) {
+            if let Some(b) = bufs.get_mut(*a) {
+                *b.replied.entry(w).or_default() += 1;
+                snap.shared |= b.uses_begun.get(&w).copied().unwrap_or(0) != snap.begun_start;
+            }
+        }
+    }
+
     /// A kernel that [`Self::run_on`] ran on `w` ended: it no longer runs on its copies (the
     /// caller notifies `moved`). Called once per successful `run_on` (which calls it itself
     /// on failure), under the lock that records the run, to save a lock round.
-    pub(super) fn ended(&self, bufs: &mut Buffers, w: i32, reach: &[(u64, u64, u64, u64)], snaps: &mut [Snap]) {
+    /// `replied`: [`Self::replied`] was called for it.
+    pub(super) fn ended(&self, bufs: &mut Buffers, w: i32, reach: &[(u64, u64, u64, u64)], snaps: &mut [Snap], replied: bool) {
         for ((a, ..), snap) in reach.iter().zip(snaps.iter_mut()) {
             if let Some(b) = bufs.get_mut(*a) {
+                if replied {
+                    if let Some(n) = b.replied.get_mut(&w) {
+                        *n -= 1;
+                        if *n == 0 {
+                            b.replied.remove(&w);
+                        }
+                    }
+                }
                 if let Some(n) = b.running.get_mut(&w) {
                     *n -= 1;
                     if *n == 0 {
@@ -832,6 +929,9 @@ impl<'a> Launcher<'a> {
                 }
                 snap.commits_end = b.commits_from.get(&w).copied().unwrap_or(0);
                 snap.merges_end = b.merges_from.get(&w).copied().unwrap_or(0);
+                if !replied {
+                    snap.shared |= b.uses_begun.get(&w).copied().unwrap_or(0) != snap.begun_start;
+                }
             }
         }
     }

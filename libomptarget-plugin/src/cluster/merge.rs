@@ -62,6 +62,12 @@ pub(super) struct Snap {
     pub(super) undone_start: u64,
     pub(super) commits_end: u64,
     pub(super) merges_end: u64,
+    /// Kernels placed on the copy so far (`Buffer::uses_begun`) when it started.
+    pub(super) begun_start: u64,
+    /// Another region's kernel could use the copy while this one ran (placed there before it
+    /// ended, and not done before it started): a change this kernel was not expected to make
+    /// may be that one's.
+    pub(super) shared: bool,
 }
 
 view! {
@@ -272,8 +278,39 @@ impl<'a> Merger<'a> {
     /// forget its copies and return [`ClusterError::RunAgain`]: it then runs again, over the
     /// other region's change, as one after the other on one device. Else `e`.
     pub(super) fn rerun_or(&self, e: ClusterError, run: &Run, done: &BTreeSet<usize>) -> ClusterError {
+        if !self.restorable(run, done, false) {
+            return e;
+        }
+        self.undo(run);
+        self.meter.log(format_args!("RUN AGAIN on {}: {e}", run.w));
+        ClusterError::RunAgain(Box::new(e))
+    }
+
+    /// A run that changed a copy a run of another region with replicas shares on its worker,
+    /// which it was not expected to write (`launch.rs`): undone, to run again
+    /// ([`ClusterError::RunAgain`]), if [`Self::rerun_or`] would undo it, but for the other
+    /// runs there whose kernels replied and are not settled yet (`Buffer::replied`), which
+    /// changed nothing any more. None if it cannot be undone.
+    pub(super) fn rerun_shared(&self, run: &Run) -> Option<ClusterError> {
+        if !self.restorable(run, &BTreeSet::new(), true) {
+            return None;
+        }
+        let e = {
+            let bufs = self.ledger.buffers.lock();
+            let (i, _) = run.reach.iter().zip(run.changed).enumerate().find(|(_, (_, c))| **c)?;
+            let b = bufs.get(run.reach[i].0)?;
+            conflict(b, run.w, b.replica_on.keys().copied().filter(|&r| r != run.w).collect(), "it changed a copy that a region with replicas shares on its worker, which it was not expected to write")
+        };
+        self.undo(run);
+        self.meter.log(format_args!("RUN AGAIN on {}: {e}", run.w));
+        Some(ClusterError::RunAgain(Box::new(e)))
+    }
+
+    /// Can `run` be undone and run again (see [`Self::rerun_or`])? `replied`: other kernels
+    /// on its copies that replied (`Buffer::replied`) do not count as sharing them.
+    pub(super) fn restorable(&self, run: &Run, done: &BTreeSet<usize>, replied: bool) -> bool {
         let w = run.w;
-        let restorable = done.is_empty() && {
+        done.is_empty() && {
             let bufs = self.ledger.buffers.lock();
             run.reach.iter().zip(run.changed).zip(run.snaps).filter(|((_, c), _)| **c).all(|((&(addr, _, _, version), _), snap)| {
                 // Nothing of this run's changes went elsewhere: no other kernel shares its copy
@@ -281,7 +318,8 @@ impl<'a> Merger<'a> {
                 // run's too), and no copy was taken from it (a region elsewhere may have used
                 // them). And the version it started from is still somewhere.
                 bufs.get(addr).is_some_and(|b| {
-                    b.running.get(&w).is_none_or(|&n| n == 0)
+                    let others = if replied { b.replied.get(&w).copied().unwrap_or(0) } else { 0 };
+                    b.running.get(&w).is_none_or(|&n| n <= others)
                         && snap.commits_start == snap.commits_end
                         && b.commits_from.get(&w).copied().unwrap_or(0) == snap.commits_start
                         && !b.torn.values().any(|&s| s == w)
@@ -291,13 +329,7 @@ impl<'a> Merger<'a> {
                         || (b.version != version && b.holders.iter().any(|&r| !self.link.live.is_dead(r)))
                 })
             })
-        };
-        if !restorable {
-            return e;
         }
-        self.undo(run);
-        self.meter.log(format_args!("RUN AGAIN on {w}: {e}"));
-        ClusterError::RunAgain(Box::new(e))
     }
 
     /// Forget what the kernel run `run` changed: its worker's copies of those buffers hold no

@@ -207,6 +207,14 @@ pub enum ClusterError {
         /// too, so that its pointers compare with theirs (`Offload::grant`).
         arena: Option<event_system::protocol::Region>,
     },
+    /// Voting, and ballots voided (`replicas.rs`, `SetRun::void`) left fewer than two: the
+    /// region runs again.
+    #[error("ballots of replicas of a region were voided (a region sharing their copies wrote them) too often")]
+    Voided {
+        /// Which regions of its reach the voided runs changed, for the kernel's write set
+        /// (it runs again predicted to write them).
+        changed: Vec<bool>,
+    },
     /// Replicas of a region disagree and nothing can decide (`replicas.rs`): the program ends.
     #[error("{0}")]
     NoAgreement(String),

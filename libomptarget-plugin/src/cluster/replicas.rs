@@ -49,12 +49,22 @@ pub(super) struct SetRun {
     pub(super) ran: Result<Executed>,
     /// It no longer counts as running on its copies (`Launcher::ended`, once).
     ended: bool,
+    /// Its kernel replied (`Launcher::replied`): it changes its copies no more.
+    replied: bool,
     /// Its reply is still to come (a tail: the region went on with another replica's result,
     /// `tails.rs`): the EXECUTE and the receive posted for its reply.
     pub(super) pending: Option<(Posted, PostedRecv)>,
 }
 
 impl SetRun {
+    /// With voting, its ballot is void when a change it was not expected to make (`marked`:
+    /// what it may write) is to a copy another region's kernel could use during the run
+    /// (`Snap::shared`): that one's write may be in it. It is left out of the tally and
+    /// loses no vote.
+    fn void(&self, marked: &[bool]) -> bool {
+        self.ran.as_ref().is_ok_and(|e| e.changed.iter().zip(marked).zip(&self.snaps).any(|((&c, &m), s)| c && !m && s.shared))
+    }
+
     /// Which regions it changed: as reported; if it failed after it started, every region
     /// it may write (`marked`); none if it never started.
     fn changed(&self, marked: &[bool]) -> Vec<bool> {
@@ -142,7 +152,7 @@ impl<'a> Replicator<'a> {
                     Ok(snaps) => (snaps, Ok(Executed::default())),
                     Err(e) => (Vec::new(), Err(e)),
                 };
-                SetRun { w: r, snaps, ran, ended: false, pending: None }
+                SetRun { w: r, snaps, ran, ended: false, replied: false, pending: None }
             })
             .collect();
         {
@@ -228,6 +238,9 @@ impl<'a> Replicator<'a> {
             let Some(p) = p else { continue };
             if !go_on {
                 run.ran = p.and_then(|p| exec.await_quiet(p));
+                if run.ran.is_ok() {
+                    self.replied(&mut self.ledger.buffers.lock(), reach, run);
+                }
             } else {
                 match p.and_then(|p| exec.post_reply(&p).map(|r| (p, r))) {
                     Ok((p, r)) => waiting.push((i, p, r)),
@@ -253,7 +266,11 @@ impl<'a> Replicator<'a> {
             let (i, ..) = waiting.swap_remove(j);
             let run = &mut runs[i];
             run.ran = ran;
+            if run.ran.is_ok() {
+                self.replied(&mut self.ledger.buffers.lock(), reach, run);
+            }
             match &run.ran {
+                Ok(_) if vote && run.void(marked) => {}
                 Ok(e) => {
                     answered.push((i, Ballot::of(e, reach)));
                     if decided(&answered) {
@@ -288,7 +305,16 @@ impl<'a> Replicator<'a> {
         if started > 0 {
             stats.extra_runs.fetch_add(started - 1, Ordering::Relaxed);
         }
-        let ballots: Vec<Option<Ballot>> = runs.iter().map(|r| r.ran.as_ref().ok().filter(|_| r.pending.is_none()).map(|e| Ballot::of(e, reach))).collect();
+        let vote = self.cfg.votes_on(&kernel.name);
+        let void = |r: &SetRun| vote && r.void(marked);
+        let ballots: Vec<Option<Ballot>> = runs.iter().map(|r| r.ran.as_ref().ok().filter(|_| r.pending.is_none() && !void(r)).map(|e| Ballot::of(e, reach))).collect();
+        let voided: Vec<usize> = (0..runs.len()).filter(|&i| runs[i].pending.is_none() && void(&runs[i])).collect();
+        stats.ballots_voided.fetch_add(voided.len() as u64, Ordering::Relaxed);
+        stats.shared_runs.fetch_add(runs.iter().filter(|r| r.snaps.iter().any(|s| s.shared)).count() as u64, Ordering::Relaxed);
+        if !voided.is_empty() {
+            let ranks: Vec<i32> = voided.iter().map(|&i| runs[i].w).collect();
+            self.meter.log(format_args!("VOID ballots of {ranks:?} for {}: they changed a copy another region used meanwhile", kernel.name));
+        }
         // Kernel time of the runs other than the one taken (the first, unless one is taken).
         let replica_ns = |taken: usize| -> u64 {
             runs.iter().enumerate().filter(|(i, _)| *i != taken).filter_map(|(_, r)| r.ran.as_ref().ok()).map(|e| (e.seconds * 1e9) as u64).sum()
@@ -308,12 +334,21 @@ impl<'a> Replicator<'a> {
         let in_arena = |a: &Allocated| arena.is_some_and(|g| g.holds(a.region.addr, a.span));
         let elsewhere = runs.iter().any(|r| r.ran.as_ref().is_ok_and(|e| !e.allocated.iter().all(in_arena)));
         let unexpected = runs.iter().any(|r| r.ran.as_ref().is_ok_and(|e| e.changed.iter().zip(marked).any(|(&c, &m)| c && !m)));
-        let vote = self.cfg.votes_on(&kernel.name);
         for e in runs.iter().filter_map(|r| r.ran.as_ref().ok()).filter(|e| !e.allocated.is_empty() || !e.freed.is_empty()) {
             kernel.learn_allocates(e.allocated.iter().map(|a| (a.region.addr, a.span)));
         }
         if elsewhere && vote {
             kernel.tell_unvotable_allocation();
+        }
+        if vote && tiebreak.is_none() && !voided.is_empty() && ballots.iter().flatten().count() < 2 && runs[0].ran.is_ok() {
+            // It may run again (below) if its first run can be undone: once no other kernel
+            // executes on the copies it changed (kernels, not decisions, are waited for).
+            let changed = runs[0].changed(marked);
+            let w = runs[0].w;
+            let mut bufs = self.ledger.buffers.lock();
+            while reach.iter().zip(&changed).any(|((a, ..), &c)| c && bufs.get(*a).is_some_and(|b| b.running.get(&w).copied().unwrap_or(0) > b.replied.get(&w).copied().unwrap_or(0))) {
+                self.ledger.moved.wait(&mut bufs);
+            }
         }
         let verdict = if elsewhere || (unexpected && !vote) {
             match ballots.iter().position(Option::is_some) {
@@ -321,7 +356,21 @@ impl<'a> Replicator<'a> {
                 None => Verdict::Nothing,
             }
         } else {
-            tally(&ballots, vote)
+            match (tally(&ballots, vote), voided.first()) {
+                // Voided ballots left fewer than two: the region runs again, if its first run
+                // can be undone (as after a split); else the first answer is taken, unvoted.
+                (_, Some(_)) if tiebreak.is_none() && ballots.iter().flatten().count() < 2 && {
+                    let first = &runs[0];
+                    let started = with_versions(reach, &first.snaps);
+                    let changed = first.changed(marked);
+                    !first.snaps.is_empty() && Merger::of(*self).restorable(&Run { w: first.w, reach: &started, changed: &changed, snaps: &first.snaps }, &BTreeSet::new(), true)
+                } =>
+                {
+                    Verdict::Void
+                }
+                (Verdict::Nothing, Some(&winner)) => Verdict::Take { winner, agree: Vec::new(), losers: Vec::new(), voted: false },
+                (v, _) => v,
+            }
         };
         if let Verdict::Take { voted: false, .. } = verdict {
             if !vote && self.cfg.vote {
@@ -396,6 +445,23 @@ impl<'a> Replicator<'a> {
                     Executor::of(*self).print(taken.w, e);
                 }
                 (taken.w, taken.snaps, taken.ran, agreeing, tails)
+            }
+            Verdict::Void => {
+                let voided_changed: Vec<bool> = (0..reach.len()).map(|j| voided.iter().any(|&i| runs[i].as_ref().is_some_and(|r| r.changed(marked)[j]))).collect();
+                let mut first = runs[0].take().expect("the first run");
+                for r in runs.into_iter().flatten() {
+                    self.settle_other(reach, marked, r);
+                }
+                if let Ok(e) = &first.ran {
+                    self.delete_blocks(first.w, &e.allocated);
+                }
+                let changed = first.changed(marked);
+                let started = with_versions(reach, &first.snaps);
+                Merger::of(*self).undo(&Run { w: first.w, reach: &started, changed: &changed, snaps: &first.snaps });
+                self.end(&mut self.ledger.buffers.lock(), reach, &mut first);
+                self.ledger.moved.notify_all();
+                self.meter.log(format_args!("RUN AGAIN {}: voided ballots left fewer than two to vote", kernel.name));
+                (first.w, first.snaps, Err(ClusterError::RunAgain(Box::new(ClusterError::Voided { changed: voided_changed }))), Vec::new(), tails)
             }
             Verdict::Nothing => {
                 let first = runs[0].take().expect("the first run");
@@ -508,8 +574,17 @@ impl<'a> Replicator<'a> {
     /// Run `r` (started, if its snaps say so) no longer runs on its copies: once.
     fn end(&self, bufs: &mut Buffers, reach: &[(u64, u64, u64, u64)], r: &mut SetRun) {
         if !r.ended && !r.snaps.is_empty() {
-            Launcher::of(*self).ended(bufs, r.w, reach, &mut r.snaps);
+            Launcher::of(*self).ended(bufs, r.w, reach, &mut r.snaps, r.replied);
             r.ended = true;
+        }
+    }
+
+    /// Run `r`'s kernel replied (see `Buffer::replied`): once, and only for a run that started.
+    pub(super) fn replied(&self, bufs: &mut Buffers, reach: &[(u64, u64, u64, u64)], r: &mut SetRun) {
+        if !r.replied && !r.ended && !r.snaps.is_empty() {
+            Launcher::of(*self).replied(bufs, r.w, reach, &mut r.snaps);
+            r.replied = true;
+            self.ledger.moved.notify_all();
         }
     }
 
@@ -646,6 +721,9 @@ pub(super) enum Verdict {
     Split,
     /// No replica answered.
     Nothing,
+    /// Voting, and voided ballots (`SetRun::void`) left fewer than two: run it again (never
+    /// given by [`tally`]).
+    Void,
 }
 
 /// The verdict over the ballots of a region's replicas, in placement order (`None`: that

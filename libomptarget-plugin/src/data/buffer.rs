@@ -81,8 +81,10 @@ pub(crate) struct Buffer {
     /// Kernels in flight with replicas that may write it (`cluster/replicas.rs`): no other
     /// region reaches it until they end, so that each replica's copy is its own.
     pub(crate) replicated: u32,
-    /// Per worker: replicas in flight there that can reach it. No other region is placed on
-    /// that copy meanwhile: a replica's copies are its own, so that it can be undone.
+    /// Per worker: runs in flight there of regions with replicas (the first-placed one too)
+    /// that can reach it. Such a run may be undone once the region is decided, so its copies
+    /// are shared only while [`Buffer::shareable_on`], and a run that changed a shared copy it
+    /// was not expected to write is not recorded (`cluster/launch.rs`).
     pub(crate) replica_on: BTreeMap<i32, u32>,
     /// Kernels in flight that can reach it, per worker: a copy a running kernel uses is never
     /// overwritten with another version (the kernel may be changing it).
@@ -109,6 +111,11 @@ pub(crate) struct Buffer {
     pub(crate) merges_from: BTreeMap<i32, u64>,
     /// Per worker: kernels whose copy of it is executing now (EXECUTE sent, no reply yet).
     pub(crate) running: BTreeMap<i32, u32>,
+    /// Per worker: runs of regions with replicas whose kernel replied there and that are not
+    /// settled yet (still counted in `running`): a run that changed a copy such a run shares
+    /// waits only for the others' kernels, not for their regions' decisions
+    /// (`cluster/launch.rs`, "Replicas share what they only read").
+    pub(crate) replied: BTreeMap<i32, u32>,
     /// Per rank: merges reading or patching its copy; no kernel starts on it and nothing
     /// overwrites it meanwhile.
     pub(crate) holding: BTreeMap<i32, u32>,
@@ -173,6 +180,7 @@ impl Buffer {
             commits_from: BTreeMap::new(),
             merges_from: BTreeMap::new(),
             running: BTreeMap::new(),
+            replied: BTreeMap::new(),
             holding: BTreeMap::new(),
             undone: BTreeMap::new(),
             sent_back: None,
@@ -189,6 +197,21 @@ impl Buffer {
     pub(crate) fn begin_use(&mut self, w: i32) {
         *self.using.entry(w).or_default() += 1;
         *self.uses_begun.entry(w).or_default() += 1;
+    }
+
+    /// Whether a replica may use `r`'s copy while other regions in flight use it too, or a
+    /// region may use it while a replica does (`cluster/launch.rs`, "Replicas share what they
+    /// only read"): no region in flight may write it, `r` holds the current version (not on
+    /// its way, not taken from a copy in use), and that version is pristine or held by another
+    /// rank `live` says is up, so that forgetting `r`'s copy (an undone run changed it) loses
+    /// nothing and a run again finds its input.
+    pub(crate) fn shareable_on(&self, r: i32, live: impl Fn(i32) -> bool) -> bool {
+        self.writing.is_none()
+            && self.replicated == 0
+            && self.held_by(r)
+            && !self.incoming.contains(&r)
+            && !self.torn.contains_key(&r)
+            && (self.version == self.pristine_version() || self.holders.iter().any(|&h| h != r && live(h)))
     }
 
     /// What a move from `src`'s copy compares when it is done (see [`CopyState`]).
