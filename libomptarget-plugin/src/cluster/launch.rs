@@ -285,7 +285,13 @@ impl<'a> Launcher<'a> {
                             }
                             let extra = if replicable && pins.is_empty() {
                                 // Its copies there are its own, or copies it shares only read.
-                                let free = |r: i32| r != w && !arriving(r) && reached.iter().zip(&may_write).all(|((b, ..), &m)| !b.using.contains_key(&r) || shareable(b, m, r));
+                                // Not with voting on two: a pair that disagrees runs again
+                                // from the versions it started from, and with copies shared it
+                                // ran beside other regions, whose reach keeps buddy copies
+                                // from saving those versions (measured: 3 of 24 flipped
+                                // `ft_stencil.c` runs ended "no majority", none unshared).
+                                let share = !(self.cfg.votes_on(&kernel.name) && k == 2);
+                                let free = |r: i32| r != w && !arriving(r) && reached.iter().zip(&may_write).all(|((b, ..), &m)| !b.using.contains_key(&r) || (share && shareable(b, m, r)));
                                 let mut pool: Vec<Candidate> = candidates.iter().copied().filter(|c| free(c.rank)).collect();
                                 if self.cfg.votes_on(&kernel.name) && (k == 2 || pool.len() < k - 1) {
                                     // Two replicas that disagree are undone and run again from

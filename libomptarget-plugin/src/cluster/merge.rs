@@ -278,7 +278,18 @@ impl<'a> Merger<'a> {
     /// forget its copies and return [`ClusterError::RunAgain`]: it then runs again, over the
     /// other region's change, as one after the other on one device. Else `e`.
     pub(super) fn rerun_or(&self, e: ClusterError, run: &Run, done: &BTreeSet<usize>) -> ClusterError {
-        if !self.restorable(run, done, false) {
+        self.rerun_unless(e, run, done, false)
+    }
+
+    /// [`Self::rerun_or`] for a run of a region with replicas, whose other runs on its copies
+    /// may have replied without being settled (`Buffer::replied`): they change nothing any
+    /// more, and do not keep it from being undone.
+    pub(super) fn rerun_or_replied(&self, e: ClusterError, run: &Run) -> ClusterError {
+        self.rerun_unless(e, run, &BTreeSet::new(), true)
+    }
+
+    fn rerun_unless(&self, e: ClusterError, run: &Run, done: &BTreeSet<usize>, replied: bool) -> ClusterError {
+        if !self.restorable(run, done, replied) {
             return e;
         }
         self.undo(run);

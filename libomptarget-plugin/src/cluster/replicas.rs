@@ -328,9 +328,10 @@ impl<'a> Replicator<'a> {
         // write (not marked, README "Placement"): without voting, the same; with voting, the
         // ballots are compared all the same (they carry which regions each changed and their
         // digests), so that a bit flipped into a region the kernel only reads is outvoted
-        // rather than taken (seen: `ft_stencil.c`, k = 3, a flip taken unvoted). A replica's
-        // copies are its own on its worker (`Buffer::replica_on`), so forgetting a loser's is
-        // exact there.
+        // rather than taken (seen: `ft_stencil.c`, k = 3, a flip taken unvoted), unless it hit
+        // a copy shared while it ran (`SetRun::void`). A replica shares only copies whose
+        // version is held elsewhere too (`Buffer::shareable_on`), so forgetting a loser's
+        // loses nothing.
         let in_arena = |a: &Allocated| arena.is_some_and(|g| g.holds(a.region.addr, a.span));
         let elsewhere = runs.iter().any(|r| r.ran.as_ref().is_ok_and(|e| !e.allocated.iter().all(in_arena)));
         let unexpected = runs.iter().any(|r| r.ran.as_ref().is_ok_and(|e| e.changed.iter().zip(marked).any(|(&c, &m)| c && !m)));
@@ -340,9 +341,10 @@ impl<'a> Replicator<'a> {
         if elsewhere && vote {
             kernel.tell_unvotable_allocation();
         }
-        if vote && tiebreak.is_none() && !voided.is_empty() && ballots.iter().flatten().count() < 2 && runs[0].ran.is_ok() {
-            // It may run again (below) if its first run can be undone: once no other kernel
-            // executes on the copies it changed (kernels, not decisions, are waited for).
+        if vote && tiebreak.is_none() && runs[0].ran.is_ok() && ((!voided.is_empty() && ballots.iter().flatten().count() < 2) || matches!(tally(&ballots, vote), Verdict::Split)) {
+            // It may run again (below: a split, or voided ballots) if its first run can be
+            // undone: once no other kernel executes on the copies it changed (other regions
+            // share the copies it only reads; kernels, not decisions, are waited for).
             let changed = runs[0].changed(marked);
             let w = runs[0].w;
             let mut bufs = self.ledger.buffers.lock();
@@ -489,7 +491,7 @@ impl<'a> Replicator<'a> {
                 }
                 self.end(&mut self.ledger.buffers.lock(), reach, &mut first);
                 let run = Run { w: first.w, reach: &started, changed: &changed, snaps: &first.snaps };
-                let e = if tiebreak.is_some() { disagreed } else { Merger::of(*self).rerun_or(disagreed, &run, &BTreeSet::new()) };
+                let e = if tiebreak.is_some() { disagreed } else { Merger::of(*self).rerun_or_replied(disagreed, &run) };
                 let e = match e {
                     ClusterError::RunAgain(e) => {
                         stats.tiebreaks.fetch_add(1, Ordering::Relaxed);
