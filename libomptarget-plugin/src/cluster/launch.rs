@@ -23,7 +23,8 @@
 //! forgotten. So it shares a worker's copy with other regions in flight only where forgetting
 //! that copy loses nothing (`Buffer::shareable_on`: both only expect to read it, no region in
 //! flight writes it, the worker holds the current version and another rank holds it too, or
-//! it is pristine). Every region reaches its image's data and a matmul's products share their
+//! it is pristine); a copy from which another region recorded a version meanwhile (one that
+//! could not run again, below) is kept for that version, not forgotten. Every region reaches its image's data and a matmul's products share their
 //! blocks, so without sharing few regions in flight found a worker for a replica. A prediction
 //! that was wrong is caught after the run, on three paths:
 //! * a run that changed such a copy is not recorded: once no other kernel executes on the copy
@@ -902,11 +903,14 @@ impl<'a> Launcher<'a> {
 
     /// The kernel of a run of a region with replicas replied on `w` (`replicas.rs`): it still
     /// counts as running on its copies until it is settled ([`Self::ended`] with `replied`),
-    /// but no longer changes them; `snaps` get whether its copies were shared.
+    /// but no longer changes them; `snaps` get what happened to its copies until it ended
+    /// (as [`Self::ended`] gives them) and whether they were shared.
     pub(super) fn replied(&self, bufs: &mut Buffers, w: i32, reach: &[(u64, u64, u64, u64)], snaps: &mut [Snap]) {
         for ((a, ..), snap) in reach.iter().zip(snaps.iter_mut()) {
             if let Some(b) = bufs.get_mut(*a) {
                 *b.replied.entry(w).or_default() += 1;
+                snap.commits_end = b.commits_from.get(&w).copied().unwrap_or(0);
+                snap.merges_end = b.merges_from.get(&w).copied().unwrap_or(0);
                 snap.shared |= b.uses_begun.get(&w).copied().unwrap_or(0) != snap.begun_start;
             }
         }
@@ -933,9 +937,10 @@ impl<'a> Launcher<'a> {
                         b.running.remove(&w);
                     }
                 }
-                snap.commits_end = b.commits_from.get(&w).copied().unwrap_or(0);
-                snap.merges_end = b.merges_from.get(&w).copied().unwrap_or(0);
+                // A run that replied got these when its kernel ended (`Self::replied`).
                 if !replied {
+                    snap.commits_end = b.commits_from.get(&w).copied().unwrap_or(0);
+                    snap.merges_end = b.merges_from.get(&w).copied().unwrap_or(0);
                     snap.shared |= b.uses_begun.get(&w).copied().unwrap_or(0) != snap.begun_start;
                 }
             }

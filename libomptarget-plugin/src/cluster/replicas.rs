@@ -331,7 +331,8 @@ impl<'a> Replicator<'a> {
         // rather than taken (seen: `ft_stencil.c`, k = 3, a flip taken unvoted), unless it hit
         // a copy shared while it ran (`SetRun::void`). A replica shares only copies whose
         // version is held elsewhere too (`Buffer::shareable_on`), so forgetting a loser's
-        // loses nothing.
+        // loses nothing, but a version another region recorded from the copy meanwhile (it
+        // is kept: `not_recorded_meanwhile`).
         let in_arena = |a: &Allocated| arena.is_some_and(|g| g.holds(a.region.addr, a.span));
         let elsewhere = runs.iter().any(|r| r.ran.as_ref().is_ok_and(|e| !e.allocated.iter().all(in_arena)));
         let unexpected = runs.iter().any(|r| r.ran.as_ref().is_ok_and(|e| e.changed.iter().zip(marked).any(|(&c, &m)| c && !m)));
@@ -370,9 +371,13 @@ impl<'a> Replicator<'a> {
                 {
                     Verdict::Void
                 }
-                (Verdict::Nothing, Some(&winner)) => Verdict::Take { winner, agree: Vec::new(), losers: Vec::new(), voted: false },
                 (v, _) => v,
             }
+        };
+        // Every answer was void: the first is taken, unvoted.
+        let verdict = match (verdict, voided.first()) {
+            (Verdict::Nothing, Some(&winner)) => Verdict::Take { winner, agree: Vec::new(), losers: Vec::new(), voted: false },
+            (v, _) => v,
         };
         if let Verdict::Take { voted: false, .. } = verdict {
             if !vote && self.cfg.vote {
@@ -560,9 +565,11 @@ impl<'a> Replicator<'a> {
         self.end(&mut self.ledger.buffers.lock(), reach, &mut r);
         if !r.snaps.is_empty() {
             // It started: what it changed (what it may have, if it failed: a bad reply from a
-            // live worker) holds no version.
+            // live worker) holds no version, but a version another region recorded from the
+            // copy meanwhile.
             let started = with_versions(reach, &r.snaps);
-            Merger::of(*self).undo(&Run { w: r.w, reach: &started, changed: &changed, snaps: &r.snaps });
+            let forget = self.not_recorded_meanwhile(&self.ledger.buffers.lock(), reach, r.w, &r.snaps, &changed);
+            Merger::of(*self).undo(&Run { w: r.w, reach: &started, changed: &forget, snaps: &r.snaps });
         }
         self.release(&mut self.ledger.buffers.lock(), reach, r.w, &changed);
         self.ledger.moved.notify_all();
@@ -615,10 +622,24 @@ impl<'a> Replicator<'a> {
             self.end(bufs, reach, r);
             let changed = r.changed(&[]);
             self.release(bufs, reach, r.w, &changed);
-            for ((a, ..), _) in reach.iter().zip(&changed).filter(|(_, c)| **c) {
+            let forget = self.not_recorded_meanwhile(bufs, reach, r.w, &r.snaps, &changed);
+            for ((a, ..), _) in reach.iter().zip(&forget).filter(|(_, c)| **c) {
                 bufs.drop_copy(*a, r.w);
             }
         }
+    }
+
+    /// Of the copies on `w` a run (`snaps`) changed (`changed`), those to forget when it is
+    /// settled: all but those from which another region recorded a version since it started
+    /// and that still hold it (a region that could not be run again instead, `launch.rs`):
+    /// that version owns the copy, and it may be its only one.
+    fn not_recorded_meanwhile(&self, bufs: &Buffers, reach: &[(u64, u64, u64, u64)], w: i32, snaps: &[Snap], changed: &[bool]) -> Vec<bool> {
+        reach
+            .iter()
+            .zip(changed)
+            .zip(snaps)
+            .map(|(((a, ..), &c), s)| c && !bufs.get(*a).is_some_and(|b| b.holders.contains(&w) && b.commits_from.get(&w).copied().unwrap_or(0) != s.commits_start))
+            .collect()
     }
 
     /// The blocks device code of a run on `w` allocated become no buffers: delete them there

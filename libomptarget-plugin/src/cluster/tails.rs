@@ -16,8 +16,9 @@
 //! * A tail's copies of what the region may write (and what the result changed) stop holding
 //!   any version when the result is recorded (the launch drops them under the lock that records
 //!   it: the tail changes them in place); it keeps its marks (`Buffer::replica_on`, `using`,
-//!   `Offload::start_running`), so no other region is placed on those copies until it is
-//!   settled, and placement counts it as load.
+//!   `Offload::start_running`), so other regions share those copies only as they would share a
+//!   running replica's (`Buffer::shareable_on`) until it is settled, and placement counts it
+//!   as load.
 //! * Its reply ends its `running` marks at once (a merge may wait for them); everything else
 //!   waits for the launch's [`Outcome`]: the versions recorded. A launch that records nothing
 //!   (it failed, or runs again) drops the sender: its tails are settled as losers.
