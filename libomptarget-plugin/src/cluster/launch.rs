@@ -555,7 +555,7 @@ impl<'a> Launcher<'a> {
                         .filter_map(|(((a, ..), _), _)| bufs.get(*a).filter(|b| b.replica_on.get(&w).copied().unwrap_or(0) > own))
                         .collect(),
                 };
-                if shared.iter().any(|b| b.running.get(&w).copied().unwrap_or(0) > b.replied.get(&w).copied().unwrap_or(0)) {
+                if shared.iter().any(|b| b.executing_on(w)) {
                     self.ledger.moved.wait(&mut bufs);
                     continue;
                 }

@@ -349,7 +349,7 @@ impl<'a> Replicator<'a> {
             let changed = runs[0].changed(marked);
             let w = runs[0].w;
             let mut bufs = self.ledger.buffers.lock();
-            while reach.iter().zip(&changed).any(|((a, ..), &c)| c && bufs.get(*a).is_some_and(|b| b.running.get(&w).copied().unwrap_or(0) > b.replied.get(&w).copied().unwrap_or(0))) {
+            while reach.iter().zip(&changed).any(|((a, ..), &c)| c && bufs.get(*a).is_some_and(|b| b.executing_on(w))) {
                 self.ledger.moved.wait(&mut bufs);
             }
         }

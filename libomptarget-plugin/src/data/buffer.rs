@@ -214,6 +214,12 @@ impl Buffer {
             && (self.version == self.pristine_version() || self.holders.iter().any(|&h| h != r && live(h)))
     }
 
+    /// A kernel still executes on `w`'s copy: one counted in `running` that has not replied
+    /// (see [`Buffer::replied`]).
+    pub(crate) fn executing_on(&self, w: i32) -> bool {
+        self.running.get(&w).copied().unwrap_or(0) > self.replied.get(&w).copied().unwrap_or(0)
+    }
+
     /// What a move from `src`'s copy compares when it is done (see [`CopyState`]).
     pub(crate) fn copy_state(&self, src: i32) -> CopyState {
         CopyState {
