@@ -25,7 +25,10 @@
 //! flight writes it, the worker holds the current version and another rank holds it too, or
 //! it is pristine); a copy from which another region recorded a version meanwhile (one that
 //! could not run again, below) is kept for that version, not forgotten. Every region reaches its image's data and a matmul's products share their
-//! blocks, so without sharing few regions in flight found a worker for a replica. A prediction
+//! blocks, so without sharing few regions in flight found a worker for a replica; and a
+//! program's first wave moves its inputs to every worker at once, so a region whose replicas
+//! could share copies still on their way waits for them, a bounded time ([`ARRIVAL_WAIT`]:
+//! a move's time, not a kernel's; beyond it the region runs without replicas). A prediction
 //! that was wrong is caught after the run, on three paths:
 //! * a run that changed such a copy is not recorded: once no other kernel executes on the copy
 //!   (their replies, not their regions' decisions, are awaited: no two regions wait for each
@@ -75,6 +78,11 @@ fn arg_mask(i: usize) -> u64 {
 /// How long a run of a kernel whose write set is unknown waits for a first run in flight to
 /// teach it (see `launch_once`).
 const LEARNING_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long a region with replicas waits, at most, for copies on their way to other workers
+/// (for regions placed there) to arrive, so that its replicas can share them: moves take
+/// milliseconds; a region that would wait longer runs without replicas.
+const ARRIVAL_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// A `nowait` region whose kernel's last run took less than this runs on the thread that
 /// launches it (see [`Launcher::expect_short`]): 32,768 regions of a 1024/32 blocked matmul on 3
@@ -180,6 +188,8 @@ impl<'a> Launcher<'a> {
         let learn_until = Instant::now() + LEARNING_WAIT;
         // `OMPCLUSTER_FT_REPLICATE=auto`: whether this region gets replicas, asked once.
         let mut choice: Option<Choice> = None;
+        // Until when it waits for copies on their way to become shareable for its replicas.
+        let mut arrival_until: Option<Instant> = None;
         let (w, extra, reach, assume_written, marked, reach_args, learning, task_key, replicated, grant) = {
             let mut bufs = self.ledger.buffers.lock();
             loop {
@@ -193,6 +203,7 @@ impl<'a> Launcher<'a> {
                     continue;
                 }
                 let history = *kernel.writes.lock();
+                let mut wait_arrival: Option<Instant> = None;
                 // Decided with the buffers borrowed (looked up once each); None: wait for
                 // another region first.
                 let placed = {
@@ -239,9 +250,12 @@ impl<'a> Launcher<'a> {
                     // though one of them has replicas (`Buffer::shareable_on`): it only reads it.
                     let live = |h: i32| Place::of(h) == Place::Head || self.link.is_live_worker(h);
                     let shareable = |b: &Buffer, m: bool, w: i32| !m && b.shareable_on(w, live);
+                    // The same once the copies on their way to `w` are there (a region placed
+                    // on such a copy waits for it: `arriving`).
+                    let shareable_once = |b: &Buffer, m: bool, w: i32| !m && b.shareable_once_on(w, live);
                     // A worker where a run of a region with replicas uses a copy of a buffer it
-                    // reaches that they cannot share (`Buffer::replica_on`).
-                    let replica_held = |w: i32| reached.iter().zip(&may_write).any(|((b, ..), &m)| b.replica_on.contains_key(&w) && !shareable(b, m, w));
+                    // reaches that they cannot share (`Buffer::replica_on`), even once there.
+                    let replica_held = |w: i32| reached.iter().zip(&may_write).any(|((b, ..), &m)| b.replica_on.contains_key(&w) && !shareable_once(b, m, w));
                     let candidates: Vec<Candidate> = self
                         .targets()
                         .filter(|&w| allowed(w) && !busy_copy(w) && !replica_held(w))
@@ -272,7 +286,8 @@ impl<'a> Launcher<'a> {
                             let task_key = self.durability.keyed().then(|| kernel.region_key(args, reached.iter().map(|(b, ..)| *b)));
                             // Replicas (`replicas.rs`): on workers where no other region
                             // uses a copy of anything this one reaches but copies both only
-                            // read (`Buffer::shareable_on`), and none is on its way.
+                            // read (`Buffer::shareable_on`); copies still on their way
+                            // there are waited for (below).
                             let k = if tiebreak.is_some() { 3 } else { self.cfg.replicas as usize };
                             let mut replicable = k > 1 && Place::of(w).is_worker();
                             if let (true, None, Some(chooser)) = (replicable, tiebreak, &self.offload.chooser) {
@@ -294,6 +309,17 @@ impl<'a> Launcher<'a> {
                                 let share = !(self.cfg.votes_on(&kernel.name) && k == 2);
                                 let free = |r: i32| r != w && !arriving(r) && reached.iter().zip(&may_write).all(|((b, ..), &m)| !b.using.contains_key(&r) || (share && shareable(b, m, r)));
                                 let mut pool: Vec<Candidate> = candidates.iter().copied().filter(|c| free(c.rank)).collect();
+                                // Copies on their way to a worker for other regions (a program's
+                                // first wave moves its inputs everywhere at once) are shared once
+                                // there: rather than run without replicas, wait for them, a
+                                // bounded time ([`ARRIVAL_WAIT`]).
+                                let free_once = |r: i32| r != w && reached.iter().zip(&may_write).all(|((b, ..), &m)| !b.using.contains_key(&r) || (share && shareable_once(b, m, r)));
+                                if pool.len() < k - 1 && candidates.iter().any(|c| !free(c.rank) && free_once(c.rank)) {
+                                    let until = *arrival_until.get_or_insert_with(|| Instant::now() + ARRIVAL_WAIT);
+                                    if Instant::now() < until {
+                                        wait_arrival = Some(until);
+                                    }
+                                }
                                 if self.cfg.votes_on(&kernel.name) && (k == 2 || pool.len() < k - 1) {
                                     // Two replicas that disagree are undone and run again from
                                     // the versions they started from: keep a holder of each
@@ -312,7 +338,7 @@ impl<'a> Launcher<'a> {
                                         pool.retain(|c| !kept.contains(&c.rank));
                                     }
                                 }
-                                Replicator::of(*self).pick(w, pool, k - 1)
+                                if wait_arrival.is_some() { Vec::new() } else { Replicator::of(*self).pick(w, pool, k - 1) }
                             } else {
                                 Vec::new()
                             };
@@ -330,7 +356,7 @@ impl<'a> Launcher<'a> {
                                 self.meter.log(format_args!("UNREPLICATED {} on {w}: no range of the head's arena free for its allocations", kernel.name));
                                 extra.clear();
                             }
-                            if replicable && extra.is_empty() && self.meter.verbose() {
+                            if replicable && extra.is_empty() && wait_arrival.is_none() && self.meter.verbose() {
                                 let why = if pins.is_empty() { "no other worker free of regions using what it reaches" } else { "it reaches a buffer another region writes" };
                                 self.meter.log(format_args!("UNREPLICATED {} on {w}: {why}", kernel.name));
                             }
@@ -338,7 +364,9 @@ impl<'a> Launcher<'a> {
                             // waits until two can take it (a region writing what it reaches
                             // ends, or one using a copy it would write there), if any runs.
                             let others_run = self.offload.all_in_flight() > 0;
-                            if self.cfg.votes_on(&kernel.name) && replicable && extra.is_empty() && others_run && self.targets().filter(|&r| Place::of(r).is_worker()).nth(1).is_some() {
+                            if wait_arrival.is_some() {
+                                None
+                            } else if self.cfg.votes_on(&kernel.name) && replicable && extra.is_empty() && others_run && self.targets().filter(|&r| Place::of(r).is_worker()).nth(1).is_some() {
                                 if let (Some(g), None) = (grant, tiebreak) {
                                     self.offload.settle_grant(g, &[]);
                                 }
@@ -350,7 +378,10 @@ impl<'a> Launcher<'a> {
                     }
                 };
                 let Some((w, extra, reach, assume_written, may_write, reach_args, task_key, grant)) = placed else {
-                    self.ledger.moved.wait(&mut bufs);
+                    match wait_arrival {
+                        Some(until) => _ = self.ledger.moved.wait_until(&mut bufs, until),
+                        None => self.ledger.moved.wait(&mut bufs),
+                    }
                     continue;
                 };
                 for ((a, ..), m) in reach.iter().zip(&may_write) {

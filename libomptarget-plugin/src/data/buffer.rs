@@ -206,10 +206,16 @@ impl Buffer {
     /// rank `live` says is up, so that forgetting `r`'s copy (an undone run changed it) loses
     /// nothing and a run again finds its input.
     pub(crate) fn shareable_on(&self, r: i32, live: impl Fn(i32) -> bool) -> bool {
+        self.held_by(r) && !self.incoming.contains(&r) && self.shareable_once_on(r, live)
+    }
+
+    /// Whether `r`'s copy is shareable ([`Buffer::shareable_on`]) once the current version
+    /// is there: it may still be on its way for a region placed there, but no kernel executes
+    /// on an older version of it and it is not taken from a copy in use.
+    pub(crate) fn shareable_once_on(&self, r: i32, live: impl Fn(i32) -> bool) -> bool {
         self.writing.is_none()
             && self.replicated == 0
-            && self.held_by(r)
-            && !self.incoming.contains(&r)
+            && !self.running_unheld(r)
             && !self.torn.contains_key(&r)
             && (self.version == self.pristine_version() || self.holders.iter().any(|&h| h != r && live(h)))
     }

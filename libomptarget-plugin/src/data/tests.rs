@@ -274,3 +274,32 @@ fn a_doomed_struct_removed_late_does_not_bring_back_attachments_a_new_struct_use
     let s3 = bs.create(16, host_s).unwrap().addr;
     assert_eq!(bs.attach(s3, &strukt(host_b), heap, None, true), None);
 }
+
+#[test]
+fn a_copy_on_its_way_is_shareable_once_there() {
+    let mut bs = Buffers::new(0x10_0000, 1 << 24);
+    let a = bs.create(100, 0).unwrap().addr;
+    // Submitted (on the head), then on its way to worker 1 for a region placed there.
+    bs.new_version(a, [HEAD].into());
+    let b = bs.get_mut(a).unwrap();
+    b.begin_use(1);
+    b.incoming.insert(1);
+    let live = |_: i32| true;
+    assert!(!b.shareable_on(1, live) && b.shareable_once_on(1, live));
+    // Held by 1 and the head: shareable now.
+    b.incoming.remove(&1);
+    b.holders.insert(1);
+    assert!(b.shareable_on(1, live));
+    // Its other holder down: forgetting 1's copy would lose the version.
+    assert!(!b.shareable_once_on(1, |r| r != HEAD));
+    // A kernel executing on an older copy on 2, a copy on 2 taken from one in use, a region
+    // in flight that may write it: never shareable there, arrived or not.
+    b.running.insert(2, 1);
+    assert!(!b.shareable_once_on(2, live));
+    b.running.clear();
+    b.torn.insert(2, 1);
+    assert!(!b.shareable_once_on(2, live));
+    b.torn.clear();
+    b.writing = Some((1, 1));
+    assert!(!b.shareable_once_on(2, live) && !b.shareable_on(1, live));
+}
