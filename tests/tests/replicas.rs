@@ -43,7 +43,7 @@ fn replicated_regions_give_the_result_of_unreplicated_ones() {
         assert!(passes(&o), "k={k}\n{}", describe(&o));
         assert_eq!(stdout(&o), reference, "k={k}");
         let extra: u64 = k.parse::<u64>().unwrap() - 1;
-        assert!(r.replicas.regions_replicated >= 60 && r.replicas.replica_runs >= 60 * extra && r.replicas.copies_kept >= 60, "k={k}: {:?}", r.replicas);
+        assert!(r.replicas.regions_replicated >= 56 && r.replicas.replica_runs >= 56 * extra && r.replicas.copies_kept >= 56, "k={k}: {:?}", r.replicas);
         assert!(r.replicas.shared_runs >= 1, "k={k}: no replica shared a copy: {:?}", r.replicas);
         assert!(r.replicas.disagreements.is_empty(), "k={k}: {:?}", r.replicas);
     }

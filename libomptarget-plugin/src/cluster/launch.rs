@@ -251,7 +251,8 @@ impl<'a> Launcher<'a> {
                     let live = |h: i32| Place::of(h) == Place::Head || self.link.is_live_worker(h);
                     let shareable = |b: &Buffer, m: bool, w: i32| !m && b.shareable_on(w, live);
                     // The same once the copies on their way to `w` are there (a region placed
-                    // on such a copy waits for it: `arriving`).
+                    // on such a copy waits for it: `arriving`; a copy counted as held that is
+                    // being overwritten is not shareable even so).
                     let shareable_once = |b: &Buffer, m: bool, w: i32| !m && b.shareable_once_on(w, live);
                     // A worker where a run of a region with replicas uses a copy of a buffer it
                     // reaches that they cannot share (`Buffer::replica_on`), even once there.

@@ -353,31 +353,24 @@ impl<'a> Replicator<'a> {
                 self.ledger.moved.wait(&mut bufs);
             }
         }
+        // A lone answer, taken unvoted; with every ballot void, the first voided one.
+        let lone = |winner: usize| Verdict::Take { winner, agree: Vec::new(), losers: Vec::new(), voted: false };
         let verdict = if elsewhere || (unexpected && !vote) {
-            match ballots.iter().position(Option::is_some) {
-                Some(winner) => Verdict::Take { winner, agree: Vec::new(), losers: Vec::new(), voted: false },
-                None => Verdict::Nothing,
-            }
+            ballots.iter().position(Option::is_some).or(voided.first().copied()).map_or(Verdict::Nothing, lone)
         } else {
-            match (tally(&ballots, vote), voided.first()) {
-                // Voided ballots left fewer than two: the region runs again, if its first run
-                // can be undone (as after a split); else the first answer is taken, unvoted.
-                (_, Some(_)) if tiebreak.is_none() && ballots.iter().flatten().count() < 2 && {
-                    let first = &runs[0];
-                    let started = with_versions(reach, &first.snaps);
-                    let changed = first.changed(marked);
-                    !first.snaps.is_empty() && Merger::of(*self).restorable(&Run { w: first.w, reach: &started, changed: &changed, snaps: &first.snaps }, &BTreeSet::new(), true)
-                } =>
-                {
-                    Verdict::Void
-                }
-                (v, _) => v,
+            // Voided ballots left fewer than two: the region runs again, if its first run can
+            // be undone (as after a split); else the first answer is taken, unvoted.
+            let first_restorable = || {
+                let first = &runs[0];
+                let started = with_versions(reach, &first.snaps);
+                let changed = first.changed(marked);
+                !first.snaps.is_empty() && Merger::of(*self).restorable(&Run { w: first.w, reach: &started, changed: &changed, snaps: &first.snaps }, &BTreeSet::new(), true)
+            };
+            match tally(&ballots, vote) {
+                _ if !voided.is_empty() && tiebreak.is_none() && ballots.iter().flatten().count() < 2 && first_restorable() => Verdict::Void,
+                Verdict::Nothing => voided.first().map_or(Verdict::Nothing, |&w| lone(w)),
+                v => v,
             }
-        };
-        // Every answer was void: the first is taken, unvoted.
-        let verdict = match (verdict, voided.first()) {
-            (Verdict::Nothing, Some(&winner)) => Verdict::Take { winner, agree: Vec::new(), losers: Vec::new(), voted: false },
-            (v, _) => v,
         };
         if let Verdict::Take { voted: false, .. } = verdict {
             if !vote && self.cfg.vote {

@@ -210,10 +210,13 @@ impl Buffer {
     }
 
     /// Whether `r`'s copy is shareable ([`Buffer::shareable_on`]) once the current version
-    /// is there: it may still be on its way for a region placed there, but no kernel executes
-    /// on an older version of it and it is not taken from a copy in use.
+    /// is there: it may still be on its way for a region placed there (not held: a region
+    /// placed on it waits for it), but no kernel executes on an older version of it, it is
+    /// not taken from a copy in use, and it is not a copy counted as held that is being
+    /// overwritten (zeros sent over an undone run's changes to version 0).
     pub(crate) fn shareable_once_on(&self, r: i32, live: impl Fn(i32) -> bool) -> bool {
-        self.writing.is_none()
+        !(self.held_by(r) && self.incoming.contains(&r))
+            && self.writing.is_none()
             && self.replicated == 0
             && !self.running_unheld(r)
             && !self.torn.contains_key(&r)

@@ -302,4 +302,12 @@ fn a_copy_on_its_way_is_shareable_once_there() {
     b.torn.clear();
     b.writing = Some((1, 1));
     assert!(!b.shareable_once_on(2, live) && !b.shareable_on(1, live));
+    b.writing = None;
+    // Version 0 counts as held everywhere: zeros on their way over an undone run's changes
+    // are no copy to share, nor one a region would wait for.
+    let z = bs.create(100, 0).unwrap().addr;
+    let b = bs.get_mut(z).unwrap();
+    assert!(b.shareable_once_on(3, live));
+    b.incoming.insert(3);
+    assert!(!b.shareable_once_on(3, live) && !b.shareable_on(3, live));
 }
