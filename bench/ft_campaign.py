@@ -209,6 +209,7 @@ def main():
         print(f"reference {os.path.basename(src)}: {secs:.1f} s", flush=True)
     right = wrong = hangs = stopped = detected = corrected = injected = voided = 0
     pauses, detections, reruns, slowdowns = [], [], [], []
+    replicated_reruns = 0  # tasks of regions with replicas re-run, over all recoveries
     started = plot.now()
     per_program = {}  # program -> {"SIGKILL right": n, "SIGSTOP right": n, "wrong": n, "hangs": n}
     for i in range(a.trials):
@@ -248,6 +249,7 @@ def main():
             for rec in r.get("recoveries", []):
                 pauses.append(rec["paused_seconds"])
                 reruns.append(rec["tasks_reexecuted"])
+                replicated_reruns += rec.get("replicated_reexecuted", 0)
             for fl in r.get("failures", []):
                 detections.append(fl["at_seconds"])
             info = f"recoveries {len(r.get('recoveries', []))}, re-ran {r.get('tasks_reexecuted', 0)}"
@@ -262,7 +264,7 @@ def main():
                 voided += bool(voids) and not seen
                 info += f", flip {'injected' if fired else 'never fired (its rank ran no region after the trigger)'}, disagreements {len(rep_r.get('disagreements', []))}, corrections {rep_r.get('corrections', 0)}, tiebreaks {rep_r.get('tiebreaks', 0)}, ballots voided {voids}"
             if rep_r.get("regions_replicated"):
-                info += f", replicated {rep_r['regions_replicated']}, copies kept {rep_r.get('copies_kept', 0)}"
+                info += f", replicated {rep_r['regions_replicated']}, copies kept {rep_r.get('copies_kept', 0)}, re-ran replicated {rep_r.get('reexecuted', 0)}"
         except (OSError, ValueError, KeyError):
             if a.flips and verdict == "stopped":
                 detected += 1  # ended by the vote: no report is written
@@ -283,7 +285,7 @@ def main():
         return f"median {statistics.median(v):.3f}, max {max(v):.3f}" if v else "none"
 
     print(f"\n{a.trials} trials: {right} right, {wrong} wrong, {hangs} hangs" + (f", {stopped} stopped by the vote; flips injected {injected}, detected {detected}, corrected {corrected}, voided (not detected) {voided}" if a.flips else ""))
-    print(f"recovery pause (s): {stats(pauses)}; tasks re-run per recovery: {stats(reruns)}")
+    print(f"recovery pause (s): {stats(pauses)}; tasks re-run per recovery: {stats(reruns)}; of regions with replicas, in all: {replicated_reruns}")
     print(f"run time against the failure-free run: {stats(slowdowns)}")
     mm = lambda v: {"median": float(f"{statistics.median(v):.3f}"), "max": float(f"{max(v):.3f}")} if v else None
     cmd = "python3 bench/ft_campaign.py" + "".join(" " + x for x in sys.argv[1:])
@@ -292,7 +294,7 @@ def main():
     plot.record("ft_campaign", "bench/ft_campaign.py", cmd, {part: {
         "trials": a.trials, "seed": a.seed, "stop_share": a.stop_share, "programs": len(PROGRAMS), "right": right, "wrong": wrong, "hangs": hangs,
         "env": a.env, "flips": a.flips, "stopped": stopped, "injected": injected, "detected": detected, "corrected": corrected, "voided": voided,
-        "pause_s": mm(pauses), "tasks_rerun_per_recovery": mm(reruns), "slowdown": mm(slowdowns), "per_program": per_program}}, date=started)
+        "pause_s": mm(pauses), "tasks_rerun_per_recovery": mm(reruns), "replicated_reruns": replicated_reruns, "slowdown": mm(slowdowns), "per_program": per_program}}, date=started)
     return 0 if wrong == 0 and hangs == 0 else 1
 
 

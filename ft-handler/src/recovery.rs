@@ -347,6 +347,7 @@ pub fn rebuild(dev: &impl Primitives, work: &LostWork, lost: &BTreeSet<Access>, 
     }
     dev.rerun_done(&tasks);
     out.tasks_reexecuted += tasks.len() as u64;
+    out.replicated_reexecuted += tasks.iter().filter(|t| t.replicated).count() as u64;
     out.from_checkpoints += total.from_checkpoints;
     out.from_live_copies += total.from_live_copies;
     out.from_buddy_copies += total.from_buddy_copies;
@@ -440,6 +441,11 @@ mod tests {
         /// A recorded task on `worker` reading `reads` (buffer, version) and making the next
         /// version of each buffer in `writes` there.
         fn task(&self, worker: i32, reads: &[(u64, u64)], writes: &[u64]) {
+            self.task_with(worker, reads, writes, false);
+        }
+
+        /// [`Self::task`], its region run with replicas (`replicated`) or not.
+        fn task_with(&self, worker: i32, reads: &[(u64, u64)], writes: &[u64], replicated: bool) {
             let mut s = self.0.lock();
             let mut made = Vec::new();
             for &id in writes {
@@ -455,7 +461,7 @@ mod tests {
                     reads.push(Access { buffer: a.buffer, version: a.version - 1 });
                 }
             }
-            s.graph.record(crate::testing::kernel_task(worker, reads, made));
+            s.graph.record(TaskRecord { replicated, ..crate::testing::kernel_task(worker, reads, made) });
         }
 
         /// A chain of `n` in-place updates of buffer `id` on `worker`.
@@ -688,6 +694,19 @@ mod tests {
         let out = sim.recover(&[1], &mut Spares::default()).unwrap();
         assert_eq!(out.tasks_reexecuted, 1000);
         assert_eq!(sim.0.lock().batches, vec![256, 256, 256, 232]);
+    }
+
+    #[test]
+    fn re_runs_of_regions_that_ran_with_replicas_are_counted_apart() {
+        // Worker 1 made A (its region had replicas, whose copies are gone) and then B from A;
+        // both are lost with it and run again.
+        let sim = Sim::new(3, 0);
+        sim.host_data(1);
+        sim.host_data(2);
+        sim.task_with(1, &[(1, 1)], &[1], true);
+        sim.task(1, &[(1, 2), (2, 1)], &[2]);
+        let out = sim.recover(&[1], &mut Spares::default()).unwrap();
+        assert_eq!((out.tasks_reexecuted, out.replicated_reexecuted), (2, 1));
     }
 
     #[test]

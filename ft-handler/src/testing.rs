@@ -18,6 +18,7 @@ pub(crate) fn kernel_task(worker: i32, reads: Vec<Access>, writes: Vec<Access>) 
         kernel_s: 1e-6,
         op: Op::Kernel,
         allocs: Vec::new(),
+        replicated: false,
     }
 }
 

@@ -99,6 +99,8 @@ impl Replicas {
             shared_runs: n(&self.shared_runs),
             shared_reruns: n(&self.shared_reruns),
             ballots_voided: n(&self.ballots_voided),
+            // Filled in from the recoveries (`cluster/mod.rs`).
+            reexecuted: 0,
             kernel_seconds: n(&self.region_ns) as f64 * 1e-9,
             replica_kernel_seconds: n(&self.replica_ns) as f64 * 1e-9,
             replicated_by_kernel: r.by_kernel.clone(),

@@ -131,6 +131,13 @@ pub struct ReplicaStats {
     /// was not expected to make was to a copy another region's kernel used meanwhile.
     #[serde(default)]
     pub ballots_voided: u64,
+    /// Tasks of regions placed with replicas that recoveries ran again (their versions held
+    /// by dead workers only: a replica's run failed or was not kept, its copy was overwritten
+    /// or forgotten since, or more workers were lost than the region had runs; a task a
+    /// recovery ran again counts again if a later one runs it too). The sum of the
+    /// recoveries' `replicated_reexecuted`.
+    #[serde(default)]
+    pub reexecuted: u64,
     /// Each disagreement, in order.
     pub disagreements: Vec<Disagreement>,
     /// Rank (as a string) -> votes it lost.
@@ -236,6 +243,9 @@ pub struct Outcome {
     pub versions_lost: u64,
     /// Tasks run again.
     pub tasks_reexecuted: u64,
+    /// Of those, tasks whose region ran with replicas (`OMPCLUSTER_FT_REPLICAS`).
+    #[serde(default)]
+    pub replicated_reexecuted: u64,
     /// Versions restored from checkpoints (inputs of re-runs included).
     #[serde(rename = "buffers_from_checkpoints")]
     pub from_checkpoints: u64,

@@ -87,6 +87,9 @@ pub struct TaskRecord {
     /// Blocks device code allocated in it (start, whole pages reserved), in order: a
     /// re-execution is given the same addresses.
     pub allocs: Vec<(u64, u64)>,
+    /// Its region ran on several workers (`OMPCLUSTER_FT_REPLICAS`), whose copies hold what
+    /// it wrote: recovery counts it apart when it runs it again.
+    pub replicated: bool,
 }
 
 /// One buffer version a logged task read or wrote, with the buffer's size.
@@ -555,6 +558,7 @@ mod tests {
             kernel_s: 0.001,
             op: Op::Kernel,
             allocs: Vec::new(),
+            replicated: false,
         }
     }
 

@@ -758,6 +758,7 @@ impl<'a> Launcher<'a> {
                 kernel_s,
                 op: task_graph::Op::Kernel,
                 allocs,
+                replicated,
             };
             // Recorded before the versions it made can be seen by anyone: regions that change
             // one buffer are recorded in the order of the versions they made (recovery re-runs

@@ -301,6 +301,7 @@ impl<'a> Memory<'a> {
             kernel_s: 0.0,
             op,
             allocs: Vec::new(),
+            replicated: false,
         });
     }
 

@@ -539,6 +539,7 @@ impl Cluster {
             let (failures, recoveries) = Failures::of(self).ft_report();
             (report.head_messages_sent, report.head_messages_received) = messages;
             report.counts.tasks_reexecuted = recoveries.iter().map(|r| r.outcome.tasks_reexecuted).sum();
+            report.replicas.reexecuted = recoveries.iter().map(|r| r.outcome.replicated_reexecuted).sum();
             report.failures = failures;
             report.buddy_copies = self.tolerance.buddy_stats.lock().clone();
             report.recoveries = recoveries;

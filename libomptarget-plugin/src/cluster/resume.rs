@@ -178,6 +178,7 @@ impl<'a> Resumer<'a> {
                     kernel_s: 0.0,
                     op: task_graph::Op::Kernel,
                     allocs: Vec::new(),
+                    replicated: false,
                 });
                 if let Some(r) = self.durability.resume_record.lock().as_mut() {
                     r.regions_skipped += 1;
