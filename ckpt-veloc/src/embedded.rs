@@ -339,14 +339,23 @@ impl Drop for EmbeddedStore {
     }
 }
 
+/// The flusher thread. It holds a watchdog beat (`ompc-ckpt-store`): idle while it waits
+/// for a checkpoint, running while it writes one, ticking after each piece it copies, so
+/// that a flush stuck on the file system (or on a bug of ours) ends its rank with a message
+/// naming it (the runtime's watchdog, `OMPCLUSTER_WATCHDOG`) rather than hanging the job.
 fn flusher_loop(rank: Rank, persistent: PathBuf, rx: Receiver<Job>) {
-    for job in rx {
+    use watchdog::State;
+    let beat = watchdog::global().beat("ompc-ckpt-store", "waiting for a checkpoint to flush");
+    loop {
+        beat.set(State::Idle, "waiting for a checkpoint to flush");
+        let Ok(job) = rx.recv() else { break };
+        beat.set(State::Running, "writing a checkpoint to the persistent directory");
         let Job {
             ckpt,
             data,
             completer,
         } = job;
-        let r = run_flush(rank, &persistent, ckpt, data.as_ref());
+        let r = run_flush(rank, &persistent, ckpt, data.as_ref(), &beat);
         if let Some(c) = data {
             let _ = fs::remove_file(&c.path);
         }
@@ -362,6 +371,7 @@ fn run_flush(
     persistent: &Path,
     ckpt: CkptId,
     data: Option<&Collecting>,
+    beat: &watchdog::Beat,
 ) -> Result<FlushOutcome, FlushError> {
     let start = Instant::now();
     let io = |op: &'static str, path: &Path| {
@@ -412,6 +422,7 @@ fn run_flush(
             }
             start_writeback(tmp.as_file(), written, n);
             written += n;
+            beat.tick();
         }
         records = c
             .regions

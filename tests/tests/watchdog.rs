@@ -13,9 +13,10 @@ const BOUND_S: &str = "2";
 #[test]
 fn a_parked_head_thread_ends_the_job_with_a_message() {
     let prog = compile("sleepy.c");
+    let job = Job::spawn(4, &prog, &["3000", "200"], &[("OMPCLUSTER_WATCHDOG", BOUND_S), ("OMPCLUSTER_FT_INJECT", "park:thread=ompc-ft-prober:after_ms=500")]);
+    // From the start (spawn waits for the other tests' jobs).
     let t0 = Instant::now();
-    let o = Job::spawn(4, &prog, &["3000", "200"], &[("OMPCLUSTER_WATCHDOG", BOUND_S), ("OMPCLUSTER_FT_INJECT", "park:thread=ompc-ft-prober:after_ms=500")])
-        .wait(Duration::from_secs(60));
+    let o = job.wait(Duration::from_secs(60));
     let took = t0.elapsed();
     let err = stderr(&o);
     assert!(!o.status.success(), "the job went on with a stopped thread\n{}", describe(&o));
@@ -53,4 +54,35 @@ fn kernels_longer_than_the_bound_are_no_stall() {
     let o = Job::spawn(3, &prog, &["6", "1500"], &[("OMPCLUSTER_WATCHDOG", "1")]).wait(Duration::from_secs(120));
     assert!(o.status.success() && stdout(&o).contains("sleepy: PASS"), "{}", describe(&o));
     assert!(!stderr(&o).contains("made no progress"), "{}", describe(&o));
+}
+
+/// The head's checkpoint flusher parked as it starts writing a checkpoint, as one stuck on
+/// the file system would be: the checkpoint never completes and the program's next updates
+/// of the buffers it saves wait for it. The job ends within the bound and a little, non-zero,
+/// with the message naming the thread, instead of hanging. (Before the flusher held a beat,
+/// nothing watched it, and the injection found no such thread to park.)
+#[test]
+fn a_parked_checkpoint_flush_ends_the_job_with_a_message() {
+    let prog = compile("ckpt_uniform.c");
+    let dir = tempfile::tempdir_in(ompcluster_tests::work_dir()).unwrap();
+    let (persistent, scratch) = (dir.path().join("persistent").display().to_string(), dir.path().join("scratch").display().to_string());
+    let envs = [
+        ("OMPCLUSTER_CP_INTERVAL", "0.05"),
+        ("OMPCLUSTER_CP_PERSISTENT", persistent.as_str()),
+        ("OMPCLUSTER_CP_SCRATCH", scratch.as_str()),
+        ("OMPCLUSTER_WATCHDOG", BOUND_S),
+        ("OMPCLUSTER_HB_PERIOD", "100"),
+        ("OMPCLUSTER_HB_TIMEOUT", "1000"),
+        ("OMPCLUSTER_FT_INJECT", "park:thread=ompc-ckpt-store:after_ms=300"),
+    ];
+    // 30,000 rounds of 1 MiB: about 5 s here, longer than the bound.
+    let job = Job::spawn(4, &prog, &["30000", "1048576"], &envs);
+    let t0 = Instant::now();
+    let o = job.wait(Duration::from_secs(90));
+    let took = t0.elapsed();
+    assert!(!o.status.success() && !stdout(&o).contains("PASS"), "the job went on with a stopped flusher\n{}", describe(&o));
+    let err = stderr(&o);
+    let line = err.lines().find(|l| l.starts_with("ompcluster: the runtime made no progress for 2 s (OMPCLUSTER_WATCHDOG): ")).unwrap_or_else(|| panic!("no watchdog message\n{}", describe(&o)));
+    assert!(line.contains("thread ompc-ckpt-store running in \"writing a checkpoint to the persistent directory\", last moved"), "{line}");
+    assert!(took < Duration::from_secs(60), "took {took:?}\n{}", describe(&o));
 }
