@@ -308,14 +308,17 @@ impl<'a> Launcher<'a> {
                                 // from saving those versions (measured: 3 of 24 flipped
                                 // `ft_stencil.c` runs ended "no majority", none unshared).
                                 let share = !(self.cfg.votes_on(&kernel.name) && k == 2);
-                                let free = |r: i32| r != w && !arriving(r) && reached.iter().zip(&may_write).all(|((b, ..), &m)| !b.using.contains_key(&r) || (share && shareable(b, m, r)));
-                                let mut pool: Vec<Candidate> = candidates.iter().copied().filter(|c| free(c.rank)).collect();
+                                // `once`: free once the copies on their way there arrived.
+                                let free = |r: i32, once: bool| {
+                                    let share_on = |b: &Buffer, m: bool| if once { shareable_once(b, m, r) } else { shareable(b, m, r) };
+                                    r != w && (once || !arriving(r)) && reached.iter().zip(&may_write).all(|((b, ..), &m)| !b.using.contains_key(&r) || (share && share_on(b, m)))
+                                };
+                                let mut pool: Vec<Candidate> = candidates.iter().copied().filter(|c| free(c.rank, false)).collect();
                                 // Copies on their way to a worker for other regions (a program's
                                 // first wave moves its inputs everywhere at once) are shared once
                                 // there: rather than run without replicas, wait for them, a
                                 // bounded time ([`ARRIVAL_WAIT`]).
-                                let free_once = |r: i32| r != w && reached.iter().zip(&may_write).all(|((b, ..), &m)| !b.using.contains_key(&r) || (share && shareable_once(b, m, r)));
-                                if pool.len() < k - 1 && candidates.iter().any(|c| !free(c.rank) && free_once(c.rank)) {
+                                if pool.len() < k - 1 && candidates.iter().any(|c| !free(c.rank, false) && free(c.rank, true)) {
                                     let until = *arrival_until.get_or_insert_with(|| Instant::now() + ARRIVAL_WAIT);
                                     if Instant::now() < until {
                                         wait_arrival = Some(until);
