@@ -206,7 +206,8 @@ impl Buffer {
     /// rank `live` says is up, so that forgetting `r`'s copy (an undone run changed it) loses
     /// nothing and a run again finds its input.
     pub(crate) fn shareable_on(&self, r: i32, live: impl Fn(i32) -> bool) -> bool {
-        self.held_by(r) && !self.incoming.contains(&r) && self.shareable_once_on(r, live)
+        // A held copy on its way (being overwritten) is ruled out by `shareable_once_on`.
+        self.held_by(r) && self.shareable_once_on(r, live)
     }
 
     /// Whether `r`'s copy is shareable ([`Buffer::shareable_on`]) once the current version
