@@ -114,8 +114,15 @@ pub(crate) fn begin(bound: Duration) {
 pub(crate) fn enter(stage: Stage) {
     STAGE.store(stage as u8, Ordering::Release);
     if let Some(f) = progress_file(rank_and_size().0) {
+        // Written whole, then renamed over the last one: a rank killed in the middle of a
+        // plain write (truncate, then write) left an empty file, and rank 0 could not name it
+        // (CI, stop 48: a SIGKILL 120 ms after the rank appeared). The directory is the
+        // launcher's private one (0700), so the fixed name beside it is safe.
         // (The launcher's directory may be on another node: then there is none here.)
-        let _ = std::fs::write(f, format!("{} {}\n", std::process::id(), stage as u8));
+        let part = f.with_extension("new");
+        if std::fs::write(&part, format!("{} {}\n", std::process::id(), stage as u8)).is_ok() {
+            let _ = std::fs::rename(&part, &f);
+        }
     }
 }
 
