@@ -96,7 +96,7 @@ impl<'a> Movement<'a> {
             }
             let src = self.current_holder(b).ok_or(ClusterError::Lost(addr))?;
             self.back_on(b, w)?;
-            b.incoming.insert(w);
+            b.begin_move_into(w);
             break (src, b.version, b.size, b.copy_state(src));
         };
         drop(bufs);

@@ -73,6 +73,7 @@ impl<'a> Rerunner<'a> {
         let first = batch[0];
         let mut out = BatchDone::default();
         let regions = self.install_inputs(first, w, rescue, side, &mut out)?;
+        self.forget_rewritten(batch, w);
         if batch.len() == 1 {
             let written = written_of(first);
             let changed = self.run_task(first, w, regions, &written)?;
@@ -118,6 +119,21 @@ impl<'a> Rerunner<'a> {
         Ok(out)
     }
 
+    /// The copies on `w` that the tasks of `batch` rewrite in place hold the versions they
+    /// read only until they run: forgotten before they do, so that no re-run on another
+    /// worker takes one as its input meanwhile ([`Rerunner::record_rerun`] records what they
+    /// made). What a later task still needs was rescued first (`ft_handler::decide::place`).
+    fn forget_rewritten(&self, batch: &[&TaskRecord], w: i32) {
+        let mut bufs = self.ledger.buffers.lock();
+        for t in batch {
+            for a in t.reads.iter().filter(|a| t.writes.iter().any(|x| x.buffer == a.buffer)) {
+                if let Some(addr) = bufs.by_id(a.buffer).map(|b| b.addr) {
+                    bufs.drop_copy(addr, w);
+                }
+            }
+        }
+    }
+
     /// Make `t`'s inputs present on `w` at the versions it first read (rescuing the copies
     /// `rescue` lists first); returns their regions, counting where they came from in `out`.
     fn install_inputs(&self, t: &TaskRecord, w: i32, rescue: &[Access], side: &Side, out: &mut BatchDone) -> std::result::Result<Vec<Region>, Stop> {
@@ -161,6 +177,11 @@ impl<'a> Rerunner<'a> {
                 let buddy = matches!(source, Source::Copy(HEAD)) && b.buddy == Some(a.version);
                 if !b.backed.contains(&w) {
                     Movement::of(*self).back_on(b, w).map_err(new_failure)?;
+                }
+                if !matches!(source, Source::Present) {
+                    // Overwritten from here on: what `w` held is no source for the re-runs
+                    // running meanwhile on other workers (recorded again once installed).
+                    bufs.drop_copy(region.addr, w);
                 }
                 (region, source, buddy)
             };

@@ -210,6 +210,17 @@ impl Buffer {
         self.held_by(r) && self.shareable_once_on(r, live)
     }
 
+    /// A copy of the current version is on its way into `w`'s (which does not hold it): the
+    /// bytes there are being overwritten, so `w` holds no version of it until the move is done
+    /// (`Buffers::move_done` records it a holder only if the copy arrived whole and clean).
+    /// Left listed, an older version `w` held stayed a source for recovery after a move that
+    /// did not end as a holder (taken from a copy a kernel changed meanwhile): re-runs read
+    /// whatever had arrived as that version (a wrong Cholesky result, 2 runs in 241).
+    pub(crate) fn begin_move_into(&mut self, w: i32) {
+        self.stale.remove(&w);
+        self.incoming.insert(w);
+    }
+
     /// Whether `r`'s copy is shareable ([`Buffer::shareable_on`]) once the current version
     /// is there: it may still be on its way for a region placed there (not held: a region
     /// placed on it waits for it), but no kernel executes on an older version of it, it is

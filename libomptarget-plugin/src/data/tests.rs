@@ -169,6 +169,33 @@ fn a_copy_moved_while_a_kernel_on_its_source_changed_it_holds_no_version() {
 }
 
 #[test]
+fn a_copy_moved_over_an_older_version_no_longer_holds_that_version() {
+    // Worker 2 holds version 1; worker 1 makes version 2: 2's copy is a source of version 1
+    // for recovery.
+    let mut bs = Buffers::new(0x10_0000, 1 << 24);
+    let a = bs.create(100, 0).unwrap().addr;
+    bs.new_version(a, [2].into());
+    bs.new_version(a, [1].into());
+    assert_eq!(bs.get(a).unwrap().version_on(2), Some(1));
+    // Version 2 moves from 1 into 2's copy, and a kernel placed on 1 meanwhile changes it
+    // (the Cholesky example, a worker killed: the copy then held neither version, and
+    // recovery re-ran a task on it as version 1).
+    let before = bs.get(a).unwrap().copy_state(1);
+    bs.get_mut(a).unwrap().begin_move_into(2);
+    assert_eq!(bs.get(a).unwrap().version_on(2), None, "being overwritten: no version");
+    assert!(bs.get(a).unwrap().ranks_with(1).next().is_none());
+    bs.get_mut(a).unwrap().begin_use(1);
+    bs.kernel_done(a, 1, true);
+    assert_eq!(bs.move_done(a, 2, 1, 2, before, true), Moved::Touched);
+    assert_eq!(bs.get(a).unwrap().version_on(2), None);
+    // A move that arrived whole and clean makes it a holder of the current version.
+    let before = bs.get(a).unwrap().copy_state(1);
+    bs.get_mut(a).unwrap().begin_move_into(3);
+    assert_eq!(bs.move_done(a, 3, 1, 2, before, true), Moved::Holds);
+    assert_eq!(bs.get(a).unwrap().version_on(3), Some(2));
+}
+
+#[test]
 fn a_pointer_member_stays_attached_when_its_struct_is_sent_again() {
     let mut bs = Buffers::new(0x10_0000, 1 << 24);
     let heap = 0x10_0000..0x10_0000 + (1 << 24);
