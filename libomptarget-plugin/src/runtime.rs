@@ -459,11 +459,15 @@ fn agree_on_sums(me: i32, vote: bool, teams: &[u32]) {
 
 /// Start the watchdog over this rank's threads (the `watchdog` crate; `bound`: none, no
 /// watchdog): a thread of ours that stops moving while it has work is an internal error (the
-/// head ends the job, a worker stops and the head recovers from its loss). And park the
+/// head writes the report with what the watchdog saw and ends the job, a worker stops and
+/// the head recovers from its loss). And park the
 /// threads the test-only injection names (`park:`, `inject.rs`), each `ms` after now.
 fn start_watchdog(bound: Option<std::time::Duration>, parks: Vec<(&'static str, u64)>) {
     if let Some(bound) = bound {
         let started = watchdog::start(bound, move |seen| {
+            if let Some(Runtime::Head(c)) = RUNTIME.get() {
+                c.report_stall(seen, bound);
+            }
             let threads: Vec<String> = seen.iter().map(ToString::to_string).collect();
             internal_error(format_args!("the runtime made no progress for {} s (OMPCLUSTER_WATCHDOG): {}", bound.as_secs(), threads.join("; ")))
         });

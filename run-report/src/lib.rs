@@ -79,6 +79,39 @@ pub struct Report {
     /// Replicas and votes (`OMPCLUSTER_FT_REPLICAS`, `OMPCLUSTER_FT_VOTE`).
     #[serde(default)]
     pub replicas: ReplicaStats,
+    /// The head's watchdog found one of its threads stopped (`OMPCLUSTER_WATCHDOG`): the job
+    /// ended there, and this report was written as it ended.
+    #[serde(default)]
+    pub watchdog: Vec<WatchdogEvent>,
+}
+
+/// A watchdog's finding: threads of a rank that was ended because one of them stopped moving
+/// while it had work.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WatchdogEvent {
+    /// The rank whose threads these are.
+    pub rank: i32,
+    /// When, seconds since start-up.
+    pub at_seconds: f64,
+    /// The bound (`OMPCLUSTER_WATCHDOG`), seconds.
+    pub bound_seconds: f64,
+    /// Every thread that was not idle, the stopped ones first.
+    pub threads: Vec<WatchedThread>,
+}
+
+/// One thread in a [`WatchdogEvent`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WatchedThread {
+    /// Its name (`ompc-ft-prober`, `ft-heartbeat`...).
+    pub name: String,
+    /// `running` or `waiting`.
+    pub state: String,
+    /// What it said it was doing.
+    pub doing: String,
+    /// Seconds since it last moved.
+    pub still_seconds: f64,
+    /// Running and still for the bound or longer: what ended the rank.
+    pub stopped: bool,
 }
 
 /// What replicas of regions did (`OMPCLUSTER_FT_REPLICAS=k`, `OMPCLUSTER_FT_VOTE=1`).

@@ -9,11 +9,19 @@ use std::time::{Duration, Instant};
 const BOUND_S: &str = "2";
 
 /// The head's prober parked: the job ends within the bound and a little, non-zero, with one
-/// message naming the thread and what it was doing.
+/// message naming the thread and what it was doing, and the report says the same.
 #[test]
 fn a_parked_head_thread_ends_the_job_with_a_message() {
     let prog = compile("sleepy.c");
-    let job = Job::spawn(4, &prog, &["3000", "200"], &[("OMPCLUSTER_WATCHDOG", BOUND_S), ("OMPCLUSTER_FT_INJECT", "park:thread=ompc-ft-prober:after_ms=500")]);
+    let dir = tempfile::tempdir_in(ompcluster_tests::work_dir()).unwrap();
+    let report = dir.path().join("report.json");
+    let report_s = report.display().to_string();
+    let job = Job::spawn(
+        4,
+        &prog,
+        &["3000", "200"],
+        &[("OMPCLUSTER_WATCHDOG", BOUND_S), ("OMPCLUSTER_FT_INJECT", "park:thread=ompc-ft-prober:after_ms=500"), ("OMPCLUSTER_REPORT", report_s.as_str())],
+    );
     // From the start (spawn waits for the other tests' jobs).
     let t0 = Instant::now();
     let o = job.wait(Duration::from_secs(60));
@@ -26,6 +34,17 @@ fn a_parked_head_thread_ends_the_job_with_a_message() {
     assert!(line.ends_with("; ending the job"), "{line}");
     // 3000 regions of 200 ms on 3 workers (16 at once each) take about 13 s: ended by the watchdog.
     assert!(took < Duration::from_secs(30), "took {took:?}\n{}", describe(&o));
+    // The report, written as the job ended: the event, the stopped thread first, and the
+    // regions run until then.
+    let r = run_report::Report::read(&report).unwrap_or_else(|e| panic!("{e}\n{}", describe(&o)));
+    assert_eq!(r.watchdog.len(), 1, "{:?}", r.watchdog);
+    let ev = &r.watchdog[0];
+    assert_eq!((ev.rank, ev.bound_seconds), (0, 2.0), "{ev:?}");
+    let t = &ev.threads[0];
+    assert_eq!((t.name.as_str(), t.state.as_str(), t.doing.as_str(), t.stopped), ("ompc-ft-prober", "running", "looking at the workers on this host", true), "{ev:?}");
+    assert!(t.still_seconds >= 2.0, "{ev:?}");
+    assert!(ev.threads[1..].iter().all(|t| !t.stopped) && ev.threads.iter().any(|t| t.name == "ft-heartbeat"), "{ev:?}");
+    assert!(r.tasks_executed > 0 && r.tasks_executed < 3000, "{} regions ran", r.tasks_executed);
 }
 
 /// Worker 2's polling thread parked: nothing reads the head's events to it any more while

@@ -31,6 +31,15 @@ pub enum State {
 }
 
 impl State {
+    /// `idle`, `running` or `waiting`.
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Idle => "idle",
+            State::Running => "running",
+            State::Waiting => "waiting",
+        }
+    }
+
     fn of(n: u8) -> State {
         match n {
             0 => State::Idle,
@@ -92,15 +101,13 @@ pub struct Seen {
     pub what: &'static str,
     /// How long since it last ticked.
     pub still_for: Duration,
+    /// Running and still for the bound or longer: what made the watchdog act.
+    pub stopped: bool,
 }
 
 impl std::fmt::Display for Seen {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = match self.state {
-            State::Idle => "idle",
-            State::Running => "running",
-            State::Waiting => "waiting",
-        };
+        let state = self.state.name();
         write!(f, "thread {} {state} in \"{}\", last moved {:.1} s ago", self.name, self.what, self.still_for.as_secs_f64())
     }
 }
@@ -180,14 +187,14 @@ impl Registry {
             let stopped = state == State::Running && still_for >= bound;
             stalled |= stopped;
             if state != State::Idle {
-                seen.push((!stopped, Seen { name: s.name.clone(), state, what: *s.what.lock(), still_for }));
+                seen.push(Seen { name: s.name.clone(), state, what: *s.what.lock(), still_for, stopped });
             }
         }
         if !stalled {
             return None;
         }
-        seen.sort_by_key(|(not_stopped, s)| (*not_stopped, std::cmp::Reverse(s.still_for)));
-        Some(seen.into_iter().map(|(_, s)| s).collect())
+        seen.sort_by_key(|s| (!s.stopped, std::cmp::Reverse(s.still_for)));
+        Some(seen)
     }
 }
 
@@ -250,8 +257,8 @@ mod tests {
         let seen = r.check(at(71), B, &mut mem).expect("a stall");
         // The stopped thread first, then the others not idle; the idle poller left out.
         assert_eq!(seen.len(), 2, "{seen:?}");
-        assert_eq!((seen[0].name.as_str(), seen[0].state, seen[0].what, seen[0].still_for), ("ompc-ft-buddy", State::Running, "pruning", B));
-        assert_eq!(seen[1].name, "ompc-heartbeat");
+        assert_eq!((seen[0].name.as_str(), seen[0].state, seen[0].what, seen[0].still_for, seen[0].stopped), ("ompc-ft-buddy", State::Running, "pruning", B, true));
+        assert_eq!((seen[1].name.as_str(), seen[1].stopped), ("ompc-heartbeat", false));
         assert_eq!(seen[0].to_string(), "thread ompc-ft-buddy running in \"pruning\", last moved 10.0 s ago");
     }
 

@@ -533,32 +533,8 @@ impl Cluster {
             }
         }
         event_system::process::clean_after_all(&here, LEFTOVERS_BOUND);
-        let wall = self.meter.start.elapsed().as_secs_f64();
         if let Some(path) = &self.cfg.report {
-            let mut report = self.meter.stats.report(workers.len(), wall);
-            let (failures, recoveries) = Failures::of(self).ft_report();
-            (report.head_messages_sent, report.head_messages_received) = messages;
-            report.counts.tasks_reexecuted = recoveries.iter().map(|r| r.outcome.tasks_reexecuted).sum();
-            report.replicas.reexecuted = recoveries.iter().map(|r| r.outcome.replicated_reexecuted).sum();
-            report.failures = failures;
-            report.buddy_copies = self.tolerance.buddy_stats.lock().clone();
-            report.recoveries = recoveries;
-            report.retained_bytes = self.ledger.buffers.lock().retained_bytes();
-            report.tasks_recorded = self.ledger.graph.lock().len() as u64;
-            report.head_max_rss_bytes = crate::report::max_rss_bytes();
-            report.continued_on_head_at_seconds = self.offload.local_since();
-            report.resume_log = self.durability.journal.as_ref().map(|j| j.stats());
-            report.resume = self.durability.resume_record.lock().clone();
-            if let Some(cp) = &self.durability.ckpt {
-                let p = cp.published.lock();
-                report.checkpoints = p.checkpoints;
-                report.checkpoint_bytes = p.bytes;
-                report.checkpoint_pauses_seconds = cp.pauses();
-                report.checkpoint_pause_seconds = report.checkpoint_pauses_seconds.iter().sum();
-                report.checkpoint_errors = p.errors.clone();
-                report.checkpoint_save_seconds = p.save_seconds.clone();
-                report.checkpoint_flush_seconds = p.flush_seconds.clone();
-            }
+            let report = self.run_report(workers.len(), messages);
             if let Err(e) = report.write(path) {
                 eprintln!("ompcluster: cannot write report {}: {e}", path.display());
             }
@@ -585,4 +561,77 @@ impl Cluster {
         }
         unreachable
     }
+
+    /// The run report as it stands, for a job with `workers` workers at its end and the head's
+    /// `messages` (sent, received).
+    fn run_report(&self, workers: usize, messages: (u64, u64)) -> run_report::Report {
+        let wall = self.meter.start.elapsed().as_secs_f64();
+        let mut report = self.meter.stats.report(workers, wall);
+        let (failures, recoveries) = Failures::of(self).ft_report();
+        (report.head_messages_sent, report.head_messages_received) = messages;
+        report.counts.tasks_reexecuted = recoveries.iter().map(|r| r.outcome.tasks_reexecuted).sum();
+        report.replicas.reexecuted = recoveries.iter().map(|r| r.outcome.replicated_reexecuted).sum();
+        report.failures = failures;
+        report.buddy_copies = self.tolerance.buddy_stats.lock().clone();
+        report.recoveries = recoveries;
+        report.retained_bytes = self.ledger.buffers.lock().retained_bytes();
+        report.tasks_recorded = self.ledger.graph.lock().len() as u64;
+        report.head_max_rss_bytes = crate::report::max_rss_bytes();
+        report.continued_on_head_at_seconds = self.offload.local_since();
+        report.resume_log = self.durability.journal.as_ref().map(|j| j.stats());
+        report.resume = self.durability.resume_record.lock().clone();
+        if let Some(cp) = &self.durability.ckpt {
+            let p = cp.published.lock();
+            report.checkpoints = p.checkpoints;
+            report.checkpoint_bytes = p.bytes;
+            report.checkpoint_pauses_seconds = cp.pauses();
+            report.checkpoint_pause_seconds = report.checkpoint_pauses_seconds.iter().sum();
+            report.checkpoint_errors = p.errors.clone();
+            report.checkpoint_save_seconds = p.save_seconds.clone();
+            report.checkpoint_flush_seconds = p.flush_seconds.clone();
+        }
+        report
+    }
+
+    /// The head's watchdog found a thread of ours stopped (`runtime.rs`), and the job is about
+    /// to end: write the report as it stands, with what the watchdog saw (`seen`, under
+    /// `bound`), if one was asked for. The report is gathered on another thread and given
+    /// [`STALL_REPORT_BOUND`]: the stopped thread may hold a lock it needs, and the job must
+    /// end all the same (then no report, and a line saying so).
+    pub(crate) fn report_stall(&'static self, seen: &[watchdog::Seen], bound: std::time::Duration) {
+        let Some(path) = self.cfg.report.clone() else { return };
+        let event = run_report::WatchdogEvent {
+            rank: 0,
+            at_seconds: self.meter.start.elapsed().as_secs_f64(),
+            bound_seconds: bound.as_secs_f64(),
+            threads: seen
+                .iter()
+                .map(|t| run_report::WatchedThread {
+                    name: t.name.clone(),
+                    state: t.state.name().to_string(),
+                    doing: t.what.to_string(),
+                    still_seconds: t.still_for.as_secs_f64(),
+                    stopped: t.stopped,
+                })
+                .collect(),
+        };
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let gather = move || {
+            let mut report = self.run_report(self.link.workers().count(), self.link.comm.messages());
+            report.watchdog.push(event);
+            let _ = tx.send(report.write(&path).map_err(|e| format!("cannot write report {}: {e}", path.display())));
+        };
+        let written = match std::thread::Builder::new().name("ompc-stall-report".into()).spawn(gather) {
+            Ok(_) => rx.recv_timeout(STALL_REPORT_BOUND).unwrap_or_else(|_| {
+                Err(format!("the report was not written: gathering it took over {} s (the stopped thread may hold what it needs)", STALL_REPORT_BOUND.as_secs()))
+            }),
+            Err(e) => Err(format!("the report was not written: cannot start a thread for it ({e})")),
+        };
+        if let Err(e) = written {
+            eprintln!("ompcluster: {e}");
+        }
+    }
 }
+
+/// How long the report of a job the watchdog ends may take to gather and write.
+const STALL_REPORT_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
