@@ -137,11 +137,12 @@ impl<'a> Buddy<'a> {
             if self.stopped.is_set() {
                 return;
             }
-            let t0 = Instant::now();
             // The gate, and copies from a worker (bounded by the failure detector).
             match beat.waiting("a batch of copies from a worker", || self.buddy_batch(policy, &mut todo, &mut head_bytes)) {
-                Ok(0) => {}
-                Ok(_) => std::thread::sleep(policy.pause_after(t0.elapsed())),
+                Ok(None) => {}
+                // Copying takes at most its share of the time: a pause after the time the
+                // batch copied (not the time it waited for the gate: a recovery's, say).
+                Ok(Some(took)) => beat.waiting("a pause between batches (OMPCLUSTER_FT_BUDDY_SHARE)", || std::thread::sleep(policy.pause_after(took))),
                 // A worker died (the handler recovers), or the device stopped: next pass.
                 Err(_) => return,
             }
@@ -150,8 +151,9 @@ impl<'a> Buddy<'a> {
 
     /// Copy a batch of the versions `todo` lists (taken from its front) to the head: those
     /// still current, not on the head, of which one worker (the first one's source) has a
-    /// clean copy, as many as the policy's batch takes. Returns how many it copied.
-    fn buddy_batch(&self, policy: &BuddyPolicy, todo: &mut std::collections::VecDeque<Candidate>, head_bytes: &mut u64) -> Result<usize> {
+    /// clean copy, as many as the policy's batch takes. Returns how long it copied, if it
+    /// took any.
+    fn buddy_batch(&self, policy: &BuddyPolicy, todo: &mut std::collections::VecDeque<Candidate>, head_bytes: &mut u64) -> Result<Option<std::time::Duration>> {
         // Shutdown waits for a batch in progress (its MPI calls) before it stops the workers.
         let _busy = self.tolerance.buddy_busy.lock();
         let _gate = self.tolerance.ft.enter();
@@ -208,7 +210,7 @@ impl<'a> Buddy<'a> {
             skipped.extend(todo.drain(..));
             *todo = skipped;
         }
-        let Some(src) = src else { return Ok(0) };
+        let Some(src) = src else { return Ok(None) };
         let t0 = Instant::now();
         let regions: Vec<Region> = picked.iter().map(|p| p.2).collect();
         let fetched = Movement::of(*self).fetch_many(&regions, src);
@@ -246,10 +248,11 @@ impl<'a> Buddy<'a> {
             self.meter.log(format_args!("BUDDY buffer {} version {} copied from {src} to the head ({} bytes)", c.id, version, region.size));
         }
         drop(bufs);
+        let took = t0.elapsed();
         let mut s = self.tolerance.buddy_stats.lock();
         s.copies += copied as u64;
         s.bytes += copied_bytes;
-        s.seconds += t0.elapsed().as_secs_f64();
-        Ok(copied.max(1))
+        s.seconds += took.as_secs_f64();
+        Ok(Some(took))
     }
 }
