@@ -126,6 +126,9 @@ fn null_request() -> ffi::MPI_Request {
 /// timeout (3 s) by far.
 const PEER_ERROR_WAIT: Duration = Duration::from_secs(60);
 
+/// What a thread whose beat is its own (`watchdog::Beat::own`) does while it waits here.
+const WAITING_ON_PEER: &str = "a message to or from another rank";
+
 fn check(call: &'static str, code: c_int) -> Result<(), CommError> {
     if code == 0 {
         Ok(())
@@ -248,13 +251,15 @@ impl Comm {
         }
         let deadline = Instant::now() + PEER_ERROR_WAIT;
         let mut backoff = Backoff::for_wait();
-        while Instant::now() < deadline {
-            if live.is_dead(peer) {
-                return CommError::PeerDead(peer);
+        watchdog::waiting(WAITING_ON_PEER, || {
+            while Instant::now() < deadline {
+                if live.is_dead(peer) {
+                    return CommError::PeerDead(peer);
+                }
+                backoff.snooze();
             }
-            backoff.snooze();
-        }
-        e
+            e
+        })
     }
 
     /// Wait for all `reqs` to complete, giving up if `peer` is declared dead.
@@ -268,7 +273,8 @@ impl Comm {
         if reqs.is_empty() {
             return Ok(());
         }
-        loop {
+        // A wait on a peer, bounded by the failure detector: never a stall of the thread.
+        watchdog::waiting(WAITING_ON_PEER, || loop {
             let mut flag: c_int = 0;
             // SAFETY: `reqs` holds requests started by this module whose buffers the callers
             // keep alive until this function returns (or leak on PeerDead, see below).
@@ -302,7 +308,7 @@ impl Comm {
                 return Err(CommError::PeerDead(peer));
             }
             backoff.snooze();
-        }
+        })
     }
 
     /// Send a serialised message on a request tag (not [`CONTROL_TAG`]: see
@@ -452,7 +458,7 @@ impl Comm {
 
     /// [`Comm::wait_recv`] with the given back-off (see [`Backoff::patient`]).
     pub fn wait_recv_with(&self, mut p: PostedRecv, live: &dyn Liveness, mut backoff: Backoff) -> Result<Message, CommError> {
-        loop {
+        watchdog::waiting(WAITING_ON_PEER, || loop {
             if let Some(m) = self.test_recv(&mut p, live)? {
                 return Ok(m);
             }
@@ -460,7 +466,7 @@ impl Comm {
                 return Err(CommError::PeerDead(p.src));
             }
             backoff.snooze();
-        }
+        })
     }
 
     /// Wait for one message from `src` on `tag` and decode it.

@@ -95,6 +95,9 @@ pub struct Handler {
     rx: Receiver<i32>,
 }
 
+/// What the handler thread does between failures (for the watchdog).
+const WAITING_FOR_FAILURES: &str = "waiting for a failure";
+
 /// How long a thread waits for a recovery before checking again whether it is still needed
 /// (a notice may come from a rank this handler already recovered from).
 const RECHECK: Duration = Duration::from_millis(200);
@@ -131,7 +134,12 @@ impl Handler {
                 ON_HANDLER_THREAD.with(|f| f.set(true));
                 // Dropped last, also when unwinding: waiters learn that the thread is gone.
                 let _gone = ThreadGone(&me);
-                me.run(&*device);
+                // Watched (`watchdog`): idle between failures; running as it recovers, except
+                // in the waits on other ranks, threads and files recovery reaches, which mark
+                // themselves through the thread's own beat.
+                let beat = watchdog::global().beat("ompc-ft-handler", WAITING_FOR_FAILURES);
+                beat.own();
+                me.run(&*device, &beat);
             })
             .map(|_| ())
     }
@@ -211,8 +219,11 @@ impl Handler {
     /// around that call, with the gate still held, and ends the job like
     /// [`RecoverError::Fatal`]; a panic anywhere else in the batch (the gate is then released
     /// by unwinding) ends it too.
-    fn run(&self, device: &dyn Device) {
-        while let Ok(first) = self.rx.recv() {
+    fn run(&self, device: &dyn Device, beat: &watchdog::Beat) {
+        loop {
+            beat.set(watchdog::State::Idle, WAITING_FOR_FAILURES);
+            let Ok(first) = self.rx.recv() else { return };
+            beat.set(watchdog::State::Running, "recovering from a failure");
             match catch_unwind(AssertUnwindSafe(|| self.recover_batch(first, device))) {
                 Ok(Ok(())) => {}
                 Ok(Err(())) => return,
@@ -235,7 +246,9 @@ impl Handler {
         }
         self.set_state(State::Failed);
         device.noticed(&dead);
-        let gate = self.gate.write();
+        // The requests in flight leave once their waits on workers end (bounded by the
+        // failure detector), or a kernel they wait for does.
+        let gate = watchdog::waiting("the offloading requests in flight to leave the gate", || self.gate.write());
         self.set_state(State::Restarting);
         let outcome = loop {
             // Everything noticed meanwhile joins this recovery.

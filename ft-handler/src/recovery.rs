@@ -305,7 +305,7 @@ pub fn rebuild(dev: &impl Primitives, work: &LostWork, lost: &BTreeSet<Access>, 
                 break;
             }
             // Every re-run thread answers (its panic is caught), and `tx` lives here.
-            let Ok((batch, w, res)) = rx.recv() else { break };
+            let Ok((batch, w, res)) = watchdog::waiting("re-runs of lost tasks on the workers", || rx.recv()) else { break };
             running -= 1;
             busy.remove(&w);
             match res {
@@ -339,7 +339,7 @@ pub fn rebuild(dev: &impl Primitives, work: &LostWork, lost: &BTreeSet<Access>, 
     // Lost versions that no task rebuilt and no live rank holds (an earlier attempt may have
     // rebuilt some) come from checkpoints or copies kept apart: onto the head.
     for a in work.restore.iter().filter(|a| lost.contains(a)) {
-        match dev.restore(*a)? {
+        match watchdog::waiting("a lost version read from a checkpoint or a copy kept apart", || dev.restore(*a))? {
             Some(Restored::Checkpoint) => total.from_checkpoints += 1,
             Some(Restored::Copy) => total.from_live_copies += 1,
             None => {}

@@ -65,6 +65,77 @@ fn a_parked_worker_poller_stops_the_worker_and_the_job_recovers() {
     assert!(err.contains("recovered from the loss of rank 2"), "no recovery\n{}", describe(&o));
 }
 
+/// The recovery handler parked as it takes in a failure (worker 2 killed): nothing recovers,
+/// and the regions that waited on worker 2 would wait for the recovery for ever. The job ends
+/// within the bound and a little, non-zero, naming the handler and what it was doing. (Before
+/// the handler held a beat, the injection found no such thread, recovery ran, and the job
+/// passed.)
+#[test]
+fn a_parked_recovery_handler_ends_the_job_with_a_message() {
+    let prog = compile("sleepy.c");
+    let job = Job::spawn(
+        4,
+        &prog,
+        &["3000", "200"],
+        &[
+            ("OMPCLUSTER_WATCHDOG", BOUND_S),
+            ("OMPCLUSTER_HB_PERIOD", "100"),
+            ("OMPCLUSTER_HB_TIMEOUT", "1000"),
+            ("OMPCLUSTER_FT_INJECT", "park:thread=ompc-ft-handler:after_ms=300;kill:rank=2:after_ms=1500"),
+        ],
+    );
+    let t0 = Instant::now();
+    let o = job.wait(Duration::from_secs(60));
+    let took = t0.elapsed();
+    let err = stderr(&o);
+    assert!(!o.status.success() && !stdout(&o).contains("sleepy: PASS"), "the job went on without its recovery handler\n{}", describe(&o));
+    assert!(!err.contains("recovered from the loss of rank 2"), "{}", describe(&o));
+    let line = err.lines().find(|l| l.starts_with("ompcluster: the runtime made no progress for 2 s (OMPCLUSTER_WATCHDOG): ")).unwrap_or_else(|| panic!("no watchdog message\n{}", describe(&o)));
+    assert!(line.contains("thread ompc-ft-handler running in \"recovering from a failure\", last moved"), "{line}");
+    assert!(took < Duration::from_secs(30), "took {took:?}\n{}", describe(&o));
+}
+
+/// A recovery whose waits last longer than the bound is no stall: the handler waits for the
+/// regions in flight (kernels of 1.5 s under a bound of 1 s) to leave the gate, and for the
+/// workers, as a waiting thread.
+#[test]
+fn a_recovery_that_waits_on_long_kernels_is_no_stall() {
+    let prog = compile("sleepy.c");
+    let o = Job::spawn(
+        4,
+        &prog,
+        &["12", "1500"],
+        &[("OMPCLUSTER_WATCHDOG", "1"), ("OMPCLUSTER_HB_PERIOD", "100"), ("OMPCLUSTER_HB_TIMEOUT", "1000"), ("OMPCLUSTER_FT_INJECT", "kill:rank=2:after_ms=2000")],
+    )
+    .wait(Duration::from_secs(120));
+    let err = stderr(&o);
+    assert!(o.status.success() && stdout(&o).contains("sleepy: PASS"), "{}", describe(&o));
+    assert!(err.contains("recovered from the loss of rank 2"), "no recovery\n{}", describe(&o));
+    assert!(!err.contains("made no progress"), "{}", describe(&o));
+}
+
+/// A worker killed in the stencil under a bound of 1 s: the recovery, the regions it waits
+/// for and the head's buddy copies waiting for it at the gate are no stall. (The buddy thread
+/// paused after each batch for nine times the batch's time, to keep copying within its share
+/// of the time, and counted its wait for the gate as copying time: after a recovery it slept
+/// as a running thread for nine times the recovery, and the watchdog ended the job, 5 of 5
+/// such kills in a campaign.)
+#[test]
+fn a_recovery_under_a_tight_bound_is_no_stall() {
+    let prog = compile("ft_stencil.c");
+    let o = Job::spawn(
+        4,
+        &prog,
+        &["8", "4096", "24", "90000"],
+        &[("OMPCLUSTER_WATCHDOG", "1"), ("OMPCLUSTER_HB_PERIOD", "100"), ("OMPCLUSTER_HB_TIMEOUT", "1000"), ("OMPCLUSTER_FT_INJECT", "kill:rank=2:after_ms=800")],
+    )
+    .wait(Duration::from_secs(120));
+    let err = stderr(&o);
+    assert!(!err.contains("made no progress"), "{}", describe(&o));
+    assert!(o.status.success() && stdout(&o).contains("ft_stencil: PASS"), "{}", describe(&o));
+    assert!(err.contains("recovered from the loss of rank 2"), "no recovery\n{}", describe(&o));
+}
+
 /// Kernels that each run longer than the bound are no stall: the polling thread waits on
 /// them, or hands them off and goes on polling.
 #[test]

@@ -8,12 +8,18 @@
 //! reports every thread that is not idle, with what each is doing, to its caller, which ends
 //! the job with a message instead of leaving it hung.
 //!
+//! A thread whose work reaches waits in many places, deep in code that knows nothing of it
+//! (the recovery handler), makes its beat its own ([`Beat::own`], a thread-local): those
+//! waits call [`waiting`], which marks the calling thread's own beat, if any, and does nothing
+//! else.
+//!
 //! Design note (threads): a beat's state and counter are atomics written only by the thread
-//! that holds it; the registry's list (a mutex) is touched when a beat is made or dropped and
+//! that holds it (its own beat: only by that thread too); the registry's list (a mutex) is touched when a beat is made or dropped and
 //! by the watchdog thread, once a second. The rule itself ([`Registry::check`]) takes the
 //! time as an argument, so that it is tested without a clock.
 
 use parking_lot::Mutex;
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -80,13 +86,36 @@ impl Beat {
     }
 
     /// Run `f`, a wait bounded elsewhere (`what`: on whom), as [`State::Waiting`], then go back
-    /// to [`State::Running`].
+    /// to the state it was in.
     pub fn waiting<R>(&self, what: &'static str, f: impl FnOnce() -> R) -> R {
-        let before = *self.0.what.lock();
+        let before = (State::of(self.0.state.load(Ordering::Acquire)), *self.0.what.lock());
         self.set(State::Waiting, what);
         let r = f();
-        self.set(State::Running, before);
+        self.set(before.0, before.1);
         r
+    }
+
+    /// Make this beat the calling thread's own: the waits of code that knows nothing of it
+    /// (a reply from a peer, a checkpoint read: [`waiting`]) then mark it waiting while they
+    /// last. For a thread whose work reaches such waits in many places (the recovery handler).
+    pub fn own(&self) {
+        let _ = MINE.try_with(|m| *m.borrow_mut() = Some(Beat(self.0.clone())));
+    }
+}
+
+thread_local! {
+    /// The calling thread's own beat, if it made one its own ([`Beat::own`]).
+    static MINE: RefCell<Option<Beat>> = const { RefCell::new(None) };
+}
+
+/// Run `f`, a wait bounded elsewhere (`what`: on whom or what), as [`State::Waiting`] on the
+/// calling thread's own beat ([`Beat::own`]), if it has one; else just run `f`. Callable
+/// anywhere, a thread's exit included (other thread-locals' destructors may wait on a peer,
+/// after this one is gone: then no beat).
+pub fn waiting<R>(what: &'static str, f: impl FnOnce() -> R) -> R {
+    match MINE.try_with(|m| m.borrow().as_ref().map(|b| Beat(b.0.clone()))).ok().flatten() {
+        Some(beat) => beat.waiting(what, f),
+        None => f(),
     }
 }
 
@@ -329,5 +358,45 @@ mod tests {
         let inside = beat.waiting("rank 3", state);
         assert_eq!(inside, State::Waiting);
         assert_eq!((state(), *beat.0.what.lock()), (State::Running, "working"));
+    }
+
+    #[test]
+    fn a_wait_in_a_thread_local_destructor_after_the_beat_is_gone_just_runs() {
+        struct WaitsOnDrop;
+        impl Drop for WaitsOnDrop {
+            fn drop(&mut self) {
+                assert_eq!(waiting("a peer", || 7), 7);
+            }
+        }
+        thread_local! { static LATE: WaitsOnDrop = const { WaitsOnDrop }; }
+        let r = Arc::new(Registry::default());
+        let r2 = r.clone();
+        // LATE first, then the thread's own beat: destroyed in the reverse order, so LATE's
+        // destructor waits after the beat's thread-local is gone (as an MPI send from a
+        // thread-local's destructor did in a run).
+        std::thread::spawn(move || {
+            LATE.with(|_| ());
+            r2.beat("t", "working").own();
+        })
+        .join()
+        .expect("the thread ended well");
+        assert!(r.beats.lock().iter().all(|w| w.strong_count() == 0));
+    }
+
+    #[test]
+    fn a_wait_deep_in_other_code_marks_the_threads_own_beat_only() {
+        let r = Registry::default();
+        let beat = r.beat("t", "recovering");
+        let look = |b: &Beat| (State::of(b.0.state.load(Ordering::Acquire)), *b.0.what.lock());
+        // Not its own yet: the free function marks nothing.
+        assert_eq!(waiting("a peer", || look(&beat)), (State::Running, "recovering"));
+        beat.own();
+        // Nested waits come back to the state they found (a wait inside a wait stays waiting).
+        let (outer, inner, after_inner) = beat.waiting("re-runs", || (look(&beat), waiting("a peer", || look(&beat)), look(&beat)));
+        assert_eq!((outer, inner, after_inner), ((State::Waiting, "re-runs"), (State::Waiting, "a peer"), (State::Waiting, "re-runs")));
+        assert_eq!(look(&beat), (State::Running, "recovering"));
+        // Another thread's waits do not touch it.
+        let other = std::thread::scope(|s| s.spawn(|| waiting("a peer", || look(&beat))).join().unwrap());
+        assert_eq!(other, (State::Running, "recovering"));
     }
 }

@@ -77,7 +77,7 @@ impl Durability {
     /// `addr` (if it is saving it): call before changing or freeing that copy.
     pub(super) fn before_changing_staged(&self, addr: u64) {
         if let Some(cp) = &self.ckpt {
-            cp.head_pending.wait(addr);
+            watchdog::waiting("a checkpoint saving a buffer about to change", || cp.head_pending.wait(addr));
         }
     }
 

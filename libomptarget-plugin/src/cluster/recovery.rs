@@ -154,7 +154,7 @@ impl algo::Primitives for Rebuild<'_> {
     fn targets(&self) -> std::result::Result<Vec<i32>, RecoverError> {
         let c = self.c;
         if c.link.workers().next().is_none() {
-            OnHead::of(c).continue_on_head().map_err(|e| RecoverError::Fatal(format!("every worker died and the head cannot run the target regions itself: {e}")))?;
+            watchdog::waiting("the program's images loaded on the head", || OnHead::of(c).continue_on_head()).map_err(|e| RecoverError::Fatal(format!("every worker died and the head cannot run the target regions itself: {e}")))?;
         }
         Ok(Launcher::of(c).targets().collect())
     }
@@ -237,7 +237,7 @@ impl<'a> Recovery<'a> {
             for &r in dead {
                 Failures::of(*self).record_failure(r, "declared dead");
             }
-            Resumer::of(*self).adopt_checkpointed(None)?;
+            watchdog::waiting("the versions of the checkpoint resumed from", || Resumer::of(*self).adopt_checkpointed(None))?;
         }
         self.recover_only(dead, None)
     }

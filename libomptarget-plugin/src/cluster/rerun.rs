@@ -316,7 +316,7 @@ impl<'a> Rerunner<'a> {
     /// that counted on it is out of date.
     pub(super) fn load_checkpointed(&self, a: Access) -> std::result::Result<Vec<u8>, Stop> {
         match &self.durability.ckpt {
-            Some(c) if c.holds(a.buffer, a.version) => c.load(a.buffer, a.version).map_err(|e| Stop::BadCheckpoint(a, e)),
+            Some(c) if c.holds(a.buffer, a.version) => watchdog::waiting("a version read from a checkpoint", || c.load(a.buffer, a.version)).map_err(|e| Stop::BadCheckpoint(a, e)),
             _ => Err(Stop::Replan(a)),
         }
     }
