@@ -390,10 +390,16 @@ fn thread_waits(pid: u32) -> String {
 }
 
 /// Ends `p` at once (SIGKILL): a daemon that never finished starting has nothing to save.
+/// Returns once it has ended (or after `DAEMON_WAIT`): a signal is only delivered when the
+/// process next runs, and on a busy node that may be after the failed start has been retried.
 fn stop_now(p: Proc) {
     if p.alive() {
         // SAFETY: signalling a process identified by pid and start time just now.
         unsafe { libc::kill(p.pid as libc::pid_t, libc::SIGKILL) };
+    }
+    let deadline = Instant::now() + DAEMON_WAIT;
+    while p.alive() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
