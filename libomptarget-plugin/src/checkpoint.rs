@@ -18,8 +18,10 @@
 //! to save count as unsaved again, so the next checkpoint saves them. At most one checkpoint is
 //! in progress: one that falls due meanwhile is taken at the next request after it finished,
 //! so manifests are published in order and each one lists every region (incremental saves
-//! point to older files). One that falls due with nothing to save or forget is not taken (it
-//! would publish the same state again); its interval starts again.
+//! point to older files). One request at a time takes a checkpoint that fell due
+//! ([`Checkpointer::claim`]); the others wait for it at the gate. One that falls due with
+//! nothing to save or forget is not taken (it would publish the same state again); its
+//! interval starts again.
 
 use ckpt_veloc::{CheckpointMap, CheckpointStore, FlushError, FlushHandle, RegionRecord, StoreConfig};
 use event_system::CheckpointSink;
@@ -36,6 +38,9 @@ pub(crate) struct Checkpointer {
     pub(crate) cfg: StoreConfig,
     inner: Arc<Mutex<Inner>>,
     flushing: Arc<AtomicBool>,
+    /// A request is taking a checkpoint (waiting for the gate, or in the pause): see
+    /// [`Checkpointer::claim`].
+    taking: AtomicBool,
     flusher: Mutex<Option<JoinHandle<()>>>,
     pub(crate) published: Arc<Mutex<Published>>,
     /// Staged buffers on the head that the checkpoint in progress has yet to save.
@@ -97,6 +102,16 @@ pub(crate) struct Published {
     pub(crate) flush_seconds: Vec<f64>,
 }
 
+/// A request's claim to take the checkpoint due ([`Checkpointer::claim`]), given up when
+/// dropped.
+pub(crate) struct Claim<'a>(&'a AtomicBool);
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
 /// One region a saver must save: (buffer id, address, size, version).
 pub(crate) type SaveItem = (u64, u64, u64, u64);
 
@@ -107,6 +122,7 @@ impl Checkpointer {
             cfg,
             inner: Arc::new(Mutex::new(Inner { next_ckpt: 1, last: Some(Instant::now()), ..Default::default() })),
             flushing: Arc::new(AtomicBool::new(false)),
+            taking: AtomicBool::new(false),
             flusher: Mutex::new(None),
             published: Arc::new(Mutex::new(Published::default())),
             head_pending: Arc::new(PendingSaves::default()),
@@ -120,6 +136,17 @@ impl Checkpointer {
         }
         let Some(interval) = self.cfg.interval_for(bytes) else { return false };
         self.inner.lock().last.is_none_or(|t| t.elapsed() >= interval)
+    }
+
+    /// A checkpoint is due (for `bytes` of device data) and no other request is taking one:
+    /// the caller takes it, while the claim lives. The others go on to the gate and wait
+    /// behind it. (Each request that found one due used to wait for the gate's write side
+    /// itself: while one waited for the kernels in flight, the next request found the next
+    /// one due, and with kernels longer than the interval the requests queued as writers let
+    /// one region run per checkpoint: `sleepy 200 2500` with checkpoints every 2 s on 3
+    /// workers took 109 s instead of 13.6.)
+    pub(crate) fn claim(&self, bytes: u64) -> Option<Claim<'_>> {
+        (self.due(bytes) && self.taking.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_ok()).then(|| Claim(&self.taking))
     }
 
     /// The version already saved of each buffer (in a published or in-flight checkpoint).
@@ -299,10 +326,12 @@ impl Checkpointer {
 
     /// Wait for the flush in progress (at exit).
     pub(crate) fn wait(&self) {
-        if let Some(h) = self.flusher.lock().take() {
-            let _ = h.join();
-        }
-        self.store.wait_all();
+        watchdog::waiting("a checkpoint's saves and flush", || {
+            if let Some(h) = self.flusher.lock().take() {
+                let _ = h.join();
+            }
+            self.store.wait_all();
+        });
     }
 
     /// All pauses so far, seconds.

@@ -242,6 +242,30 @@ fn checkpoints_with_nothing_to_save_are_not_taken() {
     assert_eq!(json.checkpoints, list_versions(&ck).unwrap().len() as u64, "{json:?}");
 }
 
+/// A checkpoint's pause waits for the regions in flight, so it lasts one region at most, even
+/// when checkpoints fall due far more often than regions end (200 regions of 2 s, up to 64 in
+/// flight on 3 workers, an interval of 0.1 s). Each request that found one due used to queue
+/// for the gate's write side itself: the pauses grew by a region's length each time (2.5 s,
+/// 5 s, ... 27.5 s with regions of 2.5 s) and one region ran per checkpoint (109 s instead of
+/// 14 s with an interval of 2 s). The bound is three regions' length: a semantic limit with a
+/// wide margin, not a speed measurement.
+#[test]
+fn a_checkpoint_pause_lasts_one_region_at_most() {
+    let prog = ompcluster_tests::compile("sleepy.c");
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ckpt");
+    let report = dir.path().join("report.json");
+    let mut e = ckpt_env(&ck, "0.1");
+    e.push(("OMPCLUSTER_REPORT".into(), report.display().to_string()));
+    let out = Job::spawn(4, &prog, &["200", "2000"], &envs(&e)).wait(Duration::from_secs(150));
+    assert!(out.status.success() && stdout(&out).contains("sleepy: PASS"), "{}", describe(&out));
+    let json = Report::read(&report).unwrap();
+    assert!(json.checkpoint_errors.is_empty(), "{json:?}");
+    let pauses = &json.checkpoint_pauses_seconds;
+    assert!(!pauses.is_empty(), "no checkpoint taken: {json:?}");
+    assert!(pauses.iter().all(|&p| p < 6.0), "a pause over three regions' length: {pauses:?}");
+}
+
 /// A run long enough for checkpoints with worker-saved regions to be published before it ends
 /// (512 tasks), with the rank that saved them killed right then; whether the first such
 /// version is published before the run ends depends on the store's flush: VeloC copies the

@@ -34,7 +34,7 @@ impl<'a> Requests<'a> {
         self.stopped.check()?;
         if let Some(cp) = &self.durability.ckpt {
             // While fast-forwarding, versions no rank holds cannot be saved: no checkpoint.
-            if !self.durability.fast_forward() && cp.due(self.ledger.device_bytes()) {
+            if let Some(_claim) = cp.claim(self.ledger.device_bytes()).filter(|_| !self.durability.fast_forward()) {
                 Checkpoints::of(*self).checkpoint(cp, false);
             }
         }
