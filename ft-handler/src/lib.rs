@@ -98,6 +98,9 @@ pub struct Handler {
 /// What the handler thread does between failures (for the watchdog).
 const WAITING_FOR_FAILURES: &str = "waiting for a failure";
 
+/// What a thread waiting for the gate's write side waits for, for the watchdog.
+const LEAVING_THE_GATE: &str = "the offloading requests in flight to leave the gate";
+
 /// How long a thread waits for a recovery before checking again whether it is still needed
 /// (a notice may come from a rank this handler already recovered from).
 const RECHECK: Duration = Duration::from_millis(200);
@@ -166,7 +169,7 @@ impl Handler {
 
     /// Enter one offloading request (the gate's read side).
     pub fn enter(&self) -> RwLockReadGuard<'_, ()> {
-        self.gate.read()
+        watchdog::waiting("a recovery or a checkpoint holding the gate", || self.gate.read())
     }
 
     /// Hold the gate's read side for work a request hands over while it holds the gate (the
@@ -179,12 +182,12 @@ impl Handler {
 
     /// Wait until no request, and no work handed over by one, holds the gate (the job's end).
     pub fn wait_quiet(&self) {
-        drop(self.gate.write());
+        drop(watchdog::waiting(LEAVING_THE_GATE, || self.gate.write()));
     }
 
     /// Hold the gate exclusively, in `state` (a checkpoint); `Running` again when dropped.
     pub fn exclusive(&self, state: State) -> Exclusive<'_> {
-        let guard = self.gate.write();
+        let guard = watchdog::waiting(LEAVING_THE_GATE, || self.gate.write());
         self.inner.lock().state = state;
         Exclusive { handler: self, _guard: guard }
     }
@@ -193,6 +196,10 @@ impl Handler {
     /// held). Returns the reason if recovery failed for good instead, or if the handler
     /// thread has ended (nothing would recover them any more).
     pub fn wait_recovered(&self, dead: &BTreeSet<i32>) -> Result<(), String> {
+        watchdog::waiting("the recovery from a failure", || self.await_recovered(dead))
+    }
+
+    fn await_recovered(&self, dead: &BTreeSet<i32>) -> Result<(), String> {
         let mut i = self.inner.lock();
         loop {
             if let Some(f) = &i.fatal {
@@ -248,7 +255,7 @@ impl Handler {
         device.noticed(&dead);
         // The requests in flight leave once their waits on workers end (bounded by the
         // failure detector), or a kernel they wait for does.
-        let gate = watchdog::waiting("the offloading requests in flight to leave the gate", || self.gate.write());
+        let gate = watchdog::waiting(LEAVING_THE_GATE, || self.gate.write());
         self.set_state(State::Restarting);
         let outcome = loop {
             // Everything noticed meanwhile joins this recovery.

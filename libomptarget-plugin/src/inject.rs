@@ -71,7 +71,7 @@ pub enum Action {
 }
 
 /// The threads `park:` can name: those that hold a watchdog beat.
-pub const PARKABLE: [&str; 7] = ["ft-heartbeat", "ompc-ft-buddy", "ompc-ft-prober", "ompc-ft-handler", "ompc-ft-replicas", "ompc-worker-poll", "ompc-ckpt-store"];
+pub const PARKABLE: [&str; 8] = ["ft-heartbeat", "ompc-region", "ompc-ft-buddy", "ompc-ft-prober", "ompc-ft-handler", "ompc-ft-replicas", "ompc-worker-poll", "ompc-ckpt-store"];
 
 impl Action {
     /// The signal (0, no signal, for [`Action::Panic`], which is no signal to a rank).

@@ -287,6 +287,10 @@ struct PoolState {
 /// Region threads' stacks: the launch path, recovery included, needs far less.
 const STACK: usize = 1 << 20;
 
+/// What an idle region thread and a busy one do, for the watchdog.
+const WAITING_FOR_A_REGION: &str = "waiting for a region to run";
+const RUNNING_A_REGION: &str = "a region's offloading operations";
+
 impl Pool {
     fn new(cap: usize) -> Pool {
         let (tx, rx) = crossbeam_channel::unbounded();
@@ -309,12 +313,20 @@ impl Pool {
         let _ = self.tx.send(q);
     }
 
+    /// A region thread. Its beat is its own (`watchdog::Beat::own`): every wait of a region on
+    /// something bounded elsewhere (a worker, other regions, a recovery, the gate, a kernel on
+    /// the head) marks it waiting where it waits; the rest of an operation must keep moving.
     fn serve(&self) {
+        let beat = watchdog::global().beat("ompc-region", WAITING_FOR_A_REGION);
+        beat.set(watchdog::State::Idle, WAITING_FOR_A_REGION);
+        beat.own();
         while let Ok(q) = self.rx.recv() {
+            beat.set(watchdog::State::Running, RUNNING_A_REGION);
             q.drain();
             drop(q);
             self.state.lock().pending -= 1;
             self.drained.notify_all();
+            beat.set(watchdog::State::Idle, WAITING_FOR_A_REGION);
         }
     }
 

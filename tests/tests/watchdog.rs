@@ -47,6 +47,24 @@ fn a_parked_head_thread_ends_the_job_with_a_message() {
     assert!(r.tasks_executed > 0 && r.tasks_executed < 3000, "{} regions ran", r.tasks_executed);
 }
 
+/// The head's region threads parked as they next move (a `nowait` region's operations run on
+/// them): the regions in flight never end and libomp waits for them. The job ends within the
+/// bound and a little, non-zero, naming a region thread. (Before region threads held beats,
+/// nothing watched them: `park:` could not name them.)
+#[test]
+fn a_parked_region_thread_ends_the_job_with_a_message() {
+    let prog = compile("sleepy.c");
+    let job = Job::spawn(4, &prog, &["3000", "200"], &[("OMPCLUSTER_WATCHDOG", BOUND_S), ("OMPCLUSTER_FT_INJECT", "park:thread=ompc-region:after_ms=500")]);
+    let t0 = Instant::now();
+    let o = job.wait(Duration::from_secs(60));
+    let took = t0.elapsed();
+    let err = stderr(&o);
+    assert!(!o.status.success() && !stdout(&o).contains("sleepy: PASS"), "the job went on with its region threads stopped\n{}", describe(&o));
+    let line = err.lines().find(|l| l.starts_with("ompcluster: the runtime made no progress for 2 s (OMPCLUSTER_WATCHDOG): ")).unwrap_or_else(|| panic!("no watchdog message\n{}", describe(&o)));
+    assert!(line.contains("thread ompc-region running in \""), "{line}");
+    assert!(took < Duration::from_secs(30), "took {took:?}\n{}", describe(&o));
+}
+
 /// Worker 2's polling thread parked: nothing reads the head's events to it any more while
 /// its heartbeat goes on. Its watchdog stops it, and the head recovers from its loss.
 #[test]

@@ -68,10 +68,12 @@ pub struct Beat(Arc<Slot>);
 
 impl Beat {
     /// One more round: progress. A beat asked to park (the test-only injection
-    /// `park:thread=NAME`) parks its thread here for ever, as a stuck thread would be.
+    /// `park:thread=NAME`) parks its thread here for ever, as a stuck thread of ours would be:
+    /// running (its tick may come as it starts a wait, whose state it would otherwise keep).
     pub fn tick(&self) {
         self.0.progress.fetch_add(1, Ordering::Relaxed);
         if self.0.park.load(Ordering::Relaxed) {
+            self.0.state.store(State::Running as u8, Ordering::Release);
             loop {
                 std::thread::park();
             }

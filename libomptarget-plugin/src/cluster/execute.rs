@@ -247,7 +247,8 @@ impl<'a> Executor<'a> {
         // SAFETY: the caller made every region present on the head (staged at its device
         // address, or an image's data loaded here) and keeps the buffers while it runs;
         // libomptarget generated `args` for this kernel (or the record kept them).
-        let ran = unsafe { dev.execute(image, index, args, regions, assume_written) }.map_err(|msg| ClusterError::Worker { rank: HEAD, msg })?;
+        let ran = watchdog::waiting("a user kernel run on the head", || unsafe { dev.execute(image, index, args, regions, assume_written) })
+            .map_err(|msg| ClusterError::Worker { rank: HEAD, msg })?;
         Ok(Executed {
             changed: ran.changed,
             pointers: ran.pointers,

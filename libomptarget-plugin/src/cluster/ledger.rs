@@ -8,16 +8,39 @@
 //! `buffers` held and notified after every change that may let a waiting thread go on.
 
 use crate::data::Buffers;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard, WaitTimeoutResult};
+use std::time::Instant;
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use task_graph::TaskGraph;
+
+/// [`Ledger::moved`]: a wait on it is a wait on other threads (a copy on its way, another
+/// region's kernel, a recovery), each bounded by the failure detector, so it marks a thread
+/// whose beat is its own (region threads, the handler) waiting for the watchdog.
+pub(super) struct Moved(Condvar);
+
+/// What a thread waiting on [`Ledger::moved`] waits for, for the watchdog.
+const WAITING_ON_BUFFERS: &str = "copies, kernels or moves of other regions on its buffers";
+
+impl Moved {
+    pub(super) fn wait(&self, bufs: &mut MutexGuard<'_, Buffers>) {
+        watchdog::waiting(WAITING_ON_BUFFERS, || self.0.wait(bufs));
+    }
+
+    pub(super) fn wait_until(&self, bufs: &mut MutexGuard<'_, Buffers>, until: Instant) -> WaitTimeoutResult {
+        watchdog::waiting(WAITING_ON_BUFFERS, || self.0.wait_until(bufs, until))
+    }
+
+    pub(super) fn notify_all(&self) -> usize {
+        self.0.notify_all()
+    }
+}
 
 /// Buffers, versions, holders and the task record.
 pub(super) struct Ledger {
     pub(super) buffers: Mutex<Buffers>,
     /// Notified when a copy arrived, a kernel ended, a buffer was released (with `buffers`).
-    pub(super) moved: Condvar,
+    pub(super) moved: Moved,
     pub(super) graph: Mutex<TaskGraph>,
     /// Bytes of all live device buffers (for the checkpoint interval).
     device_bytes: AtomicU64,
@@ -33,7 +56,7 @@ impl Ledger {
     pub(super) fn new(buffers: Buffers, graph: TaskGraph, prune_at: u64, retains: bool) -> Self {
         Ledger {
             buffers: Mutex::new(buffers),
-            moved: Condvar::new(),
+            moved: Moved(Condvar::new()),
             graph: Mutex::new(graph),
             device_bytes: AtomicU64::new(0),
             host_allocs: Mutex::new(HashMap::default()),

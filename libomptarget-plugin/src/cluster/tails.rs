@@ -33,7 +33,7 @@ use super::merge::Snap;
 use super::memory::Memory;
 use super::meter::Meter;
 use super::offload::{Kernel, Offload};
-use super::replicas::{Ballot, Replicator, SetRun};
+use super::replicas::{Ballot, Replicator, SetRun, REPLICAS_REPLIES};
 use super::tolerance::Tolerance;
 use super::Stopped;
 use crate::config::Config;
@@ -164,15 +164,17 @@ impl<'a> Collector<'a> {
         let mut job = match self.offload.tails.tx.get() {
             Some(tx) => match tx.send(job) {
                 // (A collector that panicked with it dropped it, its marks with it.)
-                Ok(()) => return was_entered.recv().ok().map(|()| tell),
+                Ok(()) => return watchdog::waiting("the replicas' collector", || was_entered.recv()).ok().map(|()| tell),
                 Err(e) => e.into_inner(),
             },
             None => job,
         };
-        while job.runs.iter().any(|r| r.pending.is_some()) {
-            self.poll(&mut job);
-            std::thread::sleep(POLL);
-        }
+        watchdog::waiting(REPLICAS_REPLIES, || {
+            while job.runs.iter().any(|r| r.pending.is_some()) {
+                self.poll(&mut job);
+                std::thread::sleep(POLL);
+            }
+        });
         self.settle(job, None);
         None
     }
