@@ -68,12 +68,13 @@ pub struct Beat(Arc<Slot>);
 
 impl Beat {
     /// One more round: progress. A beat asked to park (the test-only injection
-    /// `park:thread=NAME`) parks its thread here for ever, as a stuck thread of ours would be:
-    /// running (its tick may come as it starts a wait, whose state it would otherwise keep).
+    /// `park:thread=NAME`) parks its thread at its next tick while running, for ever, as a
+    /// stuck thread of ours would be: with work, where it does that work. Not at a tick that
+    /// starts an idle time or a wait: parked there, the thread would either never count as
+    /// stopped or be named in a state it never stopped in.
     pub fn tick(&self) {
         self.0.progress.fetch_add(1, Ordering::Relaxed);
-        if self.0.park.load(Ordering::Relaxed) {
-            self.0.state.store(State::Running as u8, Ordering::Release);
+        if self.0.park.load(Ordering::Relaxed) && State::of(self.0.state.load(Ordering::Acquire)) == State::Running {
             loop {
                 std::thread::park();
             }
@@ -173,7 +174,8 @@ impl Registry {
         Beat(slot)
     }
 
-    /// Ask the beats named `name` to park their threads at their next tick (test only).
+    /// Ask the beats named `name` to park their threads at their next tick while running
+    /// (test only).
     /// Returns how many there were.
     pub fn park(&self, name: &str) -> usize {
         let beats = self.beats.lock();
@@ -320,6 +322,37 @@ mod tests {
         }
         let seen = r.check(t0 + B, B, &mut mem).expect("the parked thread is found");
         assert_eq!(seen[0].name, "ompc-ft-prober");
+    }
+
+    /// A thread asked to park as it goes idle or starts a wait parks where it next runs, and
+    /// is named there (parked at the idle tick, the flusher of `ompc-ckpt-store` was named
+    /// running in its idle text).
+    #[test]
+    fn a_parked_beat_parks_where_it_runs_not_where_it_waits() {
+        let r = Arc::new(Registry::default());
+        let beat = r.beat("ompc-ckpt-store", "writing");
+        assert_eq!(r.park("ompc-ckpt-store"), 1);
+        let reached = Arc::new(AtomicU64::new(0));
+        let at = reached.clone();
+        std::thread::spawn(move || {
+            beat.set(State::Idle, "waiting for work");
+            at.store(1, Ordering::Release);
+            beat.waiting("a peer", || at.store(2, Ordering::Release));
+            beat.set(State::Running, "writing");
+            at.store(3, Ordering::Release);
+        });
+        let t0 = Instant::now();
+        while reached.load(Ordering::Acquire) < 2 && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(reached.load(Ordering::Acquire), 2, "parked before its wait, or never");
+        let mut mem = Memory::default();
+        for s in 0..10 {
+            assert_eq!(r.check(t0 + Duration::from_secs(s), B, &mut mem), None);
+        }
+        let seen = r.check(t0 + B, B, &mut mem).expect("the parked thread is found");
+        assert_eq!((seen[0].name.as_str(), seen[0].state, seen[0].what), ("ompc-ckpt-store", State::Running, "writing"));
     }
 
     #[test]
