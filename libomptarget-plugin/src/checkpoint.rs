@@ -16,7 +16,8 @@
 //! persistent directory. A checkpoint counts (manifest published, report counters) only once
 //! every save succeeded and every saver's flush is durable; if any failed, the versions it was
 //! to save count as unsaved again, so the next checkpoint saves them. At most one checkpoint is
-//! in progress: one that falls due meanwhile is taken at the next request after it finished,
+//! in progress (the final one on SIGTERM waits, under the pause, for one a region took): one
+//! that falls due meanwhile is taken at the next request after it finished,
 //! so manifests are published in order and each one lists every region (incremental saves
 //! point to older files). One request at a time takes a checkpoint that fell due
 //! ([`Checkpointer::claim`]); the others wait for it at the gate. One that falls due with

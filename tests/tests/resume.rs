@@ -739,24 +739,7 @@ fn a_job_stopped_by_sigterm_resumes_skipping_what_it_had_done() {
             Some(a) => format!("{} {:?}, SIGTERM to the launcher {a:?} after the head's runtime started", case.name, case.args),
             None => format!("{} {:?}, SIGTERM to the launcher as soon as it started mpirun", case.name, case.args),
         };
-        let job = Job::spawn(NP, &case.prog, case.args, &env_refs(&envs));
-        let waited = Instant::now();
-        // The launcher started mpirun (it catches SIGTERM from then on).
-        let is_mpirun = |p: &i32| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| ["mpirun", "orterun", "prterun"].iter().any(|m| c.starts_with(m)));
-        while !job_members(job.marker()).iter().any(is_mpirun) {
-            assert!(waited.elapsed() < DEATH_BOUND, "{what}: the launcher never started mpirun");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        if let Some(a) = after {
-            while !job.ranks(&case.prog).first().is_some_and(|&(r, p)| r == 0 && handles_sigterm(p)) {
-                assert!(waited.elapsed() < DEATH_BOUND, "{what}: the head's runtime never started (it handles no SIGTERM)");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            std::thread::sleep(a);
-        }
-        // SAFETY: kill has no memory-safety preconditions; the pid is this test's launcher.
-        assert_eq!(unsafe { libc::kill(job.pid(), libc::SIGTERM) }, 0, "{what}: cannot send SIGTERM");
-        let o = end_of(job, DEATH_BOUND, &what);
+        let o = sigterm(&case, &envs, after, &what);
         assert!(!o.status.success() && !stdout(&o).contains(case.done), "{what}: the job was not stopped (too late?)\n{}", describe(&o));
         assert!(stderr(&o).contains("ompcluster-run: SIGTERM: passed to the program's head"), "{what}: the launcher did not pass SIGTERM to the head\n{}", describe(&o));
         assert!(stderr(&o).contains("ompcluster: SIGTERM: final checkpoint done"), "{what}: no final checkpoint\n{}", describe(&o));
@@ -770,6 +753,71 @@ fn a_job_stopped_by_sigterm_resumes_skipping_what_it_had_done() {
             assert_resumed(&label, &o, &res, None);
             assert!(done > Some(0), "{label}: the first job had run no region at its final checkpoint: {res}\n{}", describe(&o));
         }
+    }
+}
+
+/// Run `case` with `envs`, send SIGTERM to its launcher `after` the head's runtime started (it
+/// handles SIGTERM from then on), or at once once the launcher started mpirun, and return what
+/// the job printed (it must end within [`DEATH_BOUND`], leaving no process).
+fn sigterm(case: &Case, envs: &[(String, String)], after: Option<Duration>, what: &str) -> Output {
+    let job = Job::spawn(NP, &case.prog, case.args, &env_refs(envs));
+    let waited = Instant::now();
+    // The launcher started mpirun (it catches SIGTERM from then on).
+    let is_mpirun = |p: &i32| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| ["mpirun", "orterun", "prterun"].iter().any(|m| c.starts_with(m)));
+    while !job_members(job.marker()).iter().any(is_mpirun) {
+        assert!(waited.elapsed() < DEATH_BOUND, "{what}: the launcher never started mpirun");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if let Some(a) = after {
+        while !job.ranks(&case.prog).first().is_some_and(|&(r, p)| r == 0 && handles_sigterm(p)) {
+            assert!(waited.elapsed() < DEATH_BOUND, "{what}: the head's runtime never started (it handles no SIGTERM)");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(a);
+    }
+    // SAFETY: kill has no memory-safety preconditions; the pid is this test's launcher.
+    assert_eq!(unsafe { libc::kill(job.pid(), libc::SIGTERM) }, 0, "{what}: cannot send SIGTERM");
+    end_of(job, DEATH_BOUND, what)
+}
+
+/// SIGTERM while periodic checkpoints are taken back to back (every 20 ms, 1000 regions of
+/// 300 ms: a checkpoint's pause, waiting for the kernels in flight, holds the gate most of the
+/// time): the final checkpoint waits for the one in progress, and both are published. Started
+/// beside it, the final one's log cut replaced the other's, and both failed ("checkpoint 7
+/// failed: the log has no cut for checkpoint 7", and 8), while SIGTERM said "final checkpoint
+/// done": this test failed in each of 4 runs before the fix. The first job resumes from the
+/// newest, and is right.
+#[test]
+fn sigterm_during_a_checkpoint_publishes_both() {
+    let case = Case { name: "sleepy", prog: compile("sleepy.c"), args: &["1000", "300"], done: "sleepy: PASS", mask: exact };
+    let (expected, _) = fresh(&case, case.args, &[], "failure-free, no checkpoints");
+    let seed = ompcluster_tests::test_seed("sigterm_during_a_checkpoint_publishes_both");
+    for i in 0..6u64 {
+        // Between 0.5 and 3.5 s after the head's runtime started: its regions take about 5.5 s
+        // (at most 64 in flight, 17 checkpoints whose pauses last a region each).
+        let after = Duration::from_millis(500 + (seed + i * 500) % 3000);
+        let dir = scratch_dir();
+        let ck = dir.path().join("ckpt");
+        let mut envs = ompcluster_tests::ckpt_env(&ck, "0.02");
+        envs.push(("OMPCLUSTER_CP_ENABLE".into(), "1".into()));
+        let what = format!("{} {:?}, checkpoints every 20 ms, SIGTERM to the launcher {after:?} after the head's runtime started", case.name, case.args);
+        let o = sigterm(&case, &envs, Some(after), &what);
+        let err = stderr(&o);
+        assert!(!o.status.success() && !stdout(&o).contains(case.done), "{what}: the job was not stopped (too late?)\n{}", describe(&o));
+        assert!(err.contains("ompcluster: SIGTERM: final checkpoint done"), "{what}: no final checkpoint\n{}", describe(&o));
+        let failed: Vec<&str> = err.lines().filter(|l| l.starts_with("ompcluster: checkpoint ") && l.contains(" failed")).collect();
+        assert!(failed.is_empty(), "{what}: checkpoints failed: {failed:?}\n{}", describe(&o));
+        if i > 0 {
+            continue;
+        }
+        // Resumed once: versions the first job's log cannot place are rebuilt by running
+        // regions again, which took up to 25 s here.
+        let newest = manifests(&ck).last().copied();
+        let (o, res, _) = resume(&case, case.args, &ck, &expected, &format!("after SIGTERM ({what})"));
+        let label = format!("{what}, resumed");
+        // From the newest checkpoint; its regions run in another order than the first job's
+        // (1000 independent regions), so the resumed job goes live where the orders part.
+        assert_resumed(&label, &o, &res, newest);
     }
 }
 

@@ -59,7 +59,6 @@ impl<'a> Checkpoints<'a> {
             eprintln!("ompcluster: SIGTERM while fast-forwarding a resumed job: no final checkpoint");
             return;
         }
-        cp.wait(); // a checkpoint in progress first
         self.checkpoint(cp, true);
         cp.wait();
     }
@@ -71,7 +70,14 @@ impl<'a> Checkpoints<'a> {
         let t0 = Instant::now();
         let traced = self.meter.trace_now();
         let gate = self.tolerance.ft.exclusive(State::Checkpointing);
-        if !force && !cp.due(self.ledger.device_bytes()) {
+        if force {
+            // At most one checkpoint in progress: one a region took before this one got the
+            // gate (its pause may have held it as SIGTERM came) is saved and flushed first.
+            // Started beside it, this one's log cut replaced that one's, and both failed to
+            // publish while SIGTERM said "final checkpoint done". No region runs meanwhile;
+            // the flush needs no gate.
+            cp.wait();
+        } else if !cp.due(self.ledger.device_bytes()) {
             return; // another thread took it while we waited
         }
         // A failure not yet recovered from: no checkpoint now (a buffer whose only holders
