@@ -26,7 +26,7 @@
 
 use ckpt_veloc::{CheckpointMap, CheckpointStore, FlushError, FlushHandle, RegionRecord, StoreConfig};
 use event_system::CheckpointSink;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -281,14 +281,14 @@ impl Checkpointer {
     /// `id`: recovery can load it, the next manifests list it, and it is not saved again.
     pub(crate) fn adopt(&self, id: u64, version: u64, rec: RegionRecord) {
         self.inner.lock().saved.insert(id, version);
-        let mut p = self.published.lock();
+        let mut p = self.published();
         p.map.record([RegionRecord { region: id, ..rec }]);
         p.versions.insert(id, version);
     }
 
     /// Was a buffer the published manifest lists freed since (so the next manifest differs)?
     pub(crate) fn forgot_any(&self) -> bool {
-        let p = self.published.lock();
+        let p = self.published();
         p.deleted.iter().any(|&id| p.map.get(id).is_some())
     }
 
@@ -300,19 +300,19 @@ impl Checkpointer {
     /// A buffer was freed: it leaves the next manifest.
     pub(crate) fn forget(&self, id: u64) {
         self.inner.lock().saved.remove(&id);
-        let mut p = self.published.lock();
+        let mut p = self.published();
         p.deleted.insert(id);
         p.versions.remove(&id);
     }
 
     /// Does a published checkpoint hold `version` of buffer `id`?
     pub(crate) fn holds(&self, id: u64, version: u64) -> bool {
-        self.published.lock().versions.get(&id) == Some(&version)
+        self.published().versions.get(&id) == Some(&version)
     }
 
     /// Where the published checkpoints hold `version` of buffer `id`, if they do.
     pub(crate) fn record(&self, id: u64, version: u64) -> Option<RegionRecord> {
-        let p = self.published.lock();
+        let p = self.published();
         match (p.versions.get(&id), p.map.get(id)) {
             (Some(&v), Some(rec)) if v == version => Some(rec.clone()),
             _ => None,
@@ -323,6 +323,12 @@ impl Checkpointer {
     pub(crate) fn load(&self, id: u64, version: u64) -> Result<Vec<u8>, String> {
         let rec = self.record(id, version).ok_or_else(|| format!("no published checkpoint holds version {version} of buffer {id}"))?;
         ckpt_veloc::load_record(self.store.persistent_dir(), &rec).map_err(|e| e.to_string())
+    }
+
+    /// What is published, locked: the flush holds it across its log's and manifest's fsyncs,
+    /// so a region that waits for it is marked waiting (`watchdog::lock`).
+    fn published(&self) -> MutexGuard<'_, Published> {
+        watchdog::lock(&self.published, "a checkpoint's publication")
     }
 
     /// Wait for the flush in progress (at exit).

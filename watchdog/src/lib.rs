@@ -18,7 +18,7 @@
 //! by the watchdog thread, once a second. The rule itself ([`Registry::check`]) takes the
 //! time as an argument, so that it is tested without a clock.
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -120,6 +120,15 @@ pub fn waiting<R>(what: &'static str, f: impl FnOnce() -> R) -> R {
         Some(beat) => beat.waiting(what, f),
         None => f(),
     }
+}
+
+/// Lock `m`; if another thread holds it, wait for it as [`waiting`] on `what` (the holder).
+/// For a lock taken in many places whose holder may itself be in a marked wait (the head's
+/// buffer table, held while a region waits for a checkpoint to save a staged copy): the
+/// threads queued behind it have not stopped; a holder that has (running, not ticking) is
+/// still the one named.
+pub fn lock<'a, T>(m: &'a Mutex<T>, what: &'static str) -> MutexGuard<'a, T> {
+    m.try_lock().unwrap_or_else(|| waiting(what, || m.lock()))
 }
 
 /// A thread found stopped, or (in a report) one that was not idle then.
@@ -433,5 +442,45 @@ mod tests {
         // Another thread's waits do not touch it.
         let other = std::thread::scope(|s| s.spawn(|| waiting("a peer", || look(&beat))).join().unwrap());
         assert_eq!(other, (State::Running, "recovering"));
+    }
+
+    #[test]
+    fn a_thread_behind_a_held_lock_waits_and_the_holder_runs() {
+        let r = Registry::default();
+        let mut mem = Memory::default();
+        let m = Mutex::new(0u32);
+        let t0 = Instant::now();
+        // Free: taken at once, the beat untouched.
+        let holder = r.beat("holder", "working");
+        holder.own();
+        *lock(&m, "the table") += 1;
+        assert_eq!(State::of(holder.0.state.load(Ordering::Acquire)), State::Running);
+        // Held: the thread behind it waits on it while the holder (running) sits still.
+        let held = m.lock();
+        std::thread::scope(|s| {
+            let queued = s.spawn(|| {
+                let beat = r.beat("queued", "working");
+                beat.own();
+                *lock(&m, "the table") += 1;
+                let after = (State::of(beat.0.state.load(Ordering::Acquire)), *beat.0.what.lock());
+                after
+            });
+            let started = Instant::now();
+            while !r.beats.lock().iter().filter_map(Weak::upgrade).any(|s| s.name == "queued" && State::of(s.state.load(Ordering::Acquire)) == State::Waiting) {
+                assert!(started.elapsed() < Duration::from_secs(10), "the queued thread never waited");
+                std::thread::yield_now();
+            }
+            for q in 0..4 {
+                assert_eq!(r.check(t0 + B * q / 4, B, &mut mem), None, "at {q} quarters of the bound");
+            }
+            let seen = r.check(t0 + B, B, &mut mem).expect("the holder stalls");
+            let named: Vec<(&str, State, bool)> = seen.iter().map(|s| (s.name.as_str(), s.state, s.stopped)).collect();
+            assert_eq!(named, [("holder", State::Running, true), ("queued", State::Waiting, false)]);
+            assert_eq!(seen[1].what, "the table");
+            drop(held);
+            // Back to running once it has the lock.
+            assert_eq!(queued.join().unwrap(), (State::Running, "working"));
+        });
+        assert_eq!(*m.lock(), 2);
     }
 }

@@ -36,9 +36,20 @@ impl Moved {
     }
 }
 
+/// [`Ledger::buffers`]: a region thread queued for it while its holder is in a marked wait
+/// (a checkpoint still saving a staged copy, a kernel on the head) is waiting on that holder,
+/// not stopped: its slow path marks it so for the watchdog (`watchdog::lock`).
+pub(super) struct Table(Mutex<Buffers>);
+
+impl Table {
+    pub(super) fn lock(&self) -> MutexGuard<'_, Buffers> {
+        watchdog::lock(&self.0, "the buffer table, held by another thread")
+    }
+}
+
 /// Buffers, versions, holders and the task record.
 pub(super) struct Ledger {
-    pub(super) buffers: Mutex<Buffers>,
+    pub(super) buffers: Table,
     /// Notified when a copy arrived, a kernel ended, a buffer was released (with `buffers`).
     pub(super) moved: Moved,
     pub(super) graph: Mutex<TaskGraph>,
@@ -55,7 +66,7 @@ pub(super) struct Ledger {
 impl Ledger {
     pub(super) fn new(buffers: Buffers, graph: TaskGraph, prune_at: u64, retains: bool) -> Self {
         Ledger {
-            buffers: Mutex::new(buffers),
+            buffers: Table(Mutex::new(buffers)),
             moved: Moved(Condvar::new()),
             graph: Mutex::new(graph),
             device_bytes: AtomicU64::new(0),

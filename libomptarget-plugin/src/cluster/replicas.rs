@@ -260,35 +260,34 @@ impl<'a> Replicator<'a> {
         // the next region finds their workers free for its own replicas.
         let mut backoff = event_system::Backoff::for_wait();
         let mut until: Option<Instant> = None;
-        // A wait on the workers, each bounded by the failure detector (`test_reply`).
-        watchdog::waiting(REPLICAS_REPLIES, || {
-            while !waiting.is_empty() && until.is_none_or(|u| Instant::now() < u) {
-                let got = waiting.iter_mut().enumerate().find_map(|(j, (_, p, recv))| exec.test_reply(p, recv).map(|ran| (j, ran)));
-                let Some((j, ran)) = got else {
-                    backoff.snooze();
-                    continue;
-                };
-                let (i, ..) = waiting.swap_remove(j);
-                let run = &mut runs[i];
-                run.ran = ran;
-                if run.ran.is_ok() {
-                    self.replied(&mut self.ledger.buffers.lock(), reach, run);
+        // A wait on the workers, each bounded by the failure detector (`test_reply`): only the
+        // pauses between tests are marked, so that a thread stuck in the loop is seen.
+        while !waiting.is_empty() && until.is_none_or(|u| Instant::now() < u) {
+            let got = waiting.iter_mut().enumerate().find_map(|(j, (_, p, recv))| exec.test_reply(p, recv).map(|ran| (j, ran)));
+            let Some((j, ran)) = got else {
+                watchdog::waiting(REPLICAS_REPLIES, || backoff.snooze());
+                continue;
+            };
+            let (i, ..) = waiting.swap_remove(j);
+            let run = &mut runs[i];
+            run.ran = ran;
+            if run.ran.is_ok() {
+                self.replied(&mut self.ledger.buffers.lock(), reach, run);
+            }
+            match &run.ran {
+                Ok(_) if vote && run.void(marked) => {}
+                Ok(e) => {
+                    answered.push((i, Ballot::of(e, reach)));
+                    if decided(&answered) {
+                        until.get_or_insert_with(|| Instant::now() + tail_grace(e.seconds));
+                    }
                 }
-                match &run.ran {
-                    Ok(_) if vote && run.void(marked) => {}
-                    Ok(e) => {
-                        answered.push((i, Ballot::of(e, reach)));
-                        if decided(&answered) {
-                            until.get_or_insert_with(|| Instant::now() + tail_grace(e.seconds));
-                        }
-                    }
-                    Err(_) => {
-                        self.end(&mut self.ledger.buffers.lock(), reach, run);
-                        self.ledger.moved.notify_all();
-                    }
+                Err(_) => {
+                    self.end(&mut self.ledger.buffers.lock(), reach, run);
+                    self.ledger.moved.notify_all();
                 }
             }
-        });
+        }
         for (i, p, r) in waiting {
             runs[i].pending = Some((p, r));
         }

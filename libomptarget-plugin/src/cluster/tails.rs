@@ -169,12 +169,11 @@ impl<'a> Collector<'a> {
             },
             None => job,
         };
-        watchdog::waiting(REPLICAS_REPLIES, || {
-            while job.runs.iter().any(|r| r.pending.is_some()) {
-                self.poll(&mut job);
-                std::thread::sleep(POLL);
-            }
-        });
+        // Only the pauses between tests are marked: a thread stuck in the loop is seen.
+        while job.runs.iter().any(|r| r.pending.is_some()) {
+            self.poll(&mut job);
+            watchdog::waiting(REPLICAS_REPLIES, || std::thread::sleep(POLL));
+        }
         self.settle(job, None);
         None
     }
