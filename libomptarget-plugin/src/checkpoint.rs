@@ -196,8 +196,16 @@ impl Checkpointer {
         let keep = self.cfg.keep;
         let saved = saved.to_vec();
         let body = move || {
+            // Watched (the `watchdog` crate): running while it publishes (its log's and
+            // manifest's fsyncs, under the `published` lock that region threads may wait for);
+            // waiting while it writes the head's copies to scratch (the file system, the
+            // embedded store's own flusher watched) and on the savers' answers (peers).
+            // (Not its thread's own: run on the caller's thread when no thread can be started,
+            // it must not take the place of that thread's own beat.)
+            let beat = watchdog::global().beat("ompc-ckpt-flush", "taking a checkpoint in the background");
             let started = Instant::now();
             let mut head_result = Ok(());
+            beat.set(watchdog::State::Waiting, "writing the head's copies to the scratch directory");
             for (id, addr, size, _) in head_items {
                 if head_result.is_ok() {
                     // SAFETY: the head holds this buffer's current version in its staged
@@ -218,7 +226,9 @@ impl Checkpointer {
                 save_s = started.elapsed().as_secs_f64();
                 flush_started = Instant::now();
             };
+            beat.set(watchdog::State::Waiting, "the savers' answers and flushes");
             let workers_result = workers(own_flush, &mut mark);
+            beat.set(watchdog::State::Running, "publishing a checkpoint");
             let result = head_result.and(workers_result).and_then(|records| {
                 let mut p = published.lock();
                 let bytes: u64 = records.iter().map(|r| r.size).sum();
@@ -334,11 +344,20 @@ impl Checkpointer {
     /// Wait for the flush in progress (at exit).
     pub(crate) fn wait(&self) {
         watchdog::waiting("a checkpoint's saves and flush", || {
-            if let Some(h) = self.flusher.lock().take() {
+            // Held across the join: a second caller waits for the same flush to end (taken
+            // and released at once, it would find no handle and return while it runs).
+            let mut flusher = self.flusher.lock();
+            if let Some(h) = flusher.take() {
                 let _ = h.join();
             }
+            drop(flusher);
             self.store.wait_all();
         });
+    }
+
+    /// Is a checkpoint's flush in progress?
+    pub(crate) fn in_progress(&self) -> bool {
+        self.flushing.load(Ordering::Acquire)
     }
 
     /// All pauses so far, seconds.

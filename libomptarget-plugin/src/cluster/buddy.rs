@@ -86,6 +86,8 @@ impl<'a> Buddy<'a> {
         let policy = policy(self.cfg);
         // Watched (the `watchdog` crate): running between its waits on workers and the gate.
         let beat = watchdog::global().beat("ompc-ft-buddy", "a pass of buddy copies");
+        // Its own: the waits it reaches inside other code (the buffer table's lock, MPI) mark it.
+        beat.own();
         loop {
             beat.set(State::Idle, "sleeping between passes");
             std::thread::sleep(policy.interval);
