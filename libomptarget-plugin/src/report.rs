@@ -36,6 +36,9 @@ pub(crate) struct Replicas {
     /// whose copies then became holders.
     pub(crate) tails: AtomicU64,
     pub(crate) tails_kept: AtomicU64,
+    /// Copies kept (among `copies_kept`) as stale copies of a version a later one replaced
+    /// before their tail was settled.
+    pub(crate) kept_stale: AtomicU64,
     /// Test only (`flip:`): runs sent with a bit to flip.
     pub(crate) flips_injected: AtomicU64,
     /// Sharing copies with other regions (`cluster/launch.rs`): runs that shared one, runs
@@ -95,6 +98,7 @@ impl Replicas {
             vote_skipped: n(&self.vote_skipped),
             tails: n(&self.tails),
             tails_kept: n(&self.tails_kept),
+            kept_stale: n(&self.kept_stale),
             flips_injected: n(&self.flips_injected),
             shared_runs: n(&self.shared_runs),
             shared_reruns: n(&self.shared_reruns),

@@ -148,6 +148,10 @@ pub struct ReplicaStats {
     /// became holders of its versions once they ended.
     #[serde(default)]
     pub tails_kept: u64,
+    /// Of `copies_kept`, those kept as stale copies of a version a later region had already
+    /// replaced when their tail was settled: sources for recovery's re-runs of what came after.
+    #[serde(default)]
+    pub kept_stale: u64,
     /// Test only (`OMPCLUSTER_FT_INJECT=flip:...`): runs that had a bit of what they wrote
     /// flipped (a flip whose rank runs no region after its trigger never fires).
     #[serde(default)]

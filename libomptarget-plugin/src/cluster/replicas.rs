@@ -683,14 +683,19 @@ impl<'a> Replicator<'a> {
 
     /// The taken run (its `snaps`) made version `v` of the buffer at `addr`, region `i` of
     /// its reach, exactly from the version it started from: each agreeing replica that started
-    /// from the same versions and whose copy nothing else touched since holds `v` too.
-    /// Returns how many copies became holders.
+    /// from the same versions and whose copy nothing else touched since holds `v` too: as a
+    /// holder while `v` is current, else (a tail settled after a later region made the next
+    /// version elsewhere) as a stale copy of `v`, a source for recovery's re-runs of what came
+    /// after. Forgotten instead, such a copy had been overwritten by the replica, and a later
+    /// region's version on one worker only, lost with it, re-ran the replicated regions behind
+    /// it back to the head's copy (`cholesky.c`, k = 2: up to 14 replicated re-runs in one kill).
+    /// Returns how many copies were kept.
     pub(super) fn install(&self, bufs: &mut Buffers, i: usize, addr: u64, v: u64, snaps: &[Snap], agree: &[SetRun]) -> u64 {
         let mut kept = 0;
         for r in agree {
             let same_start = r.snaps.len() == snaps.len() && r.snaps.iter().zip(snaps).all(|(a, b)| a.version == b.version);
             let untouched = bufs.get(addr).is_some_and(|b| {
-                b.version == v
+                b.version >= v
                     && !b.holders.contains(&r.w)
                     && !b.stale.contains_key(&r.w)
                     && !b.incoming.contains(&r.w)
@@ -699,7 +704,14 @@ impl<'a> Replicator<'a> {
                     && b.undone_on(r.w) == r.snaps[i].undone_start
             });
             if same_start && untouched && self.link.is_live_worker(r.w) {
-                bufs.add_holder(addr, r.w);
+                match bufs.get(addr).map(|b| (b.id, b.version == v)) {
+                    Some((_, true)) => bufs.add_holder(addr, r.w),
+                    Some((id, false)) => {
+                        bufs.install(id, r.w, v);
+                        self.meter.stats.replicas.kept_stale.fetch_add(1, Ordering::Relaxed);
+                    }
+                    None => continue,
+                }
                 self.meter.stats.replicas.copies_kept.fetch_add(1, Ordering::Relaxed);
                 kept += 1;
             }
