@@ -125,7 +125,8 @@ pub struct ReplicaStats {
     /// first-placed one failed, or lost the vote).
     pub taken_from_other: u64,
     /// Copies of versions replicas made that became holders (a failure of the worker whose
-    /// result was taken then costs no re-run of that region).
+    /// result was taken then costs no re-run of that region), or stale copies of a version a
+    /// later one replaced (`kept_stale`).
     pub copies_kept: u64,
     /// Regions whose result a majority of at least two replicas agreed on.
     pub votes: u64,
