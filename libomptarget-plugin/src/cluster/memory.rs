@@ -539,12 +539,17 @@ impl<'a> Memory<'a> {
             Movement::of(*self).back_on(b, at)?;
         }
         {
-            // A buddy copy reading the destination's copy there: let it finish first.
+            // A buddy copy reading the destination's copy there, or a merge reading or
+            // patching it (`Buffer::holding`): let it finish first.
             let mut bufs = self.ledger.buffers.lock();
-            while bufs.get(dst_buf).is_some_and(|b| b.buddy_reading == Some(at)) {
+            while bufs.get(dst_buf).is_some_and(|b| b.buddy_reading == Some(at) || b.holding.contains_key(&at)) {
                 self.ledger.moved.wait(&mut bufs);
             }
-            bufs.get_mut(dst_buf).ok_or(ClusterError::UnknownAddress(dst))?.host_writes += 1;
+            let b = bufs.get_mut(dst_buf).ok_or(ClusterError::UnknownAddress(dst))?;
+            b.host_writes += 1;
+            // An older version there is overwritten from now on: no source for recovery (a
+            // move into a copy drops it at its start too, `Buffers::begin_move_into`).
+            b.stale.remove(&at);
         }
         let copied = self.link.post(at, Event::Copy { src, dst, size: len }).and_then(|tag| self.link.expect_ok(at, tag));
         let mut bufs = self.ledger.buffers.lock();

@@ -212,11 +212,17 @@ impl<'a> Collector<'a> {
             };
             match (&outcome, agrees) {
                 (Some(o), true) => {
+                    let w = r.w;
                     let mut agree = [r];
                     let mut bufs = self.ledger.buffers.lock();
+                    // The region's record dropped the tail's copies (`launch.rs`): one that a
+                    // rank holds or is sent a version into since was written by something else
+                    // (a device-to-device copy into it: `Memory::copy_once` takes any holder
+                    // as its destination), and holds none of the versions the tail made.
+                    let overwritten: Vec<bool> = o.made.iter().map(|&(i, _)| bufs.get(reach[i].0).is_some_and(|b| b.holders.contains(&w) || b.stale.contains_key(&w) || b.incoming.contains(&w))).collect();
                     replicator.settle_agreeing(&mut bufs, &reach, &mut agree);
                     let mut kept = replicator.install_blocks(&mut bufs, &o.blocks, &agree);
-                    for &(i, v) in &o.made {
+                    for (&(i, v), _) in o.made.iter().zip(&overwritten).filter(|(_, over)| !**over) {
                         kept += replicator.install(&mut bufs, i, reach[i].0, v, &o.snaps, &agree);
                     }
                     drop(bufs);
