@@ -539,10 +539,12 @@ impl<'a> Memory<'a> {
             Movement::of(*self).back_on(b, at)?;
         }
         {
-            // A buddy copy reading the destination's copy there, or a merge reading or
-            // patching it (`Buffer::holding`): let it finish first.
+            // A buddy copy reading the destination's copy there, a merge reading or patching
+            // it (`Buffer::holding`), or a kernel there that may still write it (a replica
+            // running on after its region took another's result, `Buffer::using`): let it
+            // finish first, so that its end does not take the copied bytes for its own.
             let mut bufs = self.ledger.buffers.lock();
-            while bufs.get(dst_buf).is_some_and(|b| b.buddy_reading == Some(at) || b.holding.contains_key(&at)) {
+            while bufs.get(dst_buf).is_some_and(|b| b.buddy_reading == Some(at) || b.holding.contains_key(&at) || b.using.contains_key(&at)) {
                 self.ledger.moved.wait(&mut bufs);
             }
             let b = bufs.get_mut(dst_buf).ok_or(ClusterError::UnknownAddress(dst))?;
