@@ -221,7 +221,7 @@ impl Buffers {
             }
             let from_w: Vec<i32> = b.torn.iter().filter(|(_, &s)| s == w).map(|(&d, _)| d).collect();
             if changed {
-                b.kernel_changes += 1;
+                *b.kernel_changes.entry(w).or_default() += 1;
                 for &d in &from_w {
                     b.torn.remove(&d);
                     b.holders.remove(&d);

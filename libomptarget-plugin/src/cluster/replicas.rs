@@ -29,7 +29,7 @@ use crate::inject::Injector;
 use event_system::comm::PostedRecv;
 use event_system::protocol::{Allocated, Event, Region};
 use scheduler::Candidate;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -138,10 +138,10 @@ impl<'a> Replicator<'a> {
         let launcher = Launcher::of(*self);
         let exec = Executor::of(*self);
         let short = kernel.last_ns.load(Ordering::Relaxed) < SHORT_KERNEL_NS;
-        // Kernel changes of each buffer so far (see `torn` below).
-        let changes: Vec<u64> = {
+        // Kernel changes of each buffer so far, per rank (see `torn` below).
+        let changes: Vec<BTreeMap<i32, u64>> = {
             let bufs = self.ledger.buffers.lock();
-            reach.iter().map(|(a, ..)| bufs.get(*a).map_or(0, |b| b.kernel_changes)).collect()
+            reach.iter().map(|(a, ..)| bufs.get(*a).map_or_else(BTreeMap::new, |b| b.kernel_changes.clone())).collect()
         };
         // Inputs moved to each in turn, then all started at once (`Launcher::start_set`).
         let moved: Vec<Result<()>> = set.iter().map(|&r| launcher.move_inputs(r, reach)).collect();
@@ -161,13 +161,16 @@ impl<'a> Replicator<'a> {
         {
             let mut bufs = self.ledger.buffers.lock();
             // A copy of a buffer it may write taken while a kernel could reach the source
-            // (`Buffer::torn`) is exact if no kernel changed the buffer since the moves began:
-            // no member runs yet, and no other region writes a buffer a replicated region may
-            // write (`Buffer::replicated`); those still running there read it.
+            // (`Buffer::torn`) is exact if no kernel changed the source's copy since the moves
+            // began: no member runs yet, and no other region writes a buffer a replicated
+            // region may write (`Buffer::replicated`); those still running there read it. A
+            // change elsewhere (an earlier region's replica settling on its own copy) is not
+            // in the source's bytes.
             let torn = |bufs: &Buffers, w: i32| {
-                reach.iter().zip(marked).zip(&changes).find_map(|(((a, ..), &m), &c)| {
-                    let b = bufs.get(*a).filter(|_| m && bufs.get(*a).is_some_and(|b| b.torn.contains_key(&w)))?;
-                    (b.kernel_changes != c).then_some(*a)
+                reach.iter().zip(marked).zip(&changes).find_map(|(((a, ..), &m), c)| {
+                    let b = bufs.get(*a).filter(|_| m)?;
+                    let &src = b.torn.get(&w)?;
+                    (b.changes_on(src) != c.get(&src).copied().unwrap_or(0)).then_some(*a)
                 })
             };
             let unready = runs.iter().find_map(|r| match &r.ran {

@@ -99,9 +99,11 @@ pub(crate) struct Buffer {
     /// forgotten ([`Buffers::kernel_done`]); until then they are no source of a version for
     /// merges and re-runs.
     pub(crate) torn: BTreeMap<i32, i32>,
-    /// Kernel runs that changed it so far (whether or not recorded as a version): a copy in
-    /// flight from a copy in use is no version if this moved meanwhile.
-    pub(crate) kernel_changes: u64,
+    /// Per rank: kernel runs that changed its copy there so far (whether or not recorded as a
+    /// version): a copy in flight from a copy in use is no version if the source's count
+    /// moved meanwhile. Per rank, because a kernel elsewhere (a replica settling on its own
+    /// copy) does not touch the source's bytes.
+    pub(crate) kernel_changes: BTreeMap<i32, u64>,
     /// Per worker: changes of kernels recorded or merged from its copy so far. A kernel that
     /// shared the copy with one of them cannot be undone (its changes may have gone with
     /// that one's).
@@ -176,7 +178,7 @@ impl Buffer {
             using: BTreeMap::new(),
             uses_begun: BTreeMap::new(),
             torn: BTreeMap::new(),
-            kernel_changes: 0,
+            kernel_changes: BTreeMap::new(),
             commits_from: BTreeMap::new(),
             merges_from: BTreeMap::new(),
             running: BTreeMap::new(),
@@ -246,8 +248,13 @@ impl Buffer {
         CopyState {
             in_use: self.using.get(&src).is_some_and(|&n| n > 0),
             begun: self.uses_begun.get(&src).copied().unwrap_or(0),
-            kernel_changes: self.kernel_changes,
+            kernel_changes: self.changes_on(src),
         }
+    }
+
+    /// See [`Buffer::kernel_changes`].
+    pub(crate) fn changes_on(&self, r: i32) -> u64 {
+        self.kernel_changes.get(&r).copied().unwrap_or(0)
     }
 
     /// See [`Buffer::undone`].
@@ -345,7 +352,7 @@ pub(crate) struct CopyState {
     in_use: bool,
     /// `Buffer::uses_begun` of the source.
     begun: u64,
-    /// `Buffer::kernel_changes`.
+    /// `Buffer::kernel_changes` of the source.
     kernel_changes: u64,
 }
 
@@ -361,7 +368,7 @@ impl CopyState {
         self.in_use
     }
 
-    /// A kernel changed the buffer since the move started.
+    /// A kernel changed the source's copy since the move started.
     pub(crate) fn changed(&self, now: &CopyState) -> bool {
         now.kernel_changes != self.kernel_changes
     }

@@ -157,6 +157,16 @@ fn a_copy_moved_while_a_kernel_on_its_source_changed_it_holds_no_version() {
     assert!(bs.kernel_done(a, 1, false).is_empty());
     assert_eq!(bs.move_done(a, 3, 1, 1, before, true), Moved::Holds);
     assert!(bs.get(a).unwrap().clean_copy(3, 1));
+    // A kernel placed on worker 1 (it may reach the copy), while a kernel elsewhere that
+    // changed its own copy ends (a replica settling on worker 5): 1's bytes are as they were.
+    let before = start(&bs);
+    bs.get_mut(a).unwrap().begin_use(1);
+    bs.get_mut(a).unwrap().begin_use(5);
+    assert!(bs.kernel_done(a, 5, true).is_empty());
+    assert_eq!(bs.move_done(a, 3, 1, 1, before, true), Moved::Holds);
+    assert!(bs.get(a).unwrap().holders.contains(&3) && !bs.get(a).unwrap().clean_copy(3, 1));
+    assert!(bs.kernel_done(a, 1, false).is_empty());
+    assert!(bs.get(a).unwrap().clean_copy(3, 1));
     // A newer version made meanwhile (by a kernel elsewhere): the copy is of no version.
     let before = start(&bs);
     bs.new_version(a, [2].into());
