@@ -271,6 +271,13 @@ fn kill_head_when(case: &Case, args: &[&str], ck: &Path, when: Kill) -> Result<O
         let ranks = job.ranks(&case.prog);
         ranks.iter().find(|(rank, _)| *rank == 0).map(|&(_, pid)| pid)
     };
+    // The job ended by itself before its head was killed: it must have ended right.
+    let ended_early = |job: Job| -> Duration {
+        let ran = t0.elapsed();
+        let o = end_of(job, BOUND, &what);
+        assert!(o.status.success() && stdout(&o).contains(case.done), "{what}: the job ended before its head was killed, and not right\n{}", describe(&o));
+        ran
+    };
     loop {
         let due = match when {
             Kill::AfterCheckpoint(k) => manifests(ck).last().is_some_and(|&m| m >= k),
@@ -283,10 +290,7 @@ fn kill_head_when(case: &Case, args: &[&str], ck: &Path, when: Kill) -> Result<O
             break;
         }
         if job.wait_timeout(Duration::ZERO).is_some() {
-            let ran = t0.elapsed();
-            let o = end_of(job, BOUND, &what);
-            assert!(o.status.success() && stdout(&o).contains(case.done), "{what}: the job ended before its head was killed, and not right\n{}", describe(&o));
-            return Err(ran);
+            return Err(ended_early(job));
         }
         // (Dropping the job on the panic kills it.)
         assert!(t0.elapsed() < CHECKPOINT_WAIT, "{what}: not due after {CHECKPOINT_WAIT:?} (published: {:?})", manifests(ck));
@@ -298,10 +302,7 @@ fn kill_head_when(case: &Case, args: &[&str], ck: &Path, when: Kill) -> Result<O
             break pid;
         }
         if job.wait_timeout(Duration::ZERO).is_some() {
-            let ran = t0.elapsed();
-            let o = end_of(job, BOUND, &what);
-            assert!(o.status.success() && stdout(&o).contains(case.done), "{what}: the job ended before its head was killed, and not right\n{}", describe(&o));
-            return Err(ran);
+            return Err(ended_early(job));
         }
         assert!(found.elapsed() < Duration::from_secs(10), "{what}: no process of rank 0 among the job's");
         std::thread::sleep(Duration::from_millis(10));

@@ -9,9 +9,9 @@
 
 use crate::data::Buffers;
 use parking_lot::{Condvar, Mutex, MutexGuard, WaitTimeoutResult};
-use std::time::Instant;
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 use task_graph::TaskGraph;
 
 /// [`Ledger::moved`]: a wait on it is a wait on other threads (a copy on its way, another
