@@ -222,12 +222,19 @@ impl Buffers {
             let from_w: Vec<i32> = b.torn.iter().filter(|(_, &s)| s == w).map(|(&d, _)| d).collect();
             if changed {
                 *b.kernel_changes.entry(w).or_default() += 1;
-                for &d in &from_w {
+                // And the copies taken from those while they were in use, and so on: they
+                // may hold the same part of the change.
+                let mut forgotten = from_w;
+                let mut at = 0;
+                while at < forgotten.len() {
+                    let d = forgotten[at];
                     b.torn.remove(&d);
                     b.holders.remove(&d);
                     b.stale.remove(&d);
+                    forgotten.extend(b.torn.iter().filter(|(_, &s)| s == d).map(|(&x, _)| x));
+                    at += 1;
                 }
-                from_w
+                forgotten
             } else {
                 if !b.using.contains_key(&w) {
                     for d in from_w {
@@ -269,7 +276,9 @@ impl Buffers {
         }
         let outcome = if !arrived {
             Moved::Failed
-        } else if before.touched(&now) && before.changed(&now) {
+        } else if before.touched(&now) && before.changed(&now) || b.version_on(src) != Some(version) {
+            // A kernel there changed it, or the source's copy was forgotten meanwhile (taken
+            // from a copy a kernel changed, or written over): the bytes may be mixed.
             Moved::Touched
         } else if b.version != version {
             Moved::Superseded

@@ -165,16 +165,20 @@ impl<'a> Replicator<'a> {
             // began: no member runs yet, and no other region writes a buffer a replicated
             // region may write (`Buffer::replicated`); those still running there read it. A
             // change elsewhere (an earlier region's replica settling on its own copy) is not
-            // in the source's bytes.
-            let torn = |bufs: &Buffers, w: i32| {
-                reach.iter().zip(marked).zip(&changes).find_map(|(((a, ..), &m), c)| {
+            // in the source's bytes. Nor does a copy forgotten since it started (a kernel
+            // changed the copy it was taken from, `Buffers::kernel_done`).
+            let torn = |bufs: &Buffers, r: &SetRun| {
+                reach.iter().zip(marked).zip(&changes).zip(&r.snaps).find_map(|((((a, ..), &m), c), snap)| {
                     let b = bufs.get(*a).filter(|_| m)?;
-                    let &src = b.torn.get(&w)?;
+                    if snap.version > 0 && b.version_on(r.w) != Some(snap.version) {
+                        return Some(*a);
+                    }
+                    let &src = b.torn.get(&r.w)?;
                     (b.changes_on(src) != c.get(&src).copied().unwrap_or(0)).then_some(*a)
                 })
             };
             let unready = runs.iter().find_map(|r| match &r.ran {
-                Ok(_) => torn(&bufs, r.w),
+                Ok(_) => torn(&bufs, r),
                 Err(ClusterError::RunAgain(e)) => match **e {
                     ClusterError::Unplaced(a) => Some(a),
                     _ => None,
@@ -186,7 +190,7 @@ impl<'a> Replicator<'a> {
                     // Voting: no replica runs unless all can.
                     Some(a) if self.cfg.votes_on(&kernel.name) => Some(a),
                     _ if i == 0 => None,
-                    _ => torn(&bufs, run.w),
+                    _ => torn(&bufs, run),
                 };
                 if let (Some(a), true) = (skip, run.ran.is_ok()) {
                     self.end(&mut bufs, reach, run);
@@ -195,11 +199,18 @@ impl<'a> Replicator<'a> {
                 }
             }
             // A copy taken from a member's copy before any member ran is that member's
-            // version: it stays a copy of it whatever the member's kernel does next.
-            for run in runs.iter().filter(|r| r.ran.is_ok()) {
-                for (a, ..) in reach {
-                    if let Some(b) = bufs.get_mut(*a).filter(|b| b.torn.get(&run.w).is_some_and(|s| set.contains(s))) {
-                        b.torn.remove(&run.w);
+            // version: it stays a copy of it whatever the member's kernel does next. Not if
+            // that member's copy was itself taken from a copy in use elsewhere (a kernel
+            // there may still change it, and then both are forgotten): until no entry goes.
+            let mut gone = true;
+            while gone {
+                gone = false;
+                for run in runs.iter().filter(|r| r.ran.is_ok()) {
+                    for (a, ..) in reach {
+                        if let Some(b) = bufs.get_mut(*a).filter(|b| b.torn.get(&run.w).is_some_and(|s| set.contains(s) && !b.torn.contains_key(s))) {
+                            b.torn.remove(&run.w);
+                            gone = true;
+                        }
                     }
                 }
             }

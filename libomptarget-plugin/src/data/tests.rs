@@ -348,3 +348,31 @@ fn a_copy_on_its_way_is_shareable_once_there() {
     b.incoming.insert(3);
     assert!(!b.shareable_once_on(3, live) && !b.shareable_on(3, live));
 }
+
+#[test]
+fn a_copy_taken_from_a_torn_copy_goes_with_it() {
+    // Worker 1's copy is in use (a kernel expected to read it); worker 2 takes it, and is
+    // put to use too; worker 3 takes 2's. The kernel on 1 changes it: 2 and 3 may both hold
+    // part of the change.
+    let mut bs = Buffers::new(0x10_0000, 1 << 24);
+    let a = bs.create(100, 0).unwrap().addr;
+    bs.new_version(a, [1].into());
+    bs.get_mut(a).unwrap().begin_use(1);
+    let before = bs.get(a).unwrap().copy_state(1);
+    assert_eq!(bs.move_done(a, 2, 1, 1, before, true), Moved::Holds);
+    bs.get_mut(a).unwrap().begin_use(2);
+    let before = bs.get(a).unwrap().copy_state(2);
+    assert_eq!(bs.move_done(a, 3, 2, 1, before, true), Moved::Holds);
+    assert_eq!(bs.kernel_done(a, 1, true), vec![2, 3]);
+    assert_eq!(bs.get(a).unwrap().holders, [1].into());
+    // The same, with the kernel on 1 ending while 2's copy is on its way to 3: the copy
+    // that arrives was taken from a copy forgotten meanwhile.
+    bs.new_version(a, [1].into());
+    bs.get_mut(a).unwrap().begin_use(1);
+    let before = bs.get(a).unwrap().copy_state(1);
+    assert_eq!(bs.move_done(a, 2, 1, 2, before, true), Moved::Holds);
+    let before = bs.get(a).unwrap().copy_state(2);
+    assert_eq!(bs.kernel_done(a, 1, true), vec![2]);
+    assert_eq!(bs.move_done(a, 3, 2, 2, before, true), Moved::Touched);
+    assert_eq!(bs.get(a).unwrap().version_on(3), None);
+}
