@@ -463,6 +463,8 @@ impl<'a> Launcher<'a> {
             taken
         };
         let mut agree = agree;
+        // For the log: the replicas whose results agree with the one taken.
+        let agreeing: Vec<i32> = agree.iter().map(|r| r.w).collect();
         // Replicas still running: the collector settles them once this result is recorded
         // (`tells` it what was), or as losers if it is not (`tails.rs`).
         let tail_ranks: Vec<i32> = tails.iter().map(|t| t.w).collect();
@@ -819,7 +821,11 @@ impl<'a> Launcher<'a> {
         Faults::of(*self).inject_due(|t| matches!(t, crate::inject::Trigger::AfterTasks(n) if *n <= done + 1));
         if self.meter.verbose() {
             let took = self.meter.start.elapsed().as_secs_f64() - t0;
-            self.meter.log(format_args!("EXECUTE {} on {w}: {:.3} ms in kernel, {:.3} ms total", kernel.name, kernel_s * 1e3, took * 1e3));
+            let replicas = match (agreeing.is_empty(), tail_ranks.is_empty()) {
+                (true, true) => String::new(),
+                _ => format!(" (replicas agreeing on {agreeing:?}, still running on {tail_ranks:?})"),
+            };
+            self.meter.log(format_args!("EXECUTE {} task #{done} on {w}{replicas}: {:.3} ms in kernel, {:.3} ms total", kernel.name, kernel_s * 1e3, took * 1e3));
         }
         Ok(())
     }

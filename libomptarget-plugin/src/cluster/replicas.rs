@@ -193,6 +193,7 @@ impl<'a> Replicator<'a> {
                     _ => torn(&bufs, run),
                 };
                 if let (Some(a), true) = (skip, run.ran.is_ok()) {
+                    self.meter.log(format_args!("UNREPLICATED {} on {}: its copy of {a:#x} may hold part of another kernel's change", kernel.name, run.w));
                     self.end(&mut bufs, reach, run);
                     run.snaps.clear();
                     run.ran = Err(ClusterError::RunAgain(Box::new(ClusterError::Unplaced(a))));
