@@ -160,6 +160,10 @@ pub enum Event {
         region: Region,
         /// Sending worker.
         peer: i32,
+        /// Receive them aside and write them into the copy only once all arrived: a copy
+        /// that holds an older version recovery may need keeps it if the sender dies
+        /// half-way (then the reply is `PeerDead` and the copy is as it was).
+        staged: bool,
     },
     /// Copy bytes between two device regions held by this worker.
     Copy {

@@ -269,9 +269,10 @@ impl Buffers {
         let Some(b) = self.by_addr.get_mut(&addr) else { return Moved::Gone };
         b.incoming.remove(&w);
         let now = b.copy_state(src);
-        if now.in_use() {
+        // (A move that did not arrive wrote nothing, if staged, or its copy was dropped.)
+        if arrived && now.in_use() {
             b.torn.insert(w, src);
-        } else {
+        } else if arrived {
             b.torn.remove(&w);
         }
         let outcome = if !arrived {
@@ -287,6 +288,11 @@ impl Buffers {
         };
         if outcome == Moved::Holds {
             self.add_holder(addr, w);
+        } else if arrived {
+            // Its bytes are in the copy (a staged move left its older version listed).
+            if let Some(b) = self.by_addr.get_mut(&addr) {
+                b.stale.remove(&w);
+            }
         }
         outcome
     }

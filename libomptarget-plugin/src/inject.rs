@@ -7,8 +7,9 @@
 //!   `after_ms=N` (N ms after start-up), `during=checkpoint` (in the pause of the next
 //!   checkpoint), `during=recovery` (while the next recovery that does not involve R runs),
 //!   `during=restore` (as workers next read versions from a checkpoint: recovery, or a
-//!   resumed job's first need of them) or `during=exit` (as the job ends: once R has answered
-//!   the head's EXIT).
+//!   resumed job's first need of them), `during=exit` (as the job ends: once R has answered
+//!   the head's EXIT) or `during=move` (as R is next asked to send its copy of a buffer to a
+//!   worker whose copy holds an older version: that copy, received aside, must keep it).
 //!
 //! Example: `kill:rank=2:after_tasks=40;stop:rank=3:after_ms=1500`. The head sends the
 //! victim an INJECT event and the victim raises the signal on itself; the head notes when, so
@@ -100,6 +101,9 @@ pub enum Trigger {
     /// As the job ends: the victim raises the signal once it has answered the head's EXIT
     /// (nothing waits for it any more; only the launcher can end it).
     DuringExit,
+    /// As this rank (the victim) is next asked to send its copy of a buffer to a worker whose
+    /// copy holds an older version (received aside: `Movement::copy_between`, `staged`).
+    DuringMove(i32),
     /// Every copy between workers (for [`Action::SlowMoves`] only).
     EveryMove,
     /// The job's first exchange (for [`Action::OtherBuild`] only).
@@ -139,6 +143,7 @@ impl fmt::Display for Fault {
             Trigger::DuringRecovery => "during=recovery".into(),
             Trigger::DuringRestore => "during=restore".into(),
             Trigger::DuringExit => "during=exit".into(),
+            Trigger::DuringMove(_) => "during=move".into(),
             Trigger::EveryMove => "moves".into(),
             Trigger::AtStart => "at_start".into(),
         };
@@ -229,9 +234,10 @@ pub fn parse(spec: &str, ranks: Option<i32>) -> Result<Vec<Fault>, String> {
             Some(("during", "recovery")) => Trigger::DuringRecovery,
             Some(("during", "restore")) => Trigger::DuringRestore,
             Some(("during", "exit")) => Trigger::DuringExit,
+            Some(("during", "move")) => Trigger::DuringMove(rank),
             _ => {
                 return Err(format!(
-                    "{item:?}: unknown trigger {trigger:?} (after_tasks=N, after_ms=N, during=checkpoint, during=recovery, during=restore or during=exit)"
+                    "{item:?}: unknown trigger {trigger:?} (after_tasks=N, after_ms=N, during=checkpoint, during=recovery, during=restore, during=exit or during=move)"
                 ))
             }
         };

@@ -60,8 +60,12 @@ const TEMP_INPUTS: (&str, &[&str]) = ("ft_temp_inputs.c", &["6", "512", "100", "
 /// regions), readers and writers of 50 ms, the writer 2 ms after its reader.
 const MOVE_RACE: (&str, &[&str]) = ("ft_move_race.c", &["8", "50", "16384", "2"]);
 
+/// `a_copy_whose_source_dies_on_the_way_keeps_its_older_version`: 4 chains of 50 in-place
+/// updates (`tests/programs/depend_chain.c`).
+const DEPEND_CHAIN: (&str, &[&str]) = ("depend_chain.c", &[]);
+
 fn args_of(src: &str) -> &'static [&'static str] {
-    PROGRAMS.iter().chain([&DEVICE_NEW, &SHARED_READER, &TEMP_INPUTS, &MOVE_RACE]).find(|(s, _)| *s == src).map(|(_, a)| *a).expect("a known program")
+    PROGRAMS.iter().chain([&DEVICE_NEW, &SHARED_READER, &TEMP_INPUTS, &MOVE_RACE, &DEPEND_CHAIN]).find(|(s, _)| *s == src).map(|(_, a)| *a).expect("a known program")
 }
 
 /// The failure-free output of `src` (computed once per test binary run).
@@ -362,6 +366,45 @@ fn a_copy_sent_while_a_kernel_on_its_source_changes_it_is_no_version() {
         torn += stderr(&o).lines().filter(|l| l.contains("] TORN ")).count();
     }
     assert!(torn > 0, "no copy was taken from a copy that a kernel changed meanwhile: the race this tests did not happen");
+}
+
+/// A newer version moving from one worker into another's copy that holds an older version
+/// recovery may need is received aside and written in once all arrived, so when its source
+/// dies before that, the copy keeps the older version, and recovery finds it there (the move
+/// used to drop it as it started: recovery could go further back, to the head's copy).
+/// `kill:rank=R:during=move` kills R as it is asked to send such a copy; the round-robin
+/// scheduler spreads each chain's in-place updates over the workers, so such moves come
+/// early; buddy copies off, so the head holds none of those versions.
+#[test]
+fn a_copy_whose_source_dies_on_the_way_keeps_its_older_version() {
+    let src = DEPEND_CHAIN.0;
+    let expected = reference(src, &[]);
+    for k in [1, 2, 3] {
+        let (_d, rep) = tmp_report();
+        let inject = format!("kill:rank={k}:during=move");
+        let envs = [("OMPCLUSTER_FT_INJECT", inject.as_str()), ("OMPCLUSTER_SCHEDULER", "roundrobin"), ("OMPCLUSTER_VERBOSE", "1"), NO_BUDDY];
+        let (o, _) = run_hit(src, &envs, &[], Some(&rep));
+        assert_same(src, &o, &expected, &format!("rank {k} killed as it was to send a copy"));
+        assert!(recovered(&o), "rank {k}: no recovery reported\n{}", describe(&o));
+        let r = read_report(&rep);
+        assert_eq!(r.failures.iter().map(|f| f.rank).collect::<Vec<_>>(), vec![k], "{r:?}");
+        let err = stderr(&o);
+        // "KEPT buffer B version V on R (0x...)": (B, V, R).
+        let kept: Vec<(String, String, String)> = err
+            .lines()
+            .filter_map(|l| {
+                let w: Vec<&str> = l.split("] KEPT buffer ").nth(1)?.split_whitespace().collect();
+                Some((w.first()?.to_string(), w.get(2)?.to_string(), w.get(4)?.to_string()))
+            })
+            .collect();
+        assert!(!kept.is_empty(), "rank {k}: no copy kept its older version\n{}", describe(&o));
+        // Recovery's plan for such a buffer (its newest version was lost with R) found the
+        // kept version there ("stale {.., R: V}"): a source to re-run from, if it needs it.
+        let found = kept.iter().any(|(b, v, r)| {
+            err.lines().any(|l| l.contains(&format!("RECOVERY plan: buffer {b} version ")) && (l.contains(&format!("{{{r}: {v}")) || l.contains(&format!(", {r}: {v}"))))
+        });
+        assert!(found, "rank {k}: recovery found none of the kept copies {kept:?}\n{}", describe(&o));
+    }
 }
 
 /// A worker that dies while recovery runs: recovery starts again with both dead.

@@ -422,7 +422,7 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
                 Reply::Ok
             }
             Ok(p) => {
-                unsafe { recv_into(w, HEAD, env.tag, r, p)? };
+                unsafe { recv_into(w, HEAD, env.tag, r, p, false)? };
                 Reply::Ok
             }
             Err(e) => {
@@ -456,10 +456,10 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
             }
             Err(e) => Reply::Error(e),
         },
-        Event::ExchangeRecv { region: r, peer } => match resolve(r.addr, r.size) {
+        Event::ExchangeRecv { region: r, peer, staged } => match resolve(r.addr, r.size) {
             Ok(p) => {
                 // SAFETY: as for Submit.
-                unsafe { recv_into(w, *peer, env.tag, r, p)? };
+                unsafe { recv_into(w, *peer, env.tag, r, p, *staged)? };
                 Reply::Ok
             }
             Err(e) => Reply::Error(e),
@@ -602,21 +602,29 @@ fn fence(w: &Worker, ranks: &[i32]) {
 /// data they go through a private buffer first, and only the pieces that are the program's
 /// data are written ([`Memory::pieces_to_write`]): the words holding this process's library
 /// addresses and the OpenMP runtime's lock words stay as they are, never holding another
-/// rank's values, not even briefly (the image's code may be running meanwhile).
+/// rank's values, not even briefly (the image's code may be running meanwhile). `staged`:
+/// through a private buffer too, so that the copy is untouched unless every byte arrived.
 ///
 /// # Safety
 /// `p` must point to the `r.size` writable bytes of `r`, held by this worker.
-unsafe fn recv_into(w: &Worker, from: i32, tag: i32, r: &protocol::Region, p: *mut u8) -> Result<(), CommError> {
+unsafe fn recv_into(w: &Worker, from: i32, tag: i32, r: &protocol::Region, p: *mut u8, staged: bool) -> Result<(), CommError> {
     let live = w.live.as_ref();
-    if !w.dev.memory.read().needs_care(r.addr, r.size) {
+    let care = w.dev.memory.read().needs_care(r.addr, r.size);
+    if !care && !staged {
         // SAFETY: forwarded contract.
         return unsafe { w.comm.recv_bytes(from, tag, p, r.size as usize, live) };
     }
     let mut bytes = vec![0u8; r.size as usize];
     // SAFETY: private buffer of the right size.
     unsafe { w.comm.recv_bytes(from, tag, bytes.as_mut_ptr(), bytes.len(), live)? };
-    // SAFETY: forwarded contract.
-    unsafe { w.dev.write((w.heap.base(), w.heap.end()), r.addr, p, &bytes) };
+    if care {
+        // SAFETY: forwarded contract.
+        unsafe { w.dev.write((w.heap.base(), w.heap.end()), r.addr, p, &bytes) };
+    } else {
+        // SAFETY: `p` has `r.size` writable bytes (the contract); `bytes` is a private buffer
+        // of that size, so the ranges do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
+    }
     Ok(())
 }
 

@@ -5,13 +5,14 @@
 //! copies); each takes the ledger's `buffers` lock only for decisions, never across a
 //! transfer.
 
+use super::faults::Faults;
 use super::ledger::Ledger;
 use super::link::{self, Link};
 use super::meter::Meter;
 use super::offload::Offload;
 use super::{ClusterError, Result};
 use crate::data::{Buffer, CopyState, Moved, Place, HEAD};
-use crate::inject::Injector;
+use crate::inject::{Injector, Trigger};
 use event_system::protocol::{Envelope, Event, MAX_INLINE_DATA, Region, Reply};
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -78,7 +79,7 @@ impl<'a> Movement<'a> {
     /// this waits for another thread's move, which may itself be waiting for them.
     pub(super) fn start_move(&self, addr: u64, w: i32, pending: &mut Vec<Move>) -> Result<()> {
         let mut bufs = self.ledger.buffers.lock();
-        let (src, version, size, before) = loop {
+        let (src, version, size, before, staged) = loop {
             let b = bufs.get_mut(addr).ok_or(ClusterError::UnknownAddress(addr))?;
             if b.held_by(w) {
                 self.back_on(b, w)?;
@@ -96,8 +97,11 @@ impl<'a> Movement<'a> {
             }
             let src = self.current_holder(b).ok_or(ClusterError::Lost(addr))?;
             self.back_on(b, w)?;
-            b.begin_move_into(w);
-            break (src, b.version, b.size, b.copy_state(src));
+            // An older version `w` holds stays a source for recovery if the source dies
+            // half-way: received aside, written in once all arrived.
+            let staged = Place::of(src).is_worker() && b.stale.contains_key(&w);
+            b.begin_move_into(w, staged);
+            break (src, b.version, b.size, b.copy_state(src), staged);
         };
         drop(bufs);
         let region = Region { addr, size };
@@ -115,7 +119,7 @@ impl<'a> Movement<'a> {
                 // Test only (`slow:moves=MS`): as if this thread were preempted here.
                 std::thread::sleep(d);
             }
-            MoveState::Done(self.copy_between(region, src, w), t0.elapsed())
+            MoveState::Done(self.copy_between(region, src, w, staged), t0.elapsed())
         };
         pending.push(Move { addr, w, src, version, size, before, state });
         Ok(())
@@ -174,8 +178,10 @@ impl<'a> Movement<'a> {
     }
 
     /// Copy `region` from rank `src`'s copy (the head's staged copy if `src` is the head)
-    /// into worker `dst`'s, which is backed.
-    pub(super) fn copy_between(&self, region: Region, src: i32, dst: i32) -> Result<()> {
+    /// into worker `dst`'s, which is backed. `staged` (from a worker): `dst` receives the
+    /// bytes aside and writes them in once all arrived (`Event::ExchangeRecv::staged`), so if
+    /// `src` dies half-way, `dst`'s copy is as it was and keeps any older version it held.
+    pub(super) fn copy_between(&self, region: Region, src: i32, dst: i32, staged: bool) -> Result<()> {
         let (src, dst) = match (Place::of(src), Place::of(dst)) {
             (_, Place::Head) => {
                 let bytes = self.fetch(region, src)?;
@@ -191,15 +197,37 @@ impl<'a> Movement<'a> {
             (Place::Head, Place::Worker(dst)) => return unsafe { self.submit_from(region, region.addr as *const u8, dst) },
             (Place::Worker(src), Place::Worker(dst)) => (src, dst),
         };
+        if staged {
+            // Test only (`kill:rank=R:during=move`): R dies before it sends a byte.
+            Faults::of(*self).inject_due(|t| *t == Trigger::DuringMove(src));
+        }
         let t = self.meter.trace_now();
         let tag = self.link.next_tag();
         let send = |rank: i32, event: Event| self.link.comm.send_event(rank, &Envelope { tag, event }, self.link.live.as_ref());
-        let exchanged = send(src, Event::ExchangeSend { region, peer: dst })
-            .and_then(|()| send(dst, Event::ExchangeRecv { region, peer: src }))
-            .map_err(ClusterError::from)
-            .and_then(|()| self.link.expect_ok(src, tag))
-            .and_then(|()| self.link.expect_ok(dst, tag));
-        if exchanged.is_err() {
+        let posted = send(src, Event::ExchangeSend { region, peer: dst }).and_then(|()| send(dst, Event::ExchangeRecv { region, peer: src, staged })).map_err(ClusterError::from);
+        let dst_asked = posted.is_ok();
+        let sent = posted.and_then(|()| self.link.expect_ok(src, tag));
+        // Staged, `dst`'s answer says whether it wrote its copy: awaited after a source that
+        // died too, if `dst` was asked (it answers `PeerDead` once its detector knows; bounded
+        // by it).
+        let src_died = matches!(&sent, Err(ClusterError::Comm(event_system::comm::CommError::PeerDead(r)) | ClusterError::PeerDead(r)) if *r == src);
+        let received = match &sent {
+            Ok(()) => Some(self.link.expect_ok(dst, tag)),
+            Err(_) if staged && src_died && dst_asked => Some(self.link.expect_ok(dst, tag)),
+            Err(_) => None,
+        };
+        // `dst` was never asked, or answered that it wrote nothing (its source died, or it
+        // could not take them).
+        let untouched = staged && (!dst_asked || matches!(&received, Some(Err(ClusterError::PeerDead(_) | ClusterError::Worker { .. }))));
+        let exchanged = sent.and_then(|()| received.unwrap_or(Ok(())));
+        if untouched {
+            if self.meter.verbose() {
+                let kept = self.ledger.buffers.lock().get(region.addr).and_then(|b| Some((b.id, *b.stale.get(&dst)?)));
+                if let Some((id, v)) = kept {
+                    self.meter.log(format_args!("KEPT buffer {id} version {v} on {dst} ({:#x}): its source {src} failed before every byte of a newer one arrived", region.addr));
+                }
+            }
+        } else if exchanged.is_err() {
             // `dst` may have received part of it (its source died half-way): its copy holds
             // no known version any more, whatever it held before.
             self.ledger.buffers.lock().drop_copy(region.addr, dst);

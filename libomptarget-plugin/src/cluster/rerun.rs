@@ -210,7 +210,7 @@ impl<'a> Rerunner<'a> {
                     out.from_live_copies += 1;
                 }
                 Source::Copy(r) => {
-                    Movement::of(*self).copy_between(region, r, w).map_err(new_failure)?;
+                    Movement::of(*self).copy_between(region, r, w, false).map_err(new_failure)?;
                     if buddy {
                         out.from_buddy_copies += 1;
                     } else {

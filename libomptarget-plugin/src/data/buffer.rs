@@ -218,8 +218,14 @@ impl Buffer {
     /// Left listed, an older version `w` held stayed a source for recovery after a move that
     /// did not end as a holder (taken from a copy a kernel changed meanwhile): re-runs read
     /// whatever had arrived as that version (a wrong Cholesky result, 2 runs in 241).
-    pub(crate) fn begin_move_into(&mut self, w: i32) {
-        self.stale.remove(&w);
+    /// `staged`: the bytes are received aside and written into the copy only once all
+    /// arrived (`Event::ExchangeRecv::staged`), so its older version stays listed until the
+    /// move ends: as a holder, or overwritten ([`crate::data::Buffers::move_done`]), or not
+    /// (its source died half-way: the copy is as it was).
+    pub(crate) fn begin_move_into(&mut self, w: i32, staged: bool) {
+        if !staged {
+            self.stale.remove(&w);
+        }
         self.incoming.insert(w);
     }
 

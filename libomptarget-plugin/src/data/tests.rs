@@ -191,7 +191,7 @@ fn a_copy_moved_over_an_older_version_no_longer_holds_that_version() {
     // (the Cholesky example, a worker killed: the copy then held neither version, and
     // recovery re-ran a task on it as version 1).
     let before = bs.get(a).unwrap().copy_state(1);
-    bs.get_mut(a).unwrap().begin_move_into(2);
+    bs.get_mut(a).unwrap().begin_move_into(2, false);
     assert_eq!(bs.get(a).unwrap().version_on(2), None, "being overwritten: no version");
     assert!(bs.get(a).unwrap().ranks_with(1).next().is_none());
     bs.get_mut(a).unwrap().begin_use(1);
@@ -200,7 +200,7 @@ fn a_copy_moved_over_an_older_version_no_longer_holds_that_version() {
     assert_eq!(bs.get(a).unwrap().version_on(2), None);
     // A move that arrived whole and clean makes it a holder of the current version.
     let before = bs.get(a).unwrap().copy_state(1);
-    bs.get_mut(a).unwrap().begin_move_into(3);
+    bs.get_mut(a).unwrap().begin_move_into(3, false);
     assert_eq!(bs.move_done(a, 3, 1, 2, before, true), Moved::Holds);
     assert_eq!(bs.get(a).unwrap().version_on(3), Some(2));
 }
@@ -375,4 +375,29 @@ fn a_copy_taken_from_a_torn_copy_goes_with_it() {
     assert_eq!(bs.kernel_done(a, 1, true), vec![2]);
     assert_eq!(bs.move_done(a, 3, 2, 2, before, true), Moved::Touched);
     assert_eq!(bs.get(a).unwrap().version_on(3), None);
+}
+
+#[test]
+fn a_staged_move_keeps_the_older_version_until_its_bytes_are_written() {
+    // Worker 2 holds version 1; worker 1 makes version 2, which moves into 2's copy staged
+    // (received aside). Its source dies half-way: 2 wrote nothing and still holds version 1,
+    // even though a kernel on 1 could reach the source (a failed move is not torn).
+    let mut bs = Buffers::new(0x10_0000, 1 << 24);
+    let a = bs.create(100, 0).unwrap().addr;
+    bs.new_version(a, [2].into());
+    bs.new_version(a, [1].into());
+    bs.get_mut(a).unwrap().begin_use(1);
+    let before = bs.get(a).unwrap().copy_state(1);
+    bs.get_mut(a).unwrap().begin_move_into(2, true);
+    assert_eq!(bs.get(a).unwrap().version_on(2), Some(1), "nothing written yet");
+    assert_eq!(bs.move_done(a, 2, 1, 2, before, false), Moved::Failed);
+    assert_eq!(bs.get(a).unwrap().version_on(2), Some(1));
+    assert!(!bs.get(a).unwrap().torn.contains_key(&2));
+    // Staged again, and it arrives, but a kernel on 1 changed the source meanwhile: the
+    // bytes were written, so 2 holds neither version.
+    let before = bs.get(a).unwrap().copy_state(1);
+    bs.get_mut(a).unwrap().begin_move_into(2, true);
+    bs.kernel_done(a, 1, true);
+    assert_eq!(bs.move_done(a, 2, 1, 2, before, true), Moved::Touched);
+    assert_eq!(bs.get(a).unwrap().version_on(2), None);
 }
