@@ -616,7 +616,11 @@ unsafe fn recv_into(w: &Worker, from: i32, tag: i32, r: &protocol::Region, p: *m
     }
     let mut bytes = vec![0u8; r.size as usize];
     // SAFETY: private buffer of the right size.
-    unsafe { w.comm.recv_bytes(from, tag, bytes.as_mut_ptr(), bytes.len(), live)? };
+    if let Err(e) = unsafe { w.comm.recv_bytes(from, tag, bytes.as_mut_ptr(), bytes.len(), live) } {
+        // A receive given up on a dead peer may still be written to (`Comm::recv_bytes`).
+        std::mem::forget(bytes);
+        return Err(e);
+    }
     if care {
         // SAFETY: forwarded contract.
         unsafe { w.dev.write((w.heap.base(), w.heap.end()), r.addr, p, &bytes) };

@@ -269,9 +269,10 @@ impl Buffer {
     }
 
     /// Rank `r` holds a copy of `version` that nothing is changing: not a copy a running
-    /// kernel uses, nor one taken from such a copy.
+    /// kernel uses, nor one taken from such a copy, nor one a move is writing (a staged move
+    /// leaves its older version listed until it ends).
     pub(crate) fn clean_copy(&self, r: i32, version: u64) -> bool {
-        self.version_on(r) == Some(version) && !self.torn.contains_key(&r) && self.using.get(&r).is_none_or(|&n| n == 0)
+        self.version_on(r) == Some(version) && !self.torn.contains_key(&r) && !self.incoming.contains(&r) && self.using.get(&r).is_none_or(|&n| n == 0)
     }
 }
 
