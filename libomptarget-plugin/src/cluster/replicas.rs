@@ -61,7 +61,7 @@ impl SetRun {
     /// what it may write) is to a copy another region's kernel could use during the run
     /// (`Snap::shared`): that one's write may be in it. It is left out of the tally and
     /// loses no vote.
-    fn void(&self, marked: &[bool]) -> bool {
+    pub(super) fn void(&self, marked: &[bool]) -> bool {
         self.ran.as_ref().is_ok_and(|e| e.changed.iter().zip(marked).zip(&self.snaps).any(|((&c, &m), s)| c && !m && s.shared))
     }
 

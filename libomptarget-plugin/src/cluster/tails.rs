@@ -230,6 +230,13 @@ impl<'a> Collector<'a> {
                         stats.tails_kept.fetch_add(1, Ordering::Relaxed);
                     }
                 }
+                // Its unexpected change to a copy another region's kernel used meanwhile may
+                // be that one's write (`SetRun::void`): it loses no vote, as in the tally.
+                (Some(_), false) if vote && r.void(&marked) => {
+                    stats.ballots_voided.fetch_add(1, Ordering::Relaxed);
+                    self.meter.log(format_args!("VOID ballot of tail {} for {}: it changed a copy another region used meanwhile", r.w, kernel.name));
+                    replicator.settle_other(&reach, &marked, r);
+                }
                 (Some(o), false) if vote && r.ran.is_ok() => {
                     replicator.lost_votes(&kernel, o.majority.clone(), vec![r.w], "what it wrote");
                     stats.corrections.fetch_add(1, Ordering::Relaxed);
