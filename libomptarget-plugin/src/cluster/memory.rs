@@ -540,17 +540,18 @@ impl<'a> Memory<'a> {
         }
         {
             // A buddy copy reading the destination's copy there, a merge reading or patching
-            // it (`Buffer::holding`), or a kernel there that may still write it (a replica
-            // running on after its region took another's result, `Buffer::using`): let it
-            // finish first, so that its end does not take the copied bytes for its own.
+            // it (`Buffer::holding`), a kernel there that may still write it (a replica
+            // running on after its region took another's result, `Buffer::using`), or a move
+            // writing it (`Buffer::incoming`: its bytes would land over or under these): let
+            // it finish first, so that its end does not take the copied bytes for its own.
             let mut bufs = self.ledger.buffers.lock();
-            while bufs.get(dst_buf).is_some_and(|b| b.buddy_reading == Some(at) || b.holding.contains_key(&at) || b.using.contains_key(&at)) {
+            while bufs.get(dst_buf).is_some_and(|b| b.buddy_reading == Some(at) || b.holding.contains_key(&at) || b.using.contains_key(&at) || b.incoming.contains(&at)) {
                 self.ledger.moved.wait(&mut bufs);
             }
             let b = bufs.get_mut(dst_buf).ok_or(ClusterError::UnknownAddress(dst))?;
             b.host_writes += 1;
             // An older version there is overwritten from now on: no source for recovery (a
-            // move into a copy drops it at its start too, `Buffers::begin_move_into`).
+            // move received in place drops it at its start too, `Buffer::begin_move_into`).
             b.stale.remove(&at);
         }
         let copied = self.link.post(at, Event::Copy { src, dst, size: len }).and_then(|tag| self.link.expect_ok(at, tag));
