@@ -448,13 +448,24 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
             }
             Err(e) => Reply::Error(e),
         },
+        // An exchange moves its bytes whatever either side answers, so that neither is left
+        // waiting on the other: a source that cannot send its copy sends zeros (the head
+        // forgets what the destination got), a destination that cannot take them drains them.
         Event::ExchangeSend { region: r, peer } => match resolve(r.addr, r.size) {
             Ok(p) => {
                 // SAFETY: as for Retrieve.
                 unsafe { w.comm.send_bytes(*peer, env.tag, p, r.size as usize, live)? };
                 Reply::Ok
             }
-            Err(e) => Reply::Error(e),
+            Err(e) => {
+                let zeros = vec![0u8; r.size as usize];
+                // SAFETY: a private buffer of the right size, leaked if MPI may still read it.
+                if let Err(dead) = unsafe { w.comm.send_bytes(*peer, env.tag, zeros.as_ptr(), zeros.len(), live) } {
+                    std::mem::forget(zeros);
+                    return Err(dead);
+                }
+                Reply::Error(e)
+            }
         },
         Event::ExchangeRecv { region: r, peer, staged } => match resolve(r.addr, r.size) {
             Ok(p) => {
@@ -462,7 +473,15 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
                 unsafe { recv_into(w, *peer, env.tag, r, p, *staged)? };
                 Reply::Ok
             }
-            Err(e) => Reply::Error(e),
+            Err(e) => {
+                let mut sink = vec![0u8; r.size as usize];
+                // SAFETY: a private buffer of the right size, leaked if MPI may still write it.
+                if let Err(dead) = unsafe { w.comm.recv_bytes(*peer, env.tag, sink.as_mut_ptr(), sink.len(), live) } {
+                    std::mem::forget(sink);
+                    return Err(dead);
+                }
+                Reply::Error(e)
+            }
         },
         Event::Copy { src, dst, size } => match (resolve(*src, *size), resolve(*dst, *size)) {
             (Ok(s), Ok(d)) => {

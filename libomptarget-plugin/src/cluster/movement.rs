@@ -209,11 +209,13 @@ impl<'a> Movement<'a> {
         let sent = posted.and_then(|()| self.link.expect_ok(src, tag));
         // Staged, `dst`'s answer says whether it wrote its copy: awaited after a source that
         // died too, if `dst` was asked (it answers `PeerDead` once its detector knows; bounded
-        // by it).
+        // by it). A source that answered an error sent zeros instead of its copy (the worker's
+        // `ExchangeSend`): `dst` took them and answers.
         let src_died = matches!(&sent, Err(ClusterError::Comm(event_system::comm::CommError::PeerDead(r)) | ClusterError::PeerDead(r)) if *r == src);
+        let src_refused = matches!(&sent, Err(ClusterError::Worker { rank, .. }) if *rank == src);
         let received = match &sent {
             Ok(()) => Some(self.link.expect_ok(dst, tag)),
-            Err(_) if staged && src_died && dst_asked => Some(self.link.expect_ok(dst, tag)),
+            Err(_) if dst_asked && (src_refused || staged && src_died) => Some(self.link.expect_ok(dst, tag)),
             Err(_) => None,
         };
         // `dst` was never asked, or answered that it wrote nothing (its source died, or it
