@@ -23,7 +23,7 @@ mod buffer;
 mod lookup;
 mod place;
 mod retained;
-pub(crate) use buffer::{Buffer, CopyState, PointsTo};
+pub(crate) use buffer::{Blame, Buffer, CopyState, PointsTo, Suspect};
 pub(crate) use place::Place;
 
 /// What a finished move left on its destination ([`Buffers::move_done`]).
@@ -66,6 +66,8 @@ pub(crate) struct Buffers {
     /// while a re-run could write there.
     retired: HashMap<u64, Buffer>,
     next_id: u64,
+    /// Workers blamed and not yet told (see `Buffer::suspects`).
+    blames: Vec<Blame>,
     /// Versions the head keeps apart from its copies of the buffers: its copy of one was
     /// overwritten (or a recovery rescued it from a worker) while it still fed the current
     /// version of another buffer (`HeadCopies::lineage_needs`); the only place lineage can still
@@ -105,6 +107,7 @@ impl Buffers {
             by_id: HashMap::default(),
             retired: HashMap::default(),
             next_id: 1,
+            blames: Vec::new(),
             kept: HashMap::default(),
             retained: 0,
             budget: 0,
@@ -208,16 +211,27 @@ impl Buffers {
     }
 
     /// A kernel on `w` that could reach the buffer at `addr` is done (`changed`: it changed
-    /// it). The copies taken from `w` meanwhile are forgotten if it changed it, and trusted
-    /// once no kernel there uses it any more if not (see `Buffer::torn`).
+    /// it; `own`: that change may be its region's write, see `Buffer::possible_writes`). The
+    /// copies taken from `w` meanwhile are forgotten if it changed it, and trusted once no
+    /// kernel there uses it any more if not (see `Buffer::torn`). Once none does, a suspect
+    /// whose change nothing else can have made is blamed ([`Buffers::take_blames`]).
     /// Returns the copies forgotten.
-    pub(crate) fn kernel_done(&mut self, addr: u64, w: i32, changed: bool) -> Vec<i32> {
-        self.track(addr, |b| {
+    pub(crate) fn kernel_done(&mut self, addr: u64, w: i32, changed: bool, own: bool) -> Vec<i32> {
+        let mut blamed = None;
+        let forgotten = self.track(addr, |b| {
             if let Some(n) = b.using.get_mut(&w) {
                 *n -= 1;
                 if *n == 0 {
                     b.using.remove(&w);
                 }
+            }
+            if changed && own {
+                b.possibly_written(w);
+            }
+            if !b.using.contains_key(&w) {
+                let now = b.possible_writes_on(w);
+                let suspects = b.suspects.remove(&w).unwrap_or_default();
+                blamed = suspects.into_iter().find(|s| s.since == now).map(|suspect| Blame { rank: w, addr, suspect });
             }
             let from_w: Vec<i32> = b.torn.iter().filter(|(_, &s)| s == w).map(|(&d, _)| d).collect();
             if changed {
@@ -244,7 +258,15 @@ impl Buffers {
                 Vec::new()
             }
         })
-        .unwrap_or_default()
+        .unwrap_or_default();
+        self.blames.extend(blamed);
+        forgotten
+    }
+
+    /// The workers blamed for changes of their copies that no region made (see
+    /// `Buffer::suspects`), once each.
+    pub(crate) fn take_blames(&mut self) -> Vec<Blame> {
+        std::mem::take(&mut self.blames)
     }
 
     /// A replica on `w` that could reach the buffer at `addr` is done (see
@@ -437,6 +459,7 @@ impl Buffers {
             b.running.retain(|r, _| !dead.contains(r));
             b.replied.retain(|r, _| !dead.contains(r));
             b.holding.retain(|r, _| !dead.contains(r));
+            b.suspects.retain(|r, _| !dead.contains(r));
             // A copy taken from a rank that died in the middle of a kernel may hold part of
             // its changes.
             let torn: Vec<i32> = b.torn.iter().filter(|(d, s)| dead.contains(d) || dead.contains(s)).map(|(&d, _)| d).collect();

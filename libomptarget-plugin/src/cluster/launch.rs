@@ -128,6 +128,9 @@ impl<'a> Launcher<'a> {
         let mut tiebreak: Option<Tiebreak> = None;
         loop {
             let r = Requests::of(*self).resilient(|| self.launch_once(entry, args, begins, hosts, mapped_from, tiebreak.as_ref()));
+            // Workers whose copies changed while no region wrote them, found as its kernels
+            // ended (`Buffer::suspects`).
+            Replicator::of(*self).name_blamed();
             match r {
                 Err(ClusterError::RunAgain(e)) if again < MAX_RUNS_AGAIN && matches!(*e, ClusterError::Disagreed { .. }) => {
                     again += 1;
@@ -482,7 +485,7 @@ impl<'a> Launcher<'a> {
             }
             let mut deleted = Vec::new();
             for (j, ((a, ..), m)) in reach.iter().zip(&marked).enumerate() {
-                let torn = bufs.kernel_done(*a, w, changed.is_none_or(|c| c[j]));
+                let torn = bufs.kernel_done(*a, w, changed.is_none_or(|c| c[j]), true);
                 // The result taken was a replica's (the first-placed one failed).
                 bufs.replica_done(*a, w);
                 if !torn.is_empty() {
@@ -933,6 +936,7 @@ impl<'a> Launcher<'a> {
                             commits_start: b.commits_from.get(&w).copied().unwrap_or(0),
                             undone_start: b.undone_on(w),
                             begun_start: b.uses_begun.get(&w).copied().unwrap_or(0),
+                            possible_start: b.possible_writes_on(w),
                             // Its own placement counts one use.
                             shared: b.using.get(&w).is_some_and(|&n| n > 1),
                             ..Snap::default()

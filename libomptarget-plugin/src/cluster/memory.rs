@@ -222,6 +222,9 @@ impl<'a> Memory<'a> {
             if targets.iter().any(|&r| Place::of(r).is_worker()) {
                 b.host_writes -= 1;
             }
+            for &r in targets.iter().filter(|&&r| Place::of(r).is_worker()) {
+                b.possibly_written(r);
+            }
             if whole {
                 b.points_to = found;
             } else {
@@ -376,6 +379,9 @@ impl<'a> Memory<'a> {
         if sent.is_err() && targets.iter().any(|&r| Place::of(r).is_worker()) {
             if let Some(b) = self.ledger.buffers.lock().get_mut(addr) {
                 b.host_writes -= 1;
+                for &r in targets.iter().filter(|&&r| Place::of(r).is_worker()) {
+                    b.possibly_written(r);
+                }
             }
         }
         sent?;
@@ -559,6 +565,7 @@ impl<'a> Memory<'a> {
         // Done: it becomes a version under this same lock.
         if let Some(b) = bufs.get_mut(dst_buf) {
             b.host_writes -= 1;
+            b.possibly_written(at);
         }
         copied?;
         let from = bufs.get(src_buf).map(|b| (b.points_to.clone(), Access { buffer: b.id, version: b.version }));

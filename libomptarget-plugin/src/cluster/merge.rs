@@ -64,6 +64,8 @@ pub(super) struct Snap {
     pub(super) merges_end: u64,
     /// Kernels placed on the copy so far (`Buffer::uses_begun`) when it started.
     pub(super) begun_start: u64,
+    /// `Buffer::possible_writes` of the copy when it started (for `Buffer::suspects`).
+    pub(super) possible_start: u64,
     /// Another region's kernel could use the copy while this one ran (placed there before it
     /// ended, and not done before it started): a change this kernel was not expected to make
     /// may be that one's.
@@ -386,6 +388,8 @@ impl<'a> Merger<'a> {
             let mut bufs = self.ledger.buffers.lock();
             if let Some(b) = bufs.get_mut(r.addr) {
                 b.incoming.remove(&w);
+                // Zeros written over a copy another kernel may still use: no suspect's own.
+                b.possibly_written(w);
             }
         }
         self.ledger.moved.notify_all();

@@ -24,7 +24,7 @@ use super::offload::{Kernel, Offload, SHORT_KERNEL_NS};
 use super::tolerance::Tolerance;
 use super::{ClusterError, Result, Stopped};
 use crate::config::Config;
-use crate::data::Buffers;
+use crate::data::{Blame, Buffers, Suspect};
 use crate::inject::Injector;
 use event_system::comm::PostedRecv;
 use event_system::protocol::{Allocated, Event, Region};
@@ -60,7 +60,8 @@ impl SetRun {
     /// With voting, its ballot is void when a change it was not expected to make (`marked`:
     /// what it may write) is to a copy another region's kernel could use during the run
     /// (`Snap::shared`): that one's write may be in it. It is left out of the tally and
-    /// loses no vote.
+    /// loses no vote then; once every kernel that used the copy ended, its worker loses one
+    /// if nothing but the worker can have written the copy (`Replicator::suspect`).
     pub(super) fn void(&self, marked: &[bool]) -> bool {
         self.ran.as_ref().is_ok_and(|e| e.changed.iter().zip(marked).zip(&self.snaps).any(|((&c, &m), s)| c && !m && s.shared))
     }
@@ -349,7 +350,7 @@ impl<'a> Replicator<'a> {
         // ballots are compared all the same (they carry which regions each changed and their
         // digests), so that a bit flipped into a region the kernel only reads is outvoted
         // rather than taken (seen: `ft_stencil.c`, k = 3, a flip taken unvoted), unless it hit
-        // a copy shared while it ran (`SetRun::void`). A replica shares only copies whose
+        // a copy shared while it ran (`SetRun::void`: named later, if at all). A replica shares only copies whose
         // version is held elsewhere too (`Buffer::shareable_on`), so forgetting a loser's
         // loses nothing, but a version another region recorded from the copy meanwhile (it
         // is kept: `not_recorded_meanwhile`).
@@ -440,7 +441,7 @@ impl<'a> Replicator<'a> {
                     corrected |= !lost.is_empty();
                     if !lost.is_empty() {
                         let majority: Vec<i32> = std::iter::once(winner).chain(agree.iter().copied()).map(|i| ranks[i]).collect();
-                        self.lost_votes(kernel, majority, lost, "its earlier result");
+                        self.lost_votes(&kernel.name, majority, lost, "its earlier result");
                     }
                 }
                 if !losers.is_empty() {
@@ -451,15 +452,23 @@ impl<'a> Replicator<'a> {
                         }
                     }
                     let majority: Vec<i32> = std::iter::once(winner).chain(agree.iter().copied()).map(|i| ranks[i]).collect();
-                    self.lost_votes(kernel, majority, losers.iter().map(|&i| ranks[i]).collect(), "what it wrote");
+                    self.lost_votes(&kernel.name, majority, losers.iter().map(|&i| ranks[i]).collect(), "what it wrote");
                 }
                 if corrected {
                     stats.corrections.fetch_add(1, Ordering::Relaxed);
                 }
                 let mut taken = runs[winner].take().expect("the winner is a run");
                 let agreeing: Vec<SetRun> = agree.iter().filter_map(|&i| runs[i].take()).collect();
+                let taken_ballot = taken.ran.as_ref().ok().map(|e| Ballot::of(e, reach));
+                if voided.iter().any(|&i| runs[i].is_some()) {
+                    let majority: Vec<i32> = std::iter::once(winner).chain(agree.iter().copied()).map(|i| ranks[i]).collect();
+                    let mut bufs = self.ledger.buffers.lock();
+                    for r in voided.iter().filter_map(|&i| runs[i].as_ref()) {
+                        self.suspect(&mut bufs, kernel, &majority, reach, marked, r);
+                    }
+                }
                 for r in runs.into_iter().flatten() {
-                    self.settle_other(reach, marked, r);
+                    self.settle_other(reach, marked, r, taken_ballot.as_ref());
                 }
                 if let Ok(e) = &mut taken.ran {
                     Executor::of(*self).print(taken.w, e);
@@ -470,7 +479,7 @@ impl<'a> Replicator<'a> {
                 let voided_changed: Vec<bool> = (0..reach.len()).map(|j| voided.iter().any(|&i| runs[i].as_ref().is_some_and(|r| r.changed(marked)[j]))).collect();
                 let mut first = runs[0].take().expect("the first run");
                 for r in runs.into_iter().flatten() {
-                    self.settle_other(reach, marked, r);
+                    self.settle_other(reach, marked, r, None);
                 }
                 if let Ok(e) = &first.ran {
                     self.delete_blocks(first.w, &e.allocated);
@@ -486,7 +495,7 @@ impl<'a> Replicator<'a> {
             Verdict::Nothing => {
                 let first = runs[0].take().expect("the first run");
                 for r in runs.into_iter().flatten() {
-                    self.settle_other(reach, marked, r);
+                    self.settle_other(reach, marked, r, None);
                 }
                 (first.w, first.snaps, first.ran, Vec::new(), tails)
             }
@@ -496,7 +505,7 @@ impl<'a> Replicator<'a> {
                 self.meter.stats.replicas.record.lock().disagreements.push(run_report::Disagreement { kernel: kernel.name.to_string(), majority: Vec::new(), losers: answered.clone(), at_seconds });
                 let mut first = runs[0].take().expect("the first run");
                 for r in runs.into_iter().flatten() {
-                    self.settle_other(reach, marked, r);
+                    self.settle_other(reach, marked, r, None);
                 }
                 let why = format!("the {} replicas of a region of kernel {} on workers {answered:?} wrote different results and no majority agrees", answered.len(), kernel.name);
                 let cast: Vec<(i32, Ballot)> = ranks.iter().zip(&ballots).filter_map(|(&r, b)| Some((r, b.clone()?))).collect();
@@ -536,13 +545,13 @@ impl<'a> Replicator<'a> {
 
     /// Workers `losers` wrote something else than `majority`: say so, count it, and retire
     /// a worker at `OMPCLUSTER_FT_VOTE_RETIRE` lost votes (it is then handled as a failed one).
-    pub(super) fn lost_votes(&self, kernel: &Kernel, majority: Vec<i32>, losers: Vec<i32>, what: &str) {
+    pub(super) fn lost_votes(&self, kernel: &str, majority: Vec<i32>, losers: Vec<i32>, what: &str) {
         let stats = &self.meter.stats.replicas;
         let at_seconds = self.meter.start.elapsed().as_secs_f64();
-        stats.record.lock().disagreements.push(run_report::Disagreement { kernel: kernel.name.to_string(), majority: majority.clone(), losers: losers.clone(), at_seconds });
+        stats.record.lock().disagreements.push(run_report::Disagreement { kernel: kernel.to_string(), majority: majority.clone(), losers: losers.clone(), at_seconds });
         for r in losers {
             let n = stats.lose_vote(r);
-            eprintln!("ompcluster: worker {r} lost a vote on a region of kernel {}: {what} differs from the result of workers {majority:?}, which is taken", kernel.name);
+            eprintln!("ompcluster: worker {r} lost a vote on a region of kernel {kernel}: {what} differs from the result of workers {majority:?}, which is taken");
             let limit = u64::from(self.cfg.vote_retire);
             let retire = limit > 0 && n >= limit && {
                 let mut rec = stats.record.lock();
@@ -563,18 +572,20 @@ impl<'a> Replicator<'a> {
     /// not be merged): settled as any other run.
     pub(super) fn abandon(&self, reach: &[(u64, u64, u64, u64)], marked: &[bool], agree: Vec<SetRun>) {
         for r in agree {
-            self.settle_other(reach, marked, r);
+            self.settle_other(reach, marked, r, None);
         }
     }
 
     /// A run whose result is not taken and does not stand for it: forget what it changed
     /// (its copies hold no version; version 0's are made zeros again) and end its use of
-    /// its copies.
-    pub(super) fn settle_other(&self, reach: &[(u64, u64, u64, u64)], marked: &[bool], mut r: SetRun) {
+    /// its copies. `taken`: the result its region took, if any; a change that one did not
+    /// make is no region's write (`Buffer::possible_writes`).
+    pub(super) fn settle_other(&self, reach: &[(u64, u64, u64, u64)], marked: &[bool], mut r: SetRun, taken: Option<&Ballot>) {
         if let Ok(e) = &r.ran {
             self.delete_blocks(r.w, &e.allocated);
         }
         let changed = r.changed(marked);
+        let own: Vec<bool> = reach.iter().zip(&changed).map(|((a, ..), &c)| c && taken.is_none_or(|t| t.changes(*a))).collect();
         self.end(&mut self.ledger.buffers.lock(), reach, &mut r);
         if !r.snaps.is_empty() {
             // It started: what it changed (what it may have, if it failed: a bad reply from a
@@ -584,8 +595,31 @@ impl<'a> Replicator<'a> {
             let forget = self.not_recorded_meanwhile(&self.ledger.buffers.lock(), reach, r.w, &r.snaps, &changed);
             Merger::of(*self).undo(&Run { w: r.w, reach: &started, changed: &forget, snaps: &r.snaps });
         }
-        self.release(&mut self.ledger.buffers.lock(), reach, r.w, &changed);
+        self.release(&mut self.ledger.buffers.lock(), reach, r.w, &changed, &own);
         self.ledger.moved.notify_all();
+        self.name_blamed();
+    }
+
+    /// With voting, `r`'s ballot was voided for changes of copies another region's kernel
+    /// used meanwhile (`SetRun::void`), and its region took the result of `majority`: each
+    /// such copy becomes a suspect on its worker (`Buffer::suspects`). Called before `r` is
+    /// settled (its end may be the last use of the copy).
+    pub(super) fn suspect(&self, bufs: &mut Buffers, kernel: &Kernel, majority: &[i32], reach: &[(u64, u64, u64, u64)], marked: &[bool], r: &SetRun) {
+        let Ok(e) = &r.ran else { return };
+        for (((a, ..), snap), _) in reach.iter().zip(&r.snaps).zip(e.changed.iter().zip(marked)).filter(|((_, s), (&c, &m))| c && !m && s.shared) {
+            if let Some(b) = bufs.get_mut(*a) {
+                b.suspects.entry(r.w).or_default().push(Suspect { kernel: kernel.name.clone(), majority: majority.to_vec(), since: snap.possible_start });
+            }
+        }
+    }
+
+    /// Name the workers blamed since (`Buffer::suspects`): each loses a vote.
+    pub(super) fn name_blamed(&self) {
+        let blames = self.ledger.buffers.lock().take_blames();
+        for Blame { rank, addr, suspect } in blames {
+            self.meter.stats.replicas.corrections.fetch_add(1, Ordering::Relaxed);
+            self.lost_votes(&suspect.kernel, suspect.majority, vec![rank], &format!("a change to its copy of {addr:#x}, which the region only reads and no region wrote while it ran,"));
+        }
     }
 
     /// A tail's reply came (or its worker died): it no longer runs on its copies.
@@ -619,9 +653,9 @@ impl<'a> Replicator<'a> {
     }
 
     /// `w`'s run over `reach` no longer uses its copies (`changed`: those it changed).
-    fn release(&self, bufs: &mut Buffers, reach: &[(u64, u64, u64, u64)], w: i32, changed: &[bool]) {
-        for ((a, ..), &c) in reach.iter().zip(changed) {
-            bufs.kernel_done(*a, w, c);
+    fn release(&self, bufs: &mut Buffers, reach: &[(u64, u64, u64, u64)], w: i32, changed: &[bool], own: &[bool]) {
+        for (((a, ..), &c), &o) in reach.iter().zip(changed).zip(own) {
+            bufs.kernel_done(*a, w, c, o);
             bufs.replica_done(*a, w);
         }
         self.offload.stop_running(w);
@@ -634,7 +668,7 @@ impl<'a> Replicator<'a> {
         for r in agree {
             self.end(bufs, reach, r);
             let changed = r.changed(&[]);
-            self.release(bufs, reach, r.w, &changed);
+            self.release(bufs, reach, r.w, &changed, &changed);
             let forget = self.not_recorded_meanwhile(bufs, reach, r.w, &r.snaps, &changed);
             for ((a, ..), _) in reach.iter().zip(&forget).filter(|(_, c)| **c) {
                 bufs.drop_copy(*a, r.w);
@@ -755,6 +789,11 @@ impl Ballot {
         changed.sort_unstable();
         let blocks = ran.allocated.iter().map(|a| (a.region.addr, a.span, digests.next().unwrap_or(0))).collect();
         Ballot { changed, blocks, freed: ran.freed.clone() }
+    }
+
+    /// Whether the run changed the buffer at `addr`.
+    pub(super) fn changes(&self, addr: u64) -> bool {
+        self.changed.iter().any(|&(a, _)| a == addr)
     }
 }
 

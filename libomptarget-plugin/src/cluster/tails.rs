@@ -232,20 +232,22 @@ impl<'a> Collector<'a> {
                 }
                 // Its unexpected change to a copy another region's kernel used meanwhile may
                 // be that one's write (`SetRun::void`): it loses no vote, as in the tally.
-                (Some(_), false) if vote && r.void(&marked) => {
+                (Some(o), false) if vote && r.void(&marked) => {
                     stats.ballots_voided.fetch_add(1, Ordering::Relaxed);
                     self.meter.log(format_args!("VOID ballot of tail {} for {}: it changed a copy another region used meanwhile", r.w, kernel.name));
-                    replicator.settle_other(&reach, &marked, r);
+                    replicator.suspect(&mut self.ledger.buffers.lock(), &kernel, &o.majority, &reach, &marked, &r);
+                    replicator.settle_other(&reach, &marked, r, Some(&o.ballot));
                 }
                 (Some(o), false) if vote && r.ran.is_ok() => {
-                    replicator.lost_votes(&kernel, o.majority.clone(), vec![r.w], "what it wrote");
+                    replicator.lost_votes(&kernel.name, o.majority.clone(), vec![r.w], "what it wrote");
                     stats.corrections.fetch_add(1, Ordering::Relaxed);
-                    replicator.settle_other(&reach, &marked, r);
+                    replicator.settle_other(&reach, &marked, r, Some(&o.ballot));
                 }
-                _ => replicator.settle_other(&reach, &marked, r),
+                _ => replicator.settle_other(&reach, &marked, r, outcome.as_ref().map(|o| &o.ballot)),
             }
             self.ledger.moved.notify_all();
         }
+        replicator.name_blamed();
         // Buffers the program deleted while the tails used them go now (as a launch's do).
         if let Err(e) = Memory::of(*self).finish_deletes(reach.iter().map(|r| r.0).collect()) {
             self.meter.log(format_args!("TAIL could not finish a delete: {e}"));

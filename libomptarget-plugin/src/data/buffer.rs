@@ -104,6 +104,17 @@ pub(crate) struct Buffer {
     /// moved meanwhile. Per rank, because a kernel elsewhere (a replica settling on its own
     /// copy) does not touch the source's bytes.
     pub(crate) kernel_changes: BTreeMap<i32, u64>,
+    /// Per rank: writes into its copy there that may be a region's own: kernel runs that
+    /// changed it, but for replicas whose region took a result that did not change it (an
+    /// outvoted or voided replica's change is no region's write), and the head's writes (a
+    /// submit, a device copy, an undo's zeros), counted once done. See [`Buffer::suspects`].
+    pub(crate) possible_writes: BTreeMap<i32, u64>,
+    /// Per rank: with voting, ballots voided for a change of its copy while another region's
+    /// kernel used it (`SetRun::void` in `cluster/replicas.rs`: the change may be that one's
+    /// write). Once no kernel uses the copy, a suspect with no possible write since it started
+    /// names its worker ([`crate::data::Buffers::kernel_done`]): nothing but the worker
+    /// itself changed that copy.
+    pub(crate) suspects: BTreeMap<i32, Vec<Suspect>>,
     /// Per worker: changes of kernels recorded or merged from its copy so far. A kernel that
     /// shared the copy with one of them cannot be undone (its changes may have gone with
     /// that one's).
@@ -179,6 +190,8 @@ impl Buffer {
             uses_begun: BTreeMap::new(),
             torn: BTreeMap::new(),
             kernel_changes: BTreeMap::new(),
+            possible_writes: BTreeMap::new(),
+            suspects: BTreeMap::new(),
             commits_from: BTreeMap::new(),
             merges_from: BTreeMap::new(),
             running: BTreeMap::new(),
@@ -261,6 +274,17 @@ impl Buffer {
     /// See [`Buffer::kernel_changes`].
     pub(crate) fn changes_on(&self, r: i32) -> u64 {
         self.kernel_changes.get(&r).copied().unwrap_or(0)
+    }
+
+    /// See [`Buffer::possible_writes`].
+    pub(crate) fn possible_writes_on(&self, r: i32) -> u64 {
+        self.possible_writes.get(&r).copied().unwrap_or(0)
+    }
+
+    /// A write into `r`'s copy that may be a region's own is done (see
+    /// [`Buffer::possible_writes`]).
+    pub(crate) fn possibly_written(&mut self, r: i32) {
+        *self.possible_writes.entry(r).or_default() += 1;
     }
 
     /// See [`Buffer::undone`].
@@ -347,6 +371,26 @@ impl Buffer {
         self.stale.retain(|&r, _| r == HEAD);
         self.backed.retain(|&r| r == HEAD);
     }
+}
+
+/// A ballot voided for a change of a copy shared while it ran (see [`Buffer::suspects`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Suspect {
+    /// Its region's kernel.
+    pub(crate) kernel: Arc<str>,
+    /// The workers whose result its region took.
+    pub(crate) majority: Vec<i32>,
+    /// [`Buffer::possible_writes`] on its worker when it started.
+    pub(crate) since: u64,
+}
+
+/// A worker whose copy of a buffer changed while no region wrote it (see
+/// [`Buffer::suspects`]): it loses a vote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Blame {
+    pub(crate) rank: i32,
+    pub(crate) addr: u64,
+    pub(crate) suspect: Suspect,
 }
 
 /// A source copy's state when a move from it starts. The bytes moved are exactly the version

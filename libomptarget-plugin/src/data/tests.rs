@@ -139,7 +139,7 @@ fn a_copy_moved_while_a_kernel_on_its_source_changed_it_holds_no_version() {
     // reach 1 before the move's request) and changes the copy before the move is done.
     let before = start(&bs);
     bs.get_mut(a).unwrap().begin_use(1);
-    assert!(bs.kernel_done(a, 1, true).is_empty(), "no copy taken from 1 is known yet");
+    assert!(bs.kernel_done(a, 1, true, true).is_empty(), "no copy taken from 1 is known yet");
     assert_eq!(bs.move_done(a, 3, 1, 1, before, true), Moved::Touched);
     let b = bs.get(a).unwrap();
     assert!(!b.holders.contains(&3) && b.version_on(3).is_none(), "3 may hold part of the change");
@@ -149,12 +149,12 @@ fn a_copy_moved_while_a_kernel_on_its_source_changed_it_holds_no_version() {
     bs.get_mut(a).unwrap().begin_use(1);
     assert_eq!(bs.move_done(a, 3, 1, 1, before, true), Moved::Holds);
     assert!(bs.get(a).unwrap().holders.contains(&3) && !bs.get(a).unwrap().clean_copy(3, 1));
-    assert_eq!(bs.kernel_done(a, 1, true), vec![3]);
+    assert_eq!(bs.kernel_done(a, 1, true, true), vec![3]);
     assert_eq!(bs.get(a).unwrap().version_on(3), None);
     // A kernel placed meanwhile that changed nothing leaves the copy exact.
     let before = start(&bs);
     bs.get_mut(a).unwrap().begin_use(1);
-    assert!(bs.kernel_done(a, 1, false).is_empty());
+    assert!(bs.kernel_done(a, 1, false, true).is_empty());
     assert_eq!(bs.move_done(a, 3, 1, 1, before, true), Moved::Holds);
     assert!(bs.get(a).unwrap().clean_copy(3, 1));
     // A kernel placed on worker 1 (it may reach the copy), while a kernel elsewhere that
@@ -162,10 +162,10 @@ fn a_copy_moved_while_a_kernel_on_its_source_changed_it_holds_no_version() {
     let before = start(&bs);
     bs.get_mut(a).unwrap().begin_use(1);
     bs.get_mut(a).unwrap().begin_use(5);
-    assert!(bs.kernel_done(a, 5, true).is_empty());
+    assert!(bs.kernel_done(a, 5, true, true).is_empty());
     assert_eq!(bs.move_done(a, 3, 1, 1, before, true), Moved::Holds);
     assert!(bs.get(a).unwrap().holders.contains(&3) && !bs.get(a).unwrap().clean_copy(3, 1));
-    assert!(bs.kernel_done(a, 1, false).is_empty());
+    assert!(bs.kernel_done(a, 1, false, true).is_empty());
     assert!(bs.get(a).unwrap().clean_copy(3, 1));
     // A newer version made meanwhile (by a kernel elsewhere): the copy is of no version.
     let before = start(&bs);
@@ -195,7 +195,7 @@ fn a_copy_moved_over_an_older_version_no_longer_holds_that_version() {
     assert_eq!(bs.get(a).unwrap().version_on(2), None, "being overwritten: no version");
     assert!(bs.get(a).unwrap().ranks_with(1).next().is_none());
     bs.get_mut(a).unwrap().begin_use(1);
-    bs.kernel_done(a, 1, true);
+    bs.kernel_done(a, 1, true, true);
     assert_eq!(bs.move_done(a, 2, 1, 2, before, true), Moved::Touched);
     assert_eq!(bs.get(a).unwrap().version_on(2), None);
     // A move that arrived whole and clean makes it a holder of the current version.
@@ -363,7 +363,7 @@ fn a_copy_taken_from_a_torn_copy_goes_with_it() {
     bs.get_mut(a).unwrap().begin_use(2);
     let before = bs.get(a).unwrap().copy_state(2);
     assert_eq!(bs.move_done(a, 3, 2, 1, before, true), Moved::Holds);
-    assert_eq!(bs.kernel_done(a, 1, true), vec![2, 3]);
+    assert_eq!(bs.kernel_done(a, 1, true, true), vec![2, 3]);
     assert_eq!(bs.get(a).unwrap().holders, [1].into());
     // The same, with the kernel on 1 ending while 2's copy is on its way to 3: the copy
     // that arrives was taken from a copy forgotten meanwhile.
@@ -372,7 +372,7 @@ fn a_copy_taken_from_a_torn_copy_goes_with_it() {
     let before = bs.get(a).unwrap().copy_state(1);
     assert_eq!(bs.move_done(a, 2, 1, 2, before, true), Moved::Holds);
     let before = bs.get(a).unwrap().copy_state(2);
-    assert_eq!(bs.kernel_done(a, 1, true), vec![2]);
+    assert_eq!(bs.kernel_done(a, 1, true, true), vec![2]);
     assert_eq!(bs.move_done(a, 3, 2, 2, before, true), Moved::Touched);
     assert_eq!(bs.get(a).unwrap().version_on(3), None);
 }
@@ -397,7 +397,49 @@ fn a_staged_move_keeps_the_older_version_until_its_bytes_are_written() {
     // bytes were written, so 2 holds neither version.
     let before = bs.get(a).unwrap().copy_state(1);
     bs.get_mut(a).unwrap().begin_move_into(2, true);
-    bs.kernel_done(a, 1, true);
+    bs.kernel_done(a, 1, true, true);
     assert_eq!(bs.move_done(a, 2, 1, 2, before, true), Moved::Touched);
     assert_eq!(bs.get(a).unwrap().version_on(2), None);
+}
+
+/// A voided ballot's change of a copy another kernel shared names the copy's worker once no
+/// kernel uses the copy, if nothing that may be a region's own write (a kernel's change its
+/// region took, a write from the head) landed there since the voided run started; not if
+/// something did, and never before the copy is free.
+#[test]
+fn a_change_no_region_made_names_its_worker_once_the_copy_is_free() {
+    let mut bs = Buffers::new(0x10_0000, 1 << 24);
+    let a = bs.create(100, 0).unwrap().addr;
+    bs.new_version(a, [1, 2].into());
+    let suspect = |bs: &mut Buffers| {
+        let b = bs.get_mut(a).unwrap();
+        // The voided replica and another region's kernel use worker 1's copy.
+        b.begin_use(1);
+        b.begin_use(1);
+        let since = b.possible_writes_on(1);
+        b.suspects.entry(1).or_default().push(Suspect { kernel: "k".into(), majority: vec![2, 3], since });
+    };
+    // The co-user changed nothing: once both ended, 1 is named, once.
+    suspect(&mut bs);
+    bs.kernel_done(a, 1, true, false);
+    assert!(bs.take_blames().is_empty(), "the co-user still uses the copy");
+    bs.kernel_done(a, 1, false, true);
+    let blames = bs.take_blames();
+    assert_eq!(blames.iter().map(|b| (b.rank, b.addr, b.suspect.majority.clone())).collect::<Vec<_>>(), vec![(1, a, vec![2, 3])]);
+    assert!(bs.get(a).unwrap().suspects.is_empty());
+    // The co-user changed the copy and its region took that change: it may be its write.
+    suspect(&mut bs);
+    bs.kernel_done(a, 1, true, false);
+    bs.kernel_done(a, 1, true, true);
+    assert!(bs.take_blames().is_empty());
+    // The head wrote the copy meanwhile (a submit): no blame either.
+    suspect(&mut bs);
+    bs.get_mut(a).unwrap().possibly_written(1);
+    bs.kernel_done(a, 1, true, false);
+    bs.kernel_done(a, 1, false, true);
+    assert!(bs.take_blames().is_empty());
+    // A worker that died takes its suspects with it.
+    suspect(&mut bs);
+    bs.forget_ranks(&[1].into());
+    assert!(bs.get(a).unwrap().suspects.is_empty());
 }
