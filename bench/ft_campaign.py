@@ -15,9 +15,11 @@ region run on a random worker writes, after a random number of regions
 (`--env OMPCLUSTER_FT_REPLICAS=3 --env OMPCLUSTER_FT_VOTE=1`): a trial is then right when
 the output is the failure-free one, stopped when the program ended with the runtime's "no
 majority agrees" message and printed nothing wrong, wrong otherwise; the report says whether
-the flip was detected (a disagreement) and corrected, or voided (a replica whose unexpected
-change hit a copy another region shared while it ran has its ballot left out, losing no vote:
-docs/recovery.md, "Replicas and voting"; such a flip is caught, not named).
+the flip was detected (a disagreement: a lost vote) and corrected, or voided and named by no
+one (a replica whose unexpected change hit a copy another region shared while it ran has its
+ballot left out; its worker loses a vote later, once every kernel that used the copy ended and
+nothing that may be a region's write landed in it, else the flip is caught, not named:
+docs/recovery.md, "Replicas and voting").
 
     python3 bench/ft_campaign.py [--trials 100] [--seed 1] [--stop-share 0.2] [--bound 120]
                                  [--programs NAME,...] [--verbose] [--plugin PATH.so]
