@@ -211,12 +211,12 @@ impl Buffers {
     }
 
     /// A kernel on `w` that could reach the buffer at `addr` is done (`changed`: it changed
-    /// it; `own`: that change may be its region's write, see `Buffer::possible_writes`). The
-    /// copies taken from `w` meanwhile are forgotten if it changed it, and trusted once no
-    /// kernel there uses it any more if not (see `Buffer::torn`). Once none does, a suspect
-    /// whose change nothing else can have made is blamed ([`Buffers::take_blames`]).
-    /// Returns the copies forgotten.
-    pub(crate) fn kernel_done(&mut self, addr: u64, w: i32, changed: bool, own: bool) -> Vec<i32> {
+    /// it; `possible`: it may have written it as its region's kernel, see
+    /// `Buffer::possible_writes`). The copies taken from `w` meanwhile are forgotten if it
+    /// changed it, and trusted once no kernel there uses it any more if not (see
+    /// `Buffer::torn`). Once none does, a suspect whose change nothing else can have made is
+    /// blamed ([`Buffers::take_blames`]). Returns the copies forgotten.
+    pub(crate) fn kernel_done(&mut self, addr: u64, w: i32, changed: bool, possible: bool) -> Vec<i32> {
         let mut blamed = None;
         let forgotten = self.track(addr, |b| {
             if let Some(n) = b.using.get_mut(&w) {
@@ -225,13 +225,12 @@ impl Buffers {
                     b.using.remove(&w);
                 }
             }
-            if changed && own {
+            if possible {
                 b.possibly_written(w);
             }
             if !b.using.contains_key(&w) {
                 let now = b.possible_writes_on(w);
-                let suspects = b.suspects.remove(&w).unwrap_or_default();
-                blamed = suspects.into_iter().find(|s| s.since == now).map(|suspect| Blame { rank: w, addr, suspect });
+                blamed = b.suspects.remove(&w).filter(|s| s.since == now).map(|suspect| Blame { rank: w, addr, suspect });
             }
             let from_w: Vec<i32> = b.torn.iter().filter(|(_, &s)| s == w).map(|(&d, _)| d).collect();
             if changed {
@@ -469,6 +468,7 @@ impl Buffers {
                 b.stale.remove(&d);
             }
         }
+        self.blames.retain(|b| !dead.contains(&b.rank));
         for b in self.by_addr.values().filter(|b| !b.deleted) {
             if b.version > 0 && b.holders.is_empty() {
                 lost.insert(task_graph::Access { buffer: b.id, version: b.version });

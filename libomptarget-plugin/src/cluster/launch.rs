@@ -485,7 +485,8 @@ impl<'a> Launcher<'a> {
             }
             let mut deleted = Vec::new();
             for (j, ((a, ..), m)) in reach.iter().zip(&marked).enumerate() {
-                let torn = bufs.kernel_done(*a, w, changed.is_none_or(|c| c[j]), true);
+                let c = changed.is_none_or(|c| c[j]);
+                let torn = bufs.kernel_done(*a, w, c, c);
                 // The result taken was a replica's (the first-placed one failed).
                 bufs.replica_done(*a, w);
                 if !torn.is_empty() {

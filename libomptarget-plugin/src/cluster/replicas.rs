@@ -91,6 +91,14 @@ fn with_versions(reach: &[(u64, u64, u64, u64)], snaps: &[Snap]) -> Vec<(u64, u6
     reach.iter().zip(snaps).map(|(&(a, s, id, _), sn)| (a, s, id, sn.version)).collect()
 }
 
+/// The result a region took by a vote, for the runs it did not take
+/// ([`Replicator::settle_other`]): its kernel, its ballot and the workers whose result it is.
+pub(super) struct Decided<'a> {
+    pub(super) kernel: &'a Kernel,
+    pub(super) ballot: &'a Ballot,
+    pub(super) majority: &'a [i32],
+}
+
 /// The result a launch takes from its replicas: the run taken (its worker, its snaps and
 /// its result), the replicas whose results agree with it (see [`Replicator::install`]), and
 /// those still running (tails, for the collector: `tails.rs`).
@@ -459,16 +467,11 @@ impl<'a> Replicator<'a> {
                 }
                 let mut taken = runs[winner].take().expect("the winner is a run");
                 let agreeing: Vec<SetRun> = agree.iter().filter_map(|&i| runs[i].take()).collect();
-                let taken_ballot = taken.ran.as_ref().ok().map(|e| Ballot::of(e, reach));
-                if voided.iter().any(|&i| runs[i].is_some()) {
-                    let majority: Vec<i32> = std::iter::once(winner).chain(agree.iter().copied()).map(|i| ranks[i]).collect();
-                    let mut bufs = self.ledger.buffers.lock();
-                    for r in voided.iter().filter_map(|&i| runs[i].as_ref()) {
-                        self.suspect(&mut bufs, kernel, &majority, reach, marked, r);
-                    }
-                }
+                let taken_ballot = taken.ran.as_ref().ok().filter(|_| voted).map(|e| Ballot::of(e, reach));
+                let majority: Vec<i32> = std::iter::once(winner).chain(agree.iter().copied()).map(|i| ranks[i]).collect();
+                let decided = taken_ballot.as_ref().map(|ballot| Decided { kernel, ballot, majority: &majority });
                 for r in runs.into_iter().flatten() {
-                    self.settle_other(reach, marked, r, taken_ballot.as_ref());
+                    self.settle_other(reach, marked, r, decided.as_ref());
                 }
                 if let Ok(e) = &mut taken.ran {
                     Executor::of(*self).print(taken.w, e);
@@ -578,39 +581,50 @@ impl<'a> Replicator<'a> {
 
     /// A run whose result is not taken and does not stand for it: forget what it changed
     /// (its copies hold no version; version 0's are made zeros again) and end its use of
-    /// its copies. `taken`: the result its region took, if any; a change that one did not
-    /// make is no region's write (`Buffer::possible_writes`).
-    pub(super) fn settle_other(&self, reach: &[(u64, u64, u64, u64)], marked: &[bool], mut r: SetRun, taken: Option<&Ballot>) {
+    /// its copies. `decided`: the result its region took by a vote, if it did; a change that
+    /// one did not make is no region's write (`Buffer::possible_writes`), and a ballot
+    /// voided for a change of a shared copy (`SetRun::void`) becomes a suspect of that copy
+    /// (`Buffer::suspects`), before the run's end, which may be the copy's last use.
+    pub(super) fn settle_other(&self, reach: &[(u64, u64, u64, u64)], marked: &[bool], mut r: SetRun, decided: Option<&Decided>) {
         if let Ok(e) = &r.ran {
             self.delete_blocks(r.w, &e.allocated);
         }
         let changed = r.changed(marked);
-        let own: Vec<bool> = reach.iter().zip(&changed).map(|((a, ..), &c)| c && taken.is_none_or(|t| t.changes(*a))).collect();
+        let began = !r.snaps.is_empty();
+        // What may be a region's write: all it reached if it failed once started (what it
+        // wrote is unknown), else what it changed but what a voted result did not.
+        let possible: Vec<bool> = match (&r.ran, decided) {
+            (Err(_), _) => vec![began; reach.len()],
+            (Ok(_), Some(d)) => reach.iter().zip(&changed).map(|((a, ..), &c)| c && d.ballot.changes(*a)).collect(),
+            (Ok(_), None) => changed.clone(),
+        };
+        let suspect = decided.filter(|_| r.void(marked));
         self.end(&mut self.ledger.buffers.lock(), reach, &mut r);
-        if !r.snaps.is_empty() {
+        if began {
             // It started: what it changed (what it may have, if it failed: a bad reply from a
             // live worker) holds no version, but a version another region recorded from the
             // copy meanwhile.
             let started = with_versions(reach, &r.snaps);
-            let forget = self.not_recorded_meanwhile(&self.ledger.buffers.lock(), reach, r.w, &r.snaps, &changed);
+            let (forget, zeroed) = {
+                let bufs = self.ledger.buffers.lock();
+                let forget = self.not_recorded_meanwhile(&bufs, reach, r.w, &r.snaps, &changed);
+                // The copies the undo makes zeros again (`Merger::undo`): a write of its own.
+                let zeroed: Vec<bool> = reach.iter().zip(&forget).map(|((a, ..), &f)| f && bufs.get(*a).is_some_and(|b| b.version == 0)).collect();
+                (forget, zeroed)
+            };
             Merger::of(*self).undo(&Run { w: r.w, reach: &started, changed: &forget, snaps: &r.snaps });
-        }
-        self.release(&mut self.ledger.buffers.lock(), reach, r.w, &changed, &own);
-        self.ledger.moved.notify_all();
-        self.name_blamed();
-    }
-
-    /// With voting, `r`'s ballot was voided for changes of copies another region's kernel
-    /// used meanwhile (`SetRun::void`), and its region took the result of `majority`: each
-    /// such copy becomes a suspect on its worker (`Buffer::suspects`). Called before `r` is
-    /// settled (its end may be the last use of the copy).
-    pub(super) fn suspect(&self, bufs: &mut Buffers, kernel: &Kernel, majority: &[i32], reach: &[(u64, u64, u64, u64)], marked: &[bool], r: &SetRun) {
-        let Ok(e) = &r.ran else { return };
-        for (((a, ..), snap), _) in reach.iter().zip(&r.snaps).zip(e.changed.iter().zip(marked)).filter(|((_, s), (&c, &m))| c && !m && s.shared) {
-            if let Some(b) = bufs.get_mut(*a) {
-                b.suspects.entry(r.w).or_default().push(Suspect { kernel: kernel.name.clone(), majority: majority.to_vec(), since: snap.possible_start });
+            if let (Some(d), Ok(e)) = (suspect, &r.ran) {
+                let mut bufs = self.ledger.buffers.lock();
+                for ((((a, ..), snap), &z), _) in reach.iter().zip(&r.snaps).zip(&zeroed).zip(e.changed.iter().zip(marked)).filter(|(((_, s), _), (&c, &m))| c && !m && s.shared) {
+                    if let Some(b) = bufs.get_mut(*a) {
+                        b.suspect(r.w, Suspect { kernel: d.kernel.name.clone(), majority: d.majority.to_vec(), since: snap.possible_start + u64::from(z) });
+                    }
+                }
             }
         }
+        self.release(&mut self.ledger.buffers.lock(), reach, r.w, &changed, &possible);
+        self.ledger.moved.notify_all();
+        self.name_blamed();
     }
 
     /// Name the workers blamed since (`Buffer::suspects`): each loses a vote.
@@ -653,9 +667,9 @@ impl<'a> Replicator<'a> {
     }
 
     /// `w`'s run over `reach` no longer uses its copies (`changed`: those it changed).
-    fn release(&self, bufs: &mut Buffers, reach: &[(u64, u64, u64, u64)], w: i32, changed: &[bool], own: &[bool]) {
-        for (((a, ..), &c), &o) in reach.iter().zip(changed).zip(own) {
-            bufs.kernel_done(*a, w, c, o);
+    fn release(&self, bufs: &mut Buffers, reach: &[(u64, u64, u64, u64)], w: i32, changed: &[bool], possible: &[bool]) {
+        for (((a, ..), &c), &p) in reach.iter().zip(changed).zip(possible) {
+            bufs.kernel_done(*a, w, c, p);
             bufs.replica_done(*a, w);
         }
         self.offload.stop_running(w);

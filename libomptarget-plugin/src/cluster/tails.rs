@@ -33,7 +33,7 @@ use super::merge::Snap;
 use super::memory::Memory;
 use super::meter::Meter;
 use super::offload::{Kernel, Offload};
-use super::replicas::{Ballot, Replicator, SetRun, REPLICAS_REPLIES};
+use super::replicas::{Ballot, Decided, Replicator, SetRun, REPLICAS_REPLIES};
 use super::tolerance::Tolerance;
 use super::Stopped;
 use crate::config::Config;
@@ -202,6 +202,8 @@ impl<'a> Collector<'a> {
         let Job { kernel, vote, reach, marked, runs, .. } = job;
         let stats = &self.meter.stats.replicas;
         let replicator = Replicator::of(*self);
+        // The result taken, if voted on (tails with voting are left only beside two that agree).
+        let decided = outcome.as_ref().filter(|_| vote).map(|o| Decided { kernel: &kernel, ballot: &o.ballot, majority: &o.majority });
         for r in runs {
             if let Ok(e) = &r.ran {
                 stats.replica_ns.fetch_add((e.seconds * 1e9) as u64, Ordering::Relaxed);
@@ -232,18 +234,17 @@ impl<'a> Collector<'a> {
                 }
                 // Its unexpected change to a copy another region's kernel used meanwhile may
                 // be that one's write (`SetRun::void`): it loses no vote, as in the tally.
-                (Some(o), false) if vote && r.void(&marked) => {
+                (Some(_), false) if vote && r.void(&marked) => {
                     stats.ballots_voided.fetch_add(1, Ordering::Relaxed);
                     self.meter.log(format_args!("VOID ballot of tail {} for {}: it changed a copy another region used meanwhile", r.w, kernel.name));
-                    replicator.suspect(&mut self.ledger.buffers.lock(), &kernel, &o.majority, &reach, &marked, &r);
-                    replicator.settle_other(&reach, &marked, r, Some(&o.ballot));
+                    replicator.settle_other(&reach, &marked, r, decided.as_ref());
                 }
                 (Some(o), false) if vote && r.ran.is_ok() => {
                     replicator.lost_votes(&kernel.name, o.majority.clone(), vec![r.w], "what it wrote");
                     stats.corrections.fetch_add(1, Ordering::Relaxed);
-                    replicator.settle_other(&reach, &marked, r, Some(&o.ballot));
+                    replicator.settle_other(&reach, &marked, r, decided.as_ref());
                 }
-                _ => replicator.settle_other(&reach, &marked, r, outcome.as_ref().map(|o| &o.ballot)),
+                _ => replicator.settle_other(&reach, &marked, r, decided.as_ref()),
             }
             self.ledger.moved.notify_all();
         }

@@ -109,12 +109,14 @@ pub(crate) struct Buffer {
     /// outvoted or voided replica's change is no region's write), and the head's writes (a
     /// submit, a device copy, an undo's zeros), counted once done. See [`Buffer::suspects`].
     pub(crate) possible_writes: BTreeMap<i32, u64>,
-    /// Per rank: with voting, ballots voided for a change of its copy while another region's
-    /// kernel used it (`SetRun::void` in `cluster/replicas.rs`: the change may be that one's
-    /// write). Once no kernel uses the copy, a suspect with no possible write since it started
-    /// names its worker ([`crate::data::Buffers::kernel_done`]): nothing but the worker
-    /// itself changed that copy.
-    pub(crate) suspects: BTreeMap<i32, Vec<Suspect>>,
+    /// Per rank: with voting, the last-started of the ballots voided for a change of its copy
+    /// while another region's kernel used it (`SetRun::void` in `cluster/replicas.rs`: the
+    /// change may be that one's write). Once no kernel uses the copy, a suspect with no
+    /// possible write since it started names its worker
+    /// ([`crate::data::Buffers::kernel_done`]): nothing but the worker itself changed that
+    /// copy. (An earlier-started suspect of the copy has seen at least as many possible
+    /// writes: it names no one unless this one does.)
+    pub(crate) suspects: BTreeMap<i32, Suspect>,
     /// Per worker: changes of kernels recorded or merged from its copy so far. A kernel that
     /// shared the copy with one of them cannot be undone (its changes may have gone with
     /// that one's).
@@ -285,6 +287,13 @@ impl Buffer {
     /// [`Buffer::possible_writes`]).
     pub(crate) fn possibly_written(&mut self, r: i32) {
         *self.possible_writes.entry(r).or_default() += 1;
+    }
+
+    /// `s` suspects `r`'s copy (see [`Buffer::suspects`]): kept if it started last.
+    pub(crate) fn suspect(&mut self, r: i32, s: Suspect) {
+        if self.suspects.get(&r).is_none_or(|old| old.since < s.since) {
+            self.suspects.insert(r, s);
+        }
     }
 
     /// See [`Buffer::undone`].

@@ -417,13 +417,13 @@ fn a_change_no_region_made_names_its_worker_once_the_copy_is_free() {
         b.begin_use(1);
         b.begin_use(1);
         let since = b.possible_writes_on(1);
-        b.suspects.entry(1).or_default().push(Suspect { kernel: "k".into(), majority: vec![2, 3], since });
+        b.suspect(1, Suspect { kernel: "k".into(), majority: vec![2, 3], since });
     };
     // The co-user changed nothing: once both ended, 1 is named, once.
     suspect(&mut bs);
     bs.kernel_done(a, 1, true, false);
     assert!(bs.take_blames().is_empty(), "the co-user still uses the copy");
-    bs.kernel_done(a, 1, false, true);
+    bs.kernel_done(a, 1, false, false);
     let blames = bs.take_blames();
     assert_eq!(blames.iter().map(|b| (b.rank, b.addr, b.suspect.majority.clone())).collect::<Vec<_>>(), vec![(1, a, vec![2, 3])]);
     assert!(bs.get(a).unwrap().suspects.is_empty());
@@ -432,13 +432,35 @@ fn a_change_no_region_made_names_its_worker_once_the_copy_is_free() {
     bs.kernel_done(a, 1, true, false);
     bs.kernel_done(a, 1, true, true);
     assert!(bs.take_blames().is_empty());
+    // The co-user failed: what it wrote is unknown, so it counts as a possible write.
+    suspect(&mut bs);
+    bs.kernel_done(a, 1, true, false);
+    bs.kernel_done(a, 1, false, true);
+    assert!(bs.take_blames().is_empty());
     // The head wrote the copy meanwhile (a submit): no blame either.
     suspect(&mut bs);
     bs.get_mut(a).unwrap().possibly_written(1);
     bs.kernel_done(a, 1, true, false);
-    bs.kernel_done(a, 1, false, true);
+    bs.kernel_done(a, 1, false, false);
     assert!(bs.take_blames().is_empty());
-    // A worker that died takes its suspects with it.
+    // Two suspects of one copy: the later-started one is kept (it has seen the fewest
+    // possible writes), and the worker is named once.
+    suspect(&mut bs);
+    bs.get_mut(a).unwrap().possibly_written(1);
+    let b = bs.get_mut(a).unwrap();
+    b.begin_use(1);
+    let since = b.possible_writes_on(1);
+    b.suspect(1, Suspect { kernel: "later".into(), majority: vec![2, 3], since });
+    for _ in 0..3 {
+        bs.kernel_done(a, 1, true, false);
+    }
+    assert_eq!(bs.take_blames().iter().map(|b| b.suspect.kernel.to_string()).collect::<Vec<_>>(), ["later"]);
+    // A worker that died takes its suspects and its blames with it.
+    suspect(&mut bs);
+    bs.kernel_done(a, 1, true, false);
+    bs.kernel_done(a, 1, false, false);
+    bs.forget_ranks(&[1].into());
+    assert!(bs.take_blames().is_empty());
     suspect(&mut bs);
     bs.forget_ranks(&[1].into());
     assert!(bs.get(a).unwrap().suspects.is_empty());
