@@ -61,7 +61,7 @@ impl SetRun {
     /// what it may write) is to a copy another region's kernel could use during the run
     /// (`Snap::shared`): that one's write may be in it. It is left out of the tally and
     /// loses no vote then; once every kernel that used the copy ended, its worker loses one
-    /// if nothing but the worker can have written the copy (`Replicator::suspect`).
+    /// if nothing but the worker can have written the copy (`Replicator::settle_other`).
     pub(super) fn void(&self, marked: &[bool]) -> bool {
         self.ran.as_ref().is_ok_and(|e| e.changed.iter().zip(marked).zip(&self.snaps).any(|((&c, &m), s)| c && !m && s.shared))
     }
@@ -358,10 +358,10 @@ impl<'a> Replicator<'a> {
         // ballots are compared all the same (they carry which regions each changed and their
         // digests), so that a bit flipped into a region the kernel only reads is outvoted
         // rather than taken (seen: `ft_stencil.c`, k = 3, a flip taken unvoted), unless it hit
-        // a copy shared while it ran (`SetRun::void`: named later, if at all). A replica shares only copies whose
-        // version is held elsewhere too (`Buffer::shareable_on`), so forgetting a loser's
-        // loses nothing, but a version another region recorded from the copy meanwhile (it
-        // is kept: `not_recorded_meanwhile`).
+        // a copy shared while it ran (`SetRun::void`: named later, if at all). A replica
+        // shares only copies whose version is held elsewhere too (`Buffer::shareable_on`), so
+        // forgetting a loser's loses nothing, but a version another region recorded from the
+        // copy meanwhile (it is kept: `not_recorded_meanwhile`).
         let in_arena = |a: &Allocated| arena.is_some_and(|g| g.holds(a.region.addr, a.span));
         let elsewhere = runs.iter().any(|r| r.ran.as_ref().is_ok_and(|e| !e.allocated.iter().all(in_arena)));
         let unexpected = runs.iter().any(|r| r.ran.as_ref().is_ok_and(|e| e.changed.iter().zip(marked).any(|(&c, &m)| c && !m)));
