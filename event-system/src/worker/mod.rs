@@ -428,9 +428,7 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
             Err(e) => {
                 if r.size > protocol::MAX_INLINE_DATA {
                     // Drain the data so the tag is clean, then report.
-                    let mut sink = vec![0u8; r.size as usize];
-                    // SAFETY: private buffer of the right size.
-                    unsafe { w.comm.recv_bytes(HEAD, env.tag, sink.as_mut_ptr(), sink.len(), live)? };
+                    drain(w, HEAD, env.tag, r.size)?;
                 }
                 Reply::Error(e)
             }
@@ -474,12 +472,7 @@ fn handle(w: &Worker, env: &Envelope) -> Result<Option<Reply>, CommError> {
                 Reply::Ok
             }
             Err(e) => {
-                let mut sink = vec![0u8; r.size as usize];
-                // SAFETY: a private buffer of the right size, leaked if MPI may still write it.
-                if let Err(dead) = unsafe { w.comm.recv_bytes(*peer, env.tag, sink.as_mut_ptr(), sink.len(), live) } {
-                    std::mem::forget(sink);
-                    return Err(dead);
-                }
+                drain(w, *peer, env.tag, r.size)?;
                 Reply::Error(e)
             }
         },
@@ -647,6 +640,18 @@ unsafe fn recv_into(w: &Worker, from: i32, tag: i32, r: &protocol::Region, p: *m
         // SAFETY: `p` has `r.size` writable bytes (the contract); `bytes` is a private buffer
         // of that size, so the ranges do not overlap.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
+    }
+    Ok(())
+}
+
+/// Receive `size` bytes from `from` on `tag` and throw them away (a transfer this worker
+/// cannot take, so that its sender is not left waiting).
+fn drain(w: &Worker, from: i32, tag: i32, size: u64) -> Result<(), CommError> {
+    let mut sink = vec![0u8; size as usize];
+    // SAFETY: a private buffer of the right size, leaked if MPI may still write it.
+    if let Err(dead) = unsafe { w.comm.recv_bytes(from, tag, sink.as_mut_ptr(), sink.len(), w.live.as_ref()) } {
+        std::mem::forget(sink);
+        return Err(dead);
     }
     Ok(())
 }

@@ -220,10 +220,7 @@ impl<'a> Memory<'a> {
         if let Some(b) = bufs.get_mut(addr) {
             // The write is done and becomes a version under this lock (see `host_writes`).
             if targets.iter().any(|&r| Place::of(r).is_worker()) {
-                b.host_writes -= 1;
-            }
-            for &r in targets.iter().filter(|&&r| Place::of(r).is_worker()) {
-                b.possibly_written(r);
+                b.host_write_done(targets.iter().copied().filter(|&r| Place::of(r).is_worker()));
             }
             if whole {
                 b.points_to = found;
@@ -378,10 +375,7 @@ impl<'a> Memory<'a> {
         }
         if sent.is_err() && targets.iter().any(|&r| Place::of(r).is_worker()) {
             if let Some(b) = self.ledger.buffers.lock().get_mut(addr) {
-                b.host_writes -= 1;
-                for &r in targets.iter().filter(|&&r| Place::of(r).is_worker()) {
-                    b.possibly_written(r);
-                }
+                b.host_write_done(targets.iter().copied().filter(|&r| Place::of(r).is_worker()));
             }
         }
         sent?;
@@ -564,8 +558,7 @@ impl<'a> Memory<'a> {
         let mut bufs = self.ledger.buffers.lock();
         // Done: it becomes a version under this same lock.
         if let Some(b) = bufs.get_mut(dst_buf) {
-            b.host_writes -= 1;
-            b.possibly_written(at);
+            b.host_write_done([at]);
         }
         copied?;
         let from = bufs.get(src_buf).map(|b| (b.points_to.clone(), Access { buffer: b.id, version: b.version }));

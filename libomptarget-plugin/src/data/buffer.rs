@@ -289,6 +289,16 @@ impl Buffer {
         *self.possible_writes.entry(r).or_default() += 1;
     }
 
+    /// A submit or device copy into the workers' copies `ranks` (one at least) is done or
+    /// given up: it leaves [`Buffer::host_writes`], and what it wrote counts in
+    /// [`Buffer::possible_writes`].
+    pub(crate) fn host_write_done(&mut self, ranks: impl IntoIterator<Item = i32>) {
+        self.host_writes -= 1;
+        for r in ranks {
+            self.possibly_written(r);
+        }
+    }
+
     /// `s` suspects `r`'s copy (see [`Buffer::suspects`]): kept if it started last.
     pub(crate) fn suspect(&mut self, r: i32, s: Suspect) {
         if self.suspects.get(&r).is_none_or(|old| old.since < s.since) {
