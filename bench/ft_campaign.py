@@ -23,7 +23,7 @@ docs/recovery.md, "Replicas and voting").
 
     python3 bench/ft_campaign.py [--trials 100] [--seed 1] [--stop-share 0.2] [--bound 120]
                                  [--programs NAME,...] [--verbose] [--plugin PATH.so]
-                                 [--env VAR=VALUE ...] [--flips]
+                                 [--env VAR=VALUE ...] [--flips] [--keep-slow X]
 
 Needs `cargo build --release` (the launcher and the plugin) and clang-16. The summary, with
 one line per program, goes to bench/results/ft_campaign.json (bench/plot.py).
@@ -184,6 +184,8 @@ def main():
     ap.add_argument("--plugin", default="", help="a build of the plugin to run (OMPCLUSTER_PLUGIN; default: target/release's)")
     ap.add_argument("--env", action="append", default=[], help="VAR=VALUE set for every run, the failure-free ones included (e.g. OMPCLUSTER_FT_REPLICAS=2)")
     ap.add_argument("--flips", action="store_true", help="inject a bit flip per trial instead of a failure (see above)")
+    ap.add_argument("--keep-slow", type=float, default=0.0, metavar="X",
+                    help="keep the stderr and report of a right trial that took over X times its failure-free run (with --verbose, its log)")
     a = ap.parse_args()
     for kv in a.env:
         k, sep, v = kv.partition("=")
@@ -277,6 +279,13 @@ def main():
         tally[f"{name} right" if verdict == "right" else "hangs" if verdict == "HANG" else "stopped" if verdict == "stopped" else "wrong"] += 1
         when = extra["OMPCLUSTER_FT_INJECT"].rsplit(":", 1)[1] if a.flips else f"at {after:5.2f} s"
         print(f"trial {i + 1:3d}: {os.path.basename(src):13s} {name} rank {rank} {when}: {verdict}, {secs:5.1f} s ({secs / ref_secs:.2f}x); {info}", flush=True)
+        if a.keep_slow and verdict == "right" and secs / ref_secs > a.keep_slow:
+            kept = os.path.join(work, f"trial-{i + 1}")
+            with open(kept + ".stderr", "w") as f:
+                f.write(err)
+            if os.path.exists(rep):
+                os.replace(rep, kept + ".report.json")
+            print(f"    slow: its stderr and report kept in {kept}.*", flush=True)
         if verdict not in ("right", "stopped"):
             log = os.path.join(work, f"trial-{i + 1}.stderr")
             with open(log, "w") as f:
