@@ -279,17 +279,17 @@ def main():
         tally[f"{name} right" if verdict == "right" else "hangs" if verdict == "HANG" else "stopped" if verdict == "stopped" else "wrong"] += 1
         when = extra["OMPCLUSTER_FT_INJECT"].rsplit(":", 1)[1] if a.flips else f"at {after:5.2f} s"
         print(f"trial {i + 1:3d}: {os.path.basename(src):13s} {name} rank {rank} {when}: {verdict}, {secs:5.1f} s ({secs / ref_secs:.2f}x); {info}", flush=True)
-        if a.keep_slow and verdict == "right" and secs / ref_secs > a.keep_slow:
+        slow = a.keep_slow and verdict == "right" and secs / ref_secs > a.keep_slow
+        if slow or verdict not in ("right", "stopped"):
             kept = os.path.join(work, f"trial-{i + 1}")
             with open(kept + ".stderr", "w") as f:
                 f.write(err)
             if os.path.exists(rep):
                 os.replace(rep, kept + ".report.json")
+        if slow:
             print(f"    slow: its stderr and report kept in {kept}.*", flush=True)
-        if verdict not in ("right", "stopped"):
-            log = os.path.join(work, f"trial-{i + 1}.stderr")
-            with open(log, "w") as f:
-                f.write(err)
+        elif verdict not in ("right", "stopped"):
+            log = kept + ".stderr"
             print(f"--- stdout ---\n{out[-2000:]}\n--- stderr (all of it in {log}) ---\n{err[-3000:]}", flush=True)
 
     def stats(v):
